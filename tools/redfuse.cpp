@@ -1,2 +1,148 @@
-// placeholder, replaced by the CLI
-int main() { return 0; }
+/** \file redfuse.cpp
+ * The command-line tool: a thin shell over the library (brief §5.2). Exit status 0 on success, 1 for
+ * a bad spec or a failed check, 2 for usage errors, 3 for internal errors (compiler bugs).
+ */
+#include <CLI/CLI.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "driver/Compiler.h"
+#include "support/Error.h"
+
+namespace {
+
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+std::map<std::string, int64_t> parse_sizes(const std::vector<std::string> &items) {
+    std::map<std::string, int64_t> out;
+    for (const std::string &group : items) {
+        std::stringstream ss(group);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            if (item.empty()) continue;
+            size_t eq = item.find('=');
+            if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+                throw UsageError("--size expects NAME=VALUE[,NAME=VALUE...], got '" + item + "'");
+            std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+            try {
+                size_t used = 0;
+                long long v = std::stoll(value, &used);
+                if (used != value.size()) throw std::invalid_argument("trailing");
+                out[name] = v;
+            } catch (const std::exception &) {
+                throw UsageError("--size " + name + ": '" + value + "' is not an integer");
+            }
+        }
+    }
+    return out;
+}
+
+std::string read_source_for_errors(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    if (in) ss << in.rdbuf();
+    return ss.str();
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    CLI::App app{"redfuse: fuses cascades of dependent reductions into single-pass kernels"};
+    app.require_subcommand(1);
+    app.set_help_all_flag("--help-all", "Show help for every command");
+
+    std::string spec;
+    bool json = false, approx = false, check = false, f32 = false;
+    std::vector<std::string> size_items;
+    std::string emit_stage, target = "interp", save_dir, load_dir, dist = "normal", out_file;
+    uint64_t seed = 1;
+    double scale = 1.0;
+
+    auto *analyze = app.add_subcommand("analyze", "Prove which reductions fuse and show the derived algorithm");
+    analyze->add_option("SPEC", spec, "Spec file (.rf)")->required();
+    analyze->add_flag("--json", json, "Print one JSON object (brief §5.2)");
+    analyze->add_option("--size", size_items, "Sizes for the cost model: N=V,M=W");
+    analyze->add_option("--emit", emit_stage, "Dump a stage instead: ir | plan")->check(CLI::IsMember({"ir", "plan"}));
+    analyze->add_flag("--approx", approx, "Fuse through rounding casts with the running value (inexact)");
+
+    auto *run = app.add_subcommand("run", "Run a spec on random or saved inputs");
+    run->add_option("SPEC", spec, "Spec file (.rf)")->required();
+    run->add_option("--target", target, "interp | interp-f32 (cpu, cuda, opencl: later)");
+    run->add_option("--size", size_items, "Sizes: N=V,M=W (defaults from the spec)");
+    run->add_flag("--check", check, "Compare every output with the float64 reference interpreter");
+    run->add_option("--seed", seed, "Seed of the random inputs and of the random tiling");
+    run->add_option("--save", save_dir, "Write inputs and outputs as NumPy .npy files into DIR");
+    run->add_option("--load", load_dir, "Read the inputs from .npy files in DIR");
+    run->add_flag("--json", json, "Print one JSON object");
+    run->add_flag("--f32", f32, "Run the plan interpreter in float32");
+    run->add_option("--dist", dist, "Input distribution: normal | uniform | positive");
+    run->add_option("--scale", scale, "Multiply random inputs by this (large values test exp overflow)");
+
+    for (const char *name : {"emit", "bench", "tune"}) {
+        auto *sub = app.add_subcommand(name, std::string(name) + ": needs a code generator (CPU backend, not in this build yet)");
+        sub->add_option("SPEC", spec, "Spec file (.rf)");
+        sub->add_option("--target", target, "cpu | cuda | opencl");
+        sub->add_option("--size", size_items, "Sizes");
+        sub->add_option("-o", out_file, "Output");
+        sub->add_flag("--json", json, "JSON output");
+    }
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError &e) {
+        int rc = app.exit(e);
+        return rc == 0 ? 0 : 2;
+    }
+
+    try {
+        rf::ArenaScope arena;
+        if (app.got_subcommand("emit") || app.got_subcommand("bench") || app.got_subcommand("tune")) {
+            std::cerr << "redfuse: this build has no code generator yet; only 'analyze' and 'run --target interp' "
+                         "are available\n";
+            return 2;
+        }
+        rf::CompileOptions co;
+        co.approx = approx;
+        co.sizes = parse_sizes(size_items);
+        try {
+            auto c = rf::compile_file(spec, co);
+            if (app.got_subcommand("analyze")) {
+                if (emit_stage == "ir") std::cout << rf::to_string(c->program);
+                else if (emit_stage == "plan") std::cout << rf::plan_dump(*c);
+                else if (json) std::cout << rf::analysis_json(*c).dump(2) << "\n";
+                else std::cout << rf::analysis_text(*c);
+                return 0;
+            }
+            rf::RunOptions ro;
+            ro.target = target;
+            ro.sizes = co.sizes;
+            ro.seed = seed;
+            ro.check = check;
+            ro.f32 = f32;
+            ro.save_dir = save_dir;
+            ro.load_dir = load_dir;
+            ro.dist = dist;
+            ro.scale = scale;
+            rf::RunReport r = rf::run_compiled(*c, ro);
+            if (json) std::cout << r.json.dump(2) << "\n";
+            else std::cout << r.text;
+            return r.ok ? 0 : 1;
+        } catch (const rf::UserError &e) {
+            std::cerr << rf::format_user_error(e, spec, read_source_for_errors(spec));
+            return 1;
+        }
+    } catch (const UsageError &e) {
+        std::cerr << "redfuse: " << e.what() << "\n";
+        return 2;
+    } catch (const rf::InternalError &e) {
+        std::cerr << "redfuse: internal error (a bug in redfuse, not in your spec): " << e.what() << "\n";
+        return 3;
+    } catch (const std::exception &e) {
+        std::cerr << "redfuse: internal error: " << e.what() << "\n";
+        return 3;
+    }
+}

@@ -50,7 +50,12 @@ Expr log(Expr a);
 /** Splits a canonical term into (numeric coefficient, rest): 3*x*y -> (3, x*y); x -> (1, x); 5 -> (5, 1). */
 std::pair<double, Expr> split_coefficient(Expr term);
 
-/** True when simplify(a - b) is the constant 0. */
+/** True when simplify(a - b) is the constant 0, or expand(a - b) is (polynomial identities). */
 bool provably_equal(Expr a, Expr b);
+
+/** Drops the calling thread's memo tables (simplify, intervals, expand). Never needed for
+ *  correctness (they are reset whenever the current arena changes); tests use it to check that
+ *  re-simplifying a result from scratch gives the same node. */
+void clear_simplify_cache();
 
 }  // namespace rf

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: the unit/property/golden/end-to-end suite, then the same suite
+# once more under AddressSanitizer + UndefinedBehaviorSanitizer (skip it with REDFUSE_NO_SANITIZE=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+scripts/setup.sh
+echo "== tests"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+if [ "${REDFUSE_NO_SANITIZE:-0}" != "1" ]; then
+  echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+  BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/setup.sh -DREDFUSE_SANITIZE=ON
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs"
+fi

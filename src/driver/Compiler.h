@@ -1,0 +1,63 @@
+/** \file Compiler.h
+ * The pipeline, top to bottom: read → parse and check → IR → analyze and plan → (backends, later
+ * issues). Each stage can be dumped (`--emit ir|plan`, or REDFUSE_DUMP=ir,plan in the environment).
+ * Also the analysis report (text and JSON) and the `run` command's checking logic.
+ */
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fuse/Plan.h"
+#include "interp/Tensor.h"
+#include "ir/Program.h"
+
+namespace rf {
+
+struct Compilation {
+    std::string file, source;
+    Program program;
+    Plan plan;
+    double analyze_ms = 0;
+};
+
+struct CompileOptions {
+    bool approx = false;
+    std::map<std::string, int64_t> sizes;  ///< for the cost model (and `run`)
+};
+
+/** Reads and compiles a spec file. UserError for bad specs or unreadable files. */
+std::unique_ptr<Compilation> compile_file(const std::string &path, const CompileOptions &opts);
+std::unique_ptr<Compilation> compile_source(const std::string &source, const std::string &file, const CompileOptions &opts);
+
+/** The `analyze` report. */
+nlohmann::json analysis_json(const Compilation &c);
+std::string analysis_text(const Compilation &c);
+/** The `--emit plan` dump: passes, members and their derived parts. */
+std::string plan_dump(const Compilation &c);
+
+struct RunOptions {
+    std::string target = "interp";
+    std::map<std::string, int64_t> sizes;
+    uint64_t seed = 1;
+    bool check = false;
+    bool f32 = false;
+    std::string save_dir, load_dir;
+    std::string dist = "normal";
+    double scale = 1.0;
+};
+
+struct RunReport {
+    bool ok = true;
+    nlohmann::json json;
+    std::string text;
+};
+
+/** Runs the compiled spec on random (or loaded) inputs with the plan interpreter and, when asked,
+ *  compares every output with the float64 reference interpreter. */
+RunReport run_compiled(const Compilation &c, const RunOptions &opts);
+
+}  // namespace rf

@@ -1,0 +1,136 @@
+/** \file Describe.cpp
+ * Readable formulas for a member's derivation: G, H (or φ, or the polynomial basis), the update of
+ * its running state per tile, the merge of two partial states, and the epilogue. All of them are
+ * printed from the derived expressions, with δ symbols restored to the earlier results they stand for.
+ */
+#include "fuse/Plan.h"
+#include "sym/Simplify.h"
+
+namespace rf {
+
+namespace {
+
+/** Renames every Load of an earlier member in e by appending a suffix (m -> m_old, m_A). */
+Expr rename_members(Expr e, const std::vector<std::string> &deps, const std::string &suffix) {
+    return substitute(e, [&](Expr n) -> Expr {
+        if (n->kind != Kind::Load) return nullptr;
+        for (const std::string &d : deps)
+            if (n->name == d) return make_load(d + suffix, n->args, n->dtype, n->stype);
+        return nullptr;
+    });
+}
+
+/** α(d_new, d_old) as text with the old earlier results renamed by suffix. */
+std::string alpha_text(const MemberAnalysis &m, const std::string &suffix) {
+    Expr a = m.alpha;
+    for (size_t i = 0; i < m.delta_syms.size(); i++) {
+        a = substitute(a, m.old_syms[i], rename_members(m.delta_exprs[i], m.deps, suffix));
+        a = substitute(a, m.delta_syms[i], m.delta_exprs[i]);
+    }
+    return to_string(simplify(a));
+}
+
+std::string select_op_name(ReduceOp op, bool increasing) {
+    if (increasing) return reduce_name(op);
+    switch (op) {
+    case ReduceOp::Max: return "min";
+    case ReduceOp::Min: return "max";
+    case ReduceOp::ArgMax: return "argmin";
+    case ReduceOp::ArgMin: return "argmax";
+    case ReduceOp::TopK: return "bottomk";
+    default: return reduce_name(op);
+    }
+}
+
+std::string plain_update(ReduceOp op, const std::string &s, const std::string &body) {
+    switch (op) {
+    case ReduceOp::Sum: return s + " ← " + s + " + Σ_tile " + body;
+    case ReduceOp::Prod: return s + " ← " + s + " · Π_tile " + body;
+    case ReduceOp::Max: return s + " ← max(" + s + ", max_tile " + body + ")";
+    case ReduceOp::Min: return s + " ← min(" + s + ", min_tile " + body + ")";
+    case ReduceOp::ArgMax: return "(" + s + ".value, " + s + ".index) ← first maximum of the state and the tile of " + body;
+    case ReduceOp::ArgMin: return "(" + s + ".value, " + s + ".index) ← first minimum of the state and the tile of " + body;
+    case ReduceOp::TopK: return s + " ← the k largest of (" + s + " ∪ tile values of " + body + "), ties to the lower index";
+    }
+    return "";
+}
+
+std::string plain_merge(ReduceOp op, const std::string &s) {
+    switch (op) {
+    case ReduceOp::Sum: return s + " = " + s + "_A + " + s + "_B";
+    case ReduceOp::Prod: return s + " = " + s + "_A · " + s + "_B";
+    case ReduceOp::Max: return s + " = max(" + s + "_A, " + s + "_B)";
+    case ReduceOp::Min: return s + " = min(" + s + "_A, " + s + "_B)";
+    case ReduceOp::ArgMax: case ReduceOp::ArgMin:
+        return s + " = the better of A and B by value, the lower index on ties";
+    case ReduceOp::TopK: return s + " = the k best of A ∪ B, ties to the lower index";
+    }
+    return "";
+}
+
+}  // namespace
+
+MemberText describe_member(const MemberAnalysis &m) {
+    MemberText t;
+    const std::string &s = m.name;
+    switch (m.relation) {
+    case Relation::Independent:
+    case Relation::None:
+        t.update = plain_update(m.op, s, m.F ? to_string(restore_deltas(m, m.F)) : "F");
+        t.merge = plain_merge(m.op, s);
+        break;
+    case Relation::Multiplicative: {
+        t.G = to_string(m.G);
+        t.H = to_string(restore_deltas(m, m.H));
+        t.deferred = to_string(restore_deltas(m, m.H_def));
+        std::string u = to_string(restore_deltas(m, m.U));
+        bool rescale = !m.H_run->is_const(1);
+        if (m.op == ReduceOp::Sum) {
+            t.update = rescale ? s + " ← " + s + " · " + alpha_text(m, "_old") + " + Σ_tile " + u
+                               : s + " ← " + s + " + Σ_tile " + u + "   (H fully deferred: no rescale)";
+            t.merge = rescale ? s + " = " + s + "_A · " + alpha_text(m, "_A") + " + " + s + "_B · " + alpha_text(m, "_B")
+                              : s + " = " + s + "_A + " + s + "_B";
+        } else {
+            t.update = rescale ? s + " ← " + s + " · (" + alpha_text(m, "_old") + ")^n_seen · Π_tile " + u
+                               : s + " ← " + s + " · Π_tile " + u;
+            t.merge = rescale ? s + " = " + s + "_A · (" + alpha_text(m, "_A") + ")^n_A · " + s + "_B · (" +
+                                    alpha_text(m, "_B") + ")^n_B"
+                              : s + " = " + s + "_A · " + s + "_B";
+        }
+        if (!m.H_def->is_const(1))
+            t.epilogue = s + " = " + s + "_state · " + (m.op == ReduceOp::Prod ? "(" + t.deferred + ")^n" : t.deferred);
+        break;
+    }
+    case Relation::Additive:
+    case Relation::Monotone: {
+        t.G = to_string(m.Gsel);
+        t.phi = to_string(restore_deltas(m, m.phi));
+        if (m.H) t.H = to_string(restore_deltas(m, m.H));
+        std::string op = select_op_name(m.op, m.increasing);
+        t.update = s + ".G ← " + op + " of (" + s + ".G and the tile of G = " + t.G + ")";
+        t.merge = s + ".G = " + op + " of (" + s + "_A.G, " + s + "_B.G)";
+        t.epilogue = (m.op == ReduceOp::ArgMax || m.op == ReduceOp::ArgMin)
+                         ? s + " = the index of " + s + ".G"
+                         : s + " = φ(" + s + ".G) with φ(u) = " + t.phi;
+        break;
+    }
+    case Relation::Polynomial: {
+        for (size_t k = 0; k < m.alphas.size(); k++) {
+            std::string idx;
+            for (int a : m.alphas[k]) idx += std::to_string(a);
+            t.basis.push_back("S_" + idx + " = Σ_j " + to_string(restore_deltas(m, m.basis[k])));
+        }
+        std::string ds;
+        for (size_t i = 0; i < m.delta_exprs.size(); i++) ds += (i ? ", " : "") + to_string(m.delta_exprs[i]);
+        t.H = "polynomial of degree " + std::to_string(m.degree) + " in (" + ds + ")";
+        t.update = "c ← running estimate of (" + ds + "); S_β ← Σ_{α≥β} C(α,β)(c − c_old)^(α−β) S_α(c_old) + Σ_tile "
+                   "∂^β F(x, c)/β!";
+        t.merge = "c = estimate from the merged earlier results; shift S_A and S_B to c exactly, then add";
+        t.epilogue = s + " = Σ_α S_α(c) (d − c)^α at the final d = (" + ds + ")";
+        break;
+    }
+    }
+    return t;
+}
+
+}  // namespace rf

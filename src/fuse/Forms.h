@@ -1,0 +1,67 @@
+/** \file Forms.h
+ * Internal interface between the member analysis and the per-form derivations (one file each):
+ * the abstraction of F over x and d atoms, the multiplicative, selection and polynomial forms, and
+ * the numeric certificate and counterexample search.
+ */
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fuse/Member.h"
+#include "sym/Sign.h"
+
+namespace rf::fuse_detail {
+
+/** What the analysis of one body works with. */
+struct Body {
+    Expr F = nullptr;               ///< simplified, nested reductions over d unrolled, d abstracted
+    std::set<Expr> axis_vars;       ///< the reduction's own axes (x dependence)
+    std::vector<Expr> delta_syms;   ///< δ_i (Symbol vars)
+    std::vector<Expr> delta_exprs;  ///< δ_i := expression over member loads
+    Facts facts;                    ///< sign facts: member tensors, δ symbols, input intervals
+    bool inexact = false;           ///< a narrow cast mixes x and d somewhere in F
+    std::string inexact_cast;       ///< the first such cast, as text
+};
+
+bool depends_on_x(const Body &b, Expr e);
+bool depends_on_d(const Body &b, Expr e);
+
+/** Builds the Body of a reduction definition against the members of its pass. Returns nullopt
+ *  (with reason) when F cannot be put in analysable form (e.g. d inside a reduction over a
+ *  symbolic axis). */
+std::optional<Body> make_body(const TensorDef &def, const AnalysisContext &ctx, std::string &reason);
+
+/** Form 1/5: F = G(x) · H(δ). Fills G, H, H_run, H_def, U, alpha, old_syms. */
+bool derive_multiplicative(const Body &b, MemberAnalysis &m, std::string &reason);
+/** Forms 2/3: F = φ_δ(G(x)) with φ strictly monotone (additive when φ = u + H(δ)). */
+bool derive_selection(const Body &b, MemberAnalysis &m, std::string &reason);
+/** Form 4: F polynomial of bounded degree in δ; fills degree, alphas, basis. */
+bool derive_polynomial(const Body &b, MemberAnalysis &m, std::string &reason);
+
+/** Re-checks the derived parts of m against F at >= min_points random points. Returns the number
+ *  of points checked; throws InternalError on a disagreement. Returns 0 when too few valid points
+ *  could be drawn (the caller then refuses the verdict). */
+int certify(const Body &b, const MemberAnalysis &m, int min_points);
+
+/** Searches concrete values that show F is not of the form needed by its operator. */
+std::string find_counterexample(const Body &b, ReduceOp op);
+
+/** A valuation of atoms for numeric checks. */
+struct Valuation {
+    std::map<Expr, double> values;  // by atom node (Var or Load)
+    double eval(Expr e) const;
+};
+
+/** Removes rounding (narrow casts, round/floor/ceil) everywhere in e. */
+Expr strip_rounding(Expr e);
+/** True for a node that rounds its argument: a cast to a type narrower than f32, round, floor, ceil. */
+bool is_rounding(Expr n);
+
+/** The atoms (Vars and Loads, outside reduction binders) of the given expressions. */
+std::vector<Expr> collect_atoms(const std::vector<Expr> &es);
+
+}  // namespace rf::fuse_detail

@@ -1,0 +1,72 @@
+/** \file Member.h
+ * The verdict of the fusion algebra for one reduction of a cascade: which form of brief §1.1 it
+ * fits (with its explicit parts G, H, φ or polynomial basis), or why it fits none.
+ */
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/Expr.h"
+#include "ir/Program.h"
+
+namespace rf {
+
+enum class Relation { Independent, Multiplicative, Additive, Monotone, Polynomial, None };
+const char *relation_name(Relation r);
+
+/** One reduction r = ⊕_j F(x_j, d) analysed against the earlier members d of its pass.
+ *  F is written over "d atoms": symbols δ_i standing for maximal sub-expressions of F that depend
+ *  only on earlier members (e.g. δ = -m in exp(S - m), δ = mu.sum / C in (X - mu.sum / C)^2). */
+struct MemberAnalysis {
+    std::string name;
+    ReduceOp op = ReduceOp::Sum;
+    int64_t k = 0;
+    Relation relation = Relation::None;
+    bool exact = true;                 ///< false when a narrow rounding cast mixes x and d (brief §1.4)
+    std::vector<std::string> deps;     ///< earlier members F depends on (in this pass)
+    Expr F = nullptr;                  ///< simplified body over x atoms and δ symbols
+    std::vector<Expr> delta_syms;      ///< δ_i symbols
+    std::vector<Expr> delta_exprs;     ///< δ_i := expression over member loads (simplified)
+
+    // Multiplicative: F = G(x) · H(δ); H = H_run · H_def where H_run holds the exp factors that keep
+    // the running state in range and H_def is applied once in the epilogue (brief §1.1 forms 1, 5).
+    Expr G = nullptr, H = nullptr, H_run = nullptr, H_def = nullptr;
+    Expr U = nullptr;      ///< update term G · H_run(δ), simplified (exps merged: exp(S - m) · V)
+    Expr alpha = nullptr;  ///< H_run(δ_new) / H_run(δ_old), simplified, over delta_syms and old_syms
+    std::vector<Expr> old_syms;  ///< δ_i@old symbols used by alpha
+
+    // Additive / monotone (selection ops): F = φ_δ(Gsel(x)), φ strictly monotone.
+    Expr Gsel = nullptr;
+    Expr phi = nullptr;    ///< φ over the symbol u and δ
+    Expr u_sym = nullptr;
+    bool increasing = true;
+
+    // Polynomial (shift form): F = Σ_α D_α(x, c) (δ - c)^α exactly, for |α| <= degree.
+    int degree = 0;
+    std::vector<std::vector<int>> alphas;  ///< multi-indices, alphas[0] = all zeros
+    std::vector<Expr> basis;               ///< D_α(x, δ) = ∂^α F / α! evaluated at δ (= c)
+
+    std::vector<std::string> preconditions;  ///< facts the derivation relies on, as text
+    std::string reason;                      ///< why not fusible (relation None) or notes
+    std::string counterexample;              ///< concrete numbers showing non-fusibility
+    int checked_points = 0;                  ///< random points at which the verdict was re-checked
+};
+
+/** Context the member analysis needs: which tensors are members of the pass (the d), the axis
+ *  variables of the reduction (the j), and sign facts about tensors. */
+struct AnalysisContext {
+    const Program *program = nullptr;
+    std::set<std::string> pass_members;  ///< names of the earlier members of this pass
+    bool allow_inexact = false;          ///< --approx: fuse through rounding casts
+};
+
+/** Analyses one reduction definition. Never throws for unfusible bodies (relation None with a
+ *  reason); throws InternalError when a derived form fails its numeric re-check. */
+MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx);
+
+/** Maps δ and u symbols back to their expressions for display: `exp(-m[r])`, not `exp(δ0)`. */
+Expr restore_deltas(const MemberAnalysis &m, Expr e);
+
+}  // namespace rf

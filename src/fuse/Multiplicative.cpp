@@ -1,0 +1,189 @@
+/** \file Multiplicative.cpp
+ * Form 1 (with form 5, deferred factors) of brief §1.1: a sum or product member whose body factors
+ * as F(x, δ) = G(x) · H(δ). The running state is s = H_run(δ_cur) · Σ G; when δ moves from δ_old to
+ * δ_new, s ← s · H_run(δ_new) / H_run(δ_old). Only the exp factors of H (those that keep exp(x) in
+ * range) stay in the running state; the other factors of H are applied once in the epilogue.
+ */
+#include <cmath>
+
+#include "fuse/Forms.h"
+#include "sym/Simplify.h"
+#include "support/Error.h"
+
+namespace rf::fuse_detail {
+
+namespace {
+
+struct Split {
+    Expr G, H;
+};
+
+bool is_integer_const(Expr e) { return e->is_const() && std::isfinite(e->value) && e->value == std::floor(e->value); }
+
+/** Splits e into G(x) · H(δ), or returns false with a reason naming the offending sub-expression. */
+bool split(const Body &b, Expr e, Split &out, std::string &reason) {
+    bool x = depends_on_x(b, e), d = depends_on_d(b, e);
+    if (!d) { out = {e, make_const(1)}; return true; }
+    if (!x) { out = {make_const(1), e}; return true; }
+    switch (e->kind) {
+    case Kind::Mul: {
+        // (Π g_i h_i) = (Π g_i)(Π h_i)
+        std::vector<Expr> gs, hs;
+        for (Expr f : e->args) {
+            Split s;
+            if (!split(b, f, s, reason)) return false;
+            gs.push_back(s.G);
+            hs.push_back(s.H);
+        }
+        out = {simplify(make_mul(gs)), simplify(make_mul(hs))};
+        return true;
+    }
+    case Kind::Call:
+        if (is_rounding(e)) {
+            // round/floor/ceil: transparent for the algebra like a narrow cast; exactness tracked apart.
+            Split s;
+            if (!split(b, e->args[0], s, reason)) return false;
+            out = s;
+            return true;
+        }
+        if (e->func == Func::exp) {
+            // exp(a + b) = exp(a) · exp(b): every term of the argument must be x-only or δ-only.
+            Expr arg = e->args[0];
+            std::vector<Expr> terms = arg->kind == Kind::Add ? arg->args : std::vector<Expr>{arg};
+            std::vector<Expr> xs, ds;
+            for (Expr t : terms) {
+                bool tx = depends_on_x(b, t), td = depends_on_d(b, t);
+                if (tx && td) {
+                    reason = "exp of a term that mixes the axis data and earlier results: " + to_string(t);
+                    return false;
+                }
+                (td ? ds : xs).push_back(t);
+            }
+            out = {simplify(make_call(Func::exp, xs.empty() ? make_const(0) : make_add(xs))),
+                   simplify(make_call(Func::exp, make_add(ds)))};
+            return true;
+        }
+        if (e->func == Func::abs) {
+            // |g h| = |g| |h|
+            Split s;
+            if (!split(b, e->args[0], s, reason)) return false;
+            out = {simplify(make_call(Func::abs, s.G)), simplify(make_call(Func::abs, s.H))};
+            return true;
+        }
+        break;
+    case Kind::Pow: {
+        Expr base = e->args[0], ex = e->args[1];
+        if (!depends_on_x(b, ex) && !depends_on_d(b, ex)) {
+            // (g h)^p = g^p h^p: always for integer p; for real p when g >= 0 and h > 0.
+            Split s;
+            if (!split(b, base, s, reason)) return false;
+            if (!is_integer_const(ex) &&
+                !(is_nonnegative(s.G, b.facts) && is_positive(s.H, b.facts))) {
+                reason = "a non-integer power of a product whose factors' signs are unknown: " + to_string(e);
+                return false;
+            }
+            out = {simplify(make_pow(s.G, ex)), simplify(make_pow(s.H, ex))};
+            return true;
+        }
+        if (!depends_on_x(b, base) && !depends_on_d(b, base) && is_positive(base, b.facts)) {
+            // c^(a + b) = c^a c^b for c > 0: rewrite as exp((a + b) log c) and split that.
+            return split(b, simplify(make_call(Func::exp, make_mul(ex, make_call(Func::log, base)))), out, reason);
+        }
+        break;
+    }
+    case Kind::Select: {
+        // select(mask(x), g1 h, g2 h) = select(mask(x), g1, g2) · h; a zero branch takes the other's h.
+        Expr cond = e->args[0];
+        if (depends_on_d(b, cond)) {
+            reason = "a condition that depends on earlier results: " + to_string(cond);
+            return false;
+        }
+        Split a, c;
+        if (!split(b, e->args[1], a, reason) || !split(b, e->args[2], c, reason)) return false;
+        Expr h;
+        if (e->args[2]->is_const(0)) h = a.H;
+        else if (e->args[1]->is_const(0)) h = c.H;
+        else if (provably_equal(a.H, c.H)) h = a.H;
+        else {
+            reason = "the branches of " + to_string(e) + " scale differently with earlier results";
+            return false;
+        }
+        out = {simplify(make_select(cond, a.G, c.G)), h};
+        return true;
+    }
+    case Kind::Add: {
+        // Σ g_i h_i = (Σ g_i (h_i / h_0)) h_0 when every h_i / h_0 is a constant.
+        std::vector<Split> parts;
+        for (Expr t : e->args) {
+            Split s;
+            if (!split(b, t, s, reason)) return false;
+            parts.push_back(s);
+        }
+        Expr h0 = parts[0].H;
+        std::vector<Expr> gs;
+        for (const Split &s : parts) {
+            Expr ratio = simplify(make_div(s.H, h0));
+            if (depends_on_d(b, ratio)) {
+                reason = "a sum of terms that depend differently on earlier results: " + to_string(e);
+                return false;
+            }
+            gs.push_back(make_mul(s.G, ratio));
+        }
+        out = {simplify(make_add(gs)), h0};
+        return true;
+    }
+    case Kind::Cast: {
+        // A rounding cast is transparent for the algebra; exactness is tracked separately.
+        Split s;
+        if (!split(b, e->args[0], s, reason)) return false;
+        out = s;
+        return true;
+    }
+    default: break;
+    }
+    reason = "F is not a product G(x)·H(d): " + to_string(e) + " mixes the axis data and earlier results";
+    return false;
+}
+
+/** H = H_run · H_def: exp factors stay in the running state (they keep exp(x) in range); every other
+ *  factor is deferred to the epilogue. */
+void split_deferred(Expr H, Expr &H_run, Expr &H_def) {
+    std::vector<Expr> factors = H->kind == Kind::Mul ? H->args : std::vector<Expr>{H};
+    std::vector<Expr> run, def;
+    for (Expr f : factors) (f->kind == Kind::Call && f->func == Func::exp ? run : def).push_back(f);
+    H_run = run.empty() ? make_const(1) : simplify(make_mul(run));
+    H_def = def.empty() ? make_const(1) : simplify(make_mul(def));
+}
+
+}  // namespace
+
+bool derive_multiplicative(const Body &b, MemberAnalysis &m, std::string &reason) {
+    Split s;
+    if (!split(b, b.F, s, reason)) return false;
+    m.G = s.G;
+    m.H = s.H;
+    split_deferred(s.H, m.H_run, m.H_def);
+    if (b.inexact) {
+        // The approximate incremental plan quantizes each tile with the running δ: the whole H moves
+        // with the state, and the update term is F itself (with its cast) at the running δ.
+        m.H_run = m.H;
+        m.H_def = make_const(1);
+        m.U = b.F;
+    } else {
+        m.U = simplify(make_mul(m.G, m.H_run));
+    }
+    // alpha = H_run(δ_new) / H_run(δ_old), simplified so that exp(-m_new) / exp(-m_old) becomes
+    // exp(m_old - m_new), which never overflows when m_new >= m_old.
+    m.old_syms.clear();
+    Expr H_old = m.H_run;
+    for (Expr d : b.delta_syms) {
+        Expr old = make_symbol(d->name + "@old");
+        m.old_syms.push_back(old);
+        H_old = substitute(H_old, d, old);
+    }
+    m.alpha = simplify(make_div(m.H_run, H_old));
+    if (!is_nonzero(m.H_run, b.facts)) m.preconditions.push_back("H_run(d) != 0 and finite: " + to_string(m.H_run));
+    return true;
+}
+
+}  // namespace rf::fuse_detail

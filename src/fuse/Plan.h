@@ -1,0 +1,63 @@
+/** \file Plan.h
+ * The fusion plan: cascades found in the dependence graph, the passes each cascade needs, the
+ * per-member derivations executed in each pass, the strategy chosen and why.
+ */
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fuse/Member.h"
+#include "ir/Program.h"
+
+namespace rf {
+
+struct PassPlan {
+    std::vector<std::string> members;     ///< in chain order
+    std::vector<MemberAnalysis> members_exec;  ///< derivation executed in this pass (relative to it)
+};
+
+struct ChainPlan {
+    std::vector<std::string> axes;     ///< reduction axis names (of the first member)
+    std::vector<Expr> axis_extents;
+    size_t n_row = 0;                  ///< leading definition vars shared by every member (the row)
+    std::vector<std::string> members;  ///< every member in definition order
+    std::vector<MemberAnalysis> verdicts;  ///< each member against the earlier members of its pass
+    std::vector<int> pass_of;
+    std::vector<PassPlan> passes;
+    std::vector<std::string> prologue;  ///< reductions over other axes read per tile (QKᵀ)
+    std::vector<std::string> epilogue;  ///< element-wise outputs computed from the final states
+    bool fused = false;
+    std::string strategy;         ///< single_pass, incremental, multi_segment, onchip_multipass, multi_pass, exact_prepass
+    std::string strategy_reason;
+    int segments = 1;
+    std::string note;
+};
+
+struct NotFused {
+    std::string name, reason, counterexample;
+};
+
+struct Plan {
+    const Program *program = nullptr;
+    std::vector<ChainPlan> chains;  ///< in execution order
+    std::vector<NotFused> not_fused;
+};
+
+struct PlanOptions {
+    bool approx = false;            ///< fuse through rounding casts (the paper's incremental quantization)
+    int parallel_units = 132;       ///< workers the cost model fills (default: an H100/H200-class GPU)
+    int64_t fast_memory_bytes = 48 * 1024;  ///< per-worker fast memory for on-chip multi-pass
+    const SizeBinding *sizes = nullptr;     ///< known sizes for the cost model (defaults when null)
+};
+
+Plan make_plan(const Program &p, const PlanOptions &opts = {});
+
+/** Human-readable formulas of a member's derivation (brief §5.2: G, H, update, merge). */
+struct MemberText {
+    std::string G, H, phi, update, merge, epilogue, deferred;
+    std::vector<std::string> basis;
+};
+MemberText describe_member(const MemberAnalysis &m);
+
+}  // namespace rf

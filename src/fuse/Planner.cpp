@@ -1,0 +1,327 @@
+/** \file Planner.cpp
+ * Builds the fusion plan: the dependence graph of the reductions, cascades as connected groups of
+ * reductions over the same axis (connected by data or by reading the same input the same way — never
+ * merely by equal extents), the passes each cascade needs, and the strategy chosen by a cost model.
+ */
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+
+#include "fuse/Plan.h"
+#include "sym/Simplify.h"
+#include "support/Error.h"
+
+namespace rf {
+
+namespace {
+
+struct RedInfo {
+    const TensorDef *def;
+    std::vector<Expr> outer;  // definition vars without the top-k axis
+    std::vector<Expr> axes, extents;
+};
+
+std::vector<Expr> outer_vars(const TensorDef &d) {
+    std::vector<Expr> v = d.vars;
+    if (d.is_topk()) v.pop_back();
+    return v;
+}
+
+std::vector<Expr> outer_extents(const TensorDef &d) {
+    std::vector<Expr> v = d.extents;
+    if (d.is_topk()) v.pop_back();
+    return v;
+}
+
+bool reads(const TensorDef &consumer, const TensorDef &producer) {
+    return mentions(consumer.body, producer.name) || (producer.is_topk() && mentions(consumer.body, producer.index_name));
+}
+
+std::vector<Expr> loads_of(Expr e, const std::string &tensor) {
+    std::vector<Expr> out;
+    visit(e, [&](Expr n) {
+        if (n->kind == Kind::Load && n->name == tensor) out.push_back(n);
+    });
+    return out;
+}
+
+/** R2 reads R1 at the row: the leading n indices of every load of R1 are R2's leading n vars. */
+bool data_connected(const RedInfo &r1, const RedInfo &r2, size_t n) {
+    std::vector<Expr> loads = loads_of(r2.def->body, r1.def->name);
+    if (r1.def->is_topk()) {
+        auto more = loads_of(r2.def->body, r1.def->index_name);
+        loads.insert(loads.end(), more.begin(), more.end());
+    }
+    if (loads.empty()) return false;
+    for (Expr l : loads) {
+        // An earlier result is constant along the consumer's axis; a load that moves with the axis
+        // (S.sum[b,h,i,j] read by max over j) is data of the consumer, not a cascade dependence.
+        for (Expr a : r2.axes)
+            if (mentions(l, a->name)) return false;
+        for (size_t i = 0; i < n; i++)
+            if (i >= l->args.size() || l->args[i] != r2.outer[i]) return false;
+    }
+    return true;
+}
+
+/** R1 and R2 read some tensor at the same positions once R1's row vars and axes are renamed to R2's. */
+bool input_connected(const RedInfo &r1, const RedInfo &r2, size_t n) {
+    std::set<std::string> tensors;
+    visit(r1.def->body, [&](Expr e) {
+        if (e->kind == Kind::Load) tensors.insert(e->name);
+    });
+    for (const std::string &t : tensors) {
+        for (Expr l1 : loads_of(r1.def->body, t)) {
+            Expr renamed = l1;
+            for (size_t i = 0; i < n; i++) renamed = substitute(renamed, r1.outer[i], r2.outer[i]);
+            for (size_t i = 0; i < r1.axes.size(); i++) renamed = substitute(renamed, r1.axes[i], r2.axes[i]);
+            for (Expr l2 : loads_of(r2.def->body, t)) {
+                bool uses_axis = false;
+                for (Expr a : r2.axes) uses_axis |= mentions(l2, a->name);
+                if (renamed == l2 && uses_axis) return true;
+            }
+        }
+    }
+    return false;
+}
+
+bool same_exprs(const std::vector<Expr> &a, const std::vector<Expr> &b, size_t n) {
+    if (a.size() < n || b.size() < n) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!provably_equal(a[i], b[i])) return false;
+    return true;
+}
+
+int64_t product_of(const std::vector<Expr> &exts, const SizeBinding *sizes, bool &known) {
+    int64_t p = 1;
+    known = true;
+    for (Expr e : exts) {
+        try {
+            p *= sizes ? eval_int(e, *sizes) : eval_int(e, {});
+        } catch (const std::exception &) {
+            known = false;
+            return 0;
+        }
+    }
+    return p;
+}
+
+/** The report of a lifted sum `NAME.sum` whose output is NAME = NAME.sum · H(d): the factors H are
+ *  pushed into the sum, Σ_j F · H(d), so the verdict shows them as the deferred part of H (the 1/l
+ *  of attention, the rsqrt of RMSNorm). Execution keeps them in the epilogue, where they already are. */
+std::optional<TensorDef> with_epilogue_factors(const Program &p, const TensorDef &member) {
+    size_t dot = member.name.rfind('.');
+    if (dot == std::string::npos || member.body->rop != ReduceOp::Sum) return std::nullopt;
+    const TensorDef *base = p.find_def(member.name.substr(0, dot));
+    if (!base || base->is_reduction() || !base->body) return std::nullopt;
+    Expr b = simplify(base->body);
+    std::vector<Expr> factors = b->kind == Kind::Mul ? b->args : std::vector<Expr>{b};
+    std::vector<Expr> rest;
+    int found = 0;
+    for (Expr f : factors) {
+        if (f->kind == Kind::Load && f->name == member.name) {
+            if (f->args != member.vars) return std::nullopt;
+            found++;
+        } else {
+            if (mentions(f, member.name)) return std::nullopt;
+            rest.push_back(f);
+        }
+    }
+    if (found != 1 || rest.empty()) return std::nullopt;
+    Expr extra = make_mul(rest);
+    bool foreign = any_of(extra, [&](Expr n) {
+        return n->kind == Kind::Var && n->role == VarRole::Index &&
+               std::find(member.vars.begin(), member.vars.end(), n) == member.vars.end();
+    });
+    if (foreign) return std::nullopt;
+    TensorDef v = member;
+    Expr red = member.body;
+    std::vector<Expr> axes(red->args.begin() + 1, red->args.end());
+    v.body = make_reduce(ReduceOp::Sum, axes, red->extents, simplify(make_mul(red->body(), extra)));
+    return v;
+}
+
+void choose_strategy(ChainPlan &c, const Program &p, const PlanOptions &o) {
+    if (c.members.size() == 1 && c.passes.size() == 1) {
+        c.fused = true;
+        c.strategy = "single_pass";
+        c.strategy_reason = "a single reduction";
+        return;
+    }
+    if (c.passes.size() > 1) {
+        c.fused = false;
+        bool rounding_only = true;
+        for (const MemberAnalysis &m : c.verdicts)
+            if (m.relation == Relation::None) rounding_only = false;
+        c.strategy = rounding_only ? "exact_prepass" : "multi_pass";
+        c.strategy_reason = rounding_only
+                                ? "a rounding cast mixes the data and an earlier result: the exact plan computes that "
+                                  "result first (a cheap extra read of the row) and applies it inside the second pass; "
+                                  "--approx fuses with the running value instead"
+                                : "some member fits no fusible form; it runs in a later pass over the data";
+        return;
+    }
+    c.fused = true;
+    SizeBinding defaults;
+    for (const SizeDecl &s : p.sizes)
+        if (s.default_value) defaults[s.name] = *s.default_value;
+    const SizeBinding *sizes = o.sizes ? o.sizes : &defaults;
+    bool known_rows = false, known_len = false;
+    const TensorDef *first = p.find_def(c.members[0]);
+    std::vector<Expr> row_ext(first->extents.begin(), first->extents.begin() + static_cast<long>(c.n_row));
+    int64_t rows = product_of(row_ext, sizes, known_rows);
+    int64_t len = product_of(c.axis_extents, sizes, known_len);
+    if (!known_rows || !known_len) {
+        c.strategy = "incremental";
+        c.strategy_reason = "sizes are not known, so the default one-pass online plan is used";
+        return;
+    }
+    if (rows < 4 * o.parallel_units && len >= 2048) {
+        c.strategy = "multi_segment";
+        int64_t want = (4 * o.parallel_units + rows - 1) / std::max<int64_t>(rows, 1);
+        c.segments = static_cast<int>(std::clamp<int64_t>(want, 2, std::max<int64_t>(2, len / 512)));
+        c.strategy_reason = std::to_string(rows) + " independent rows cannot fill " + std::to_string(o.parallel_units) +
+                            " workers; the axis of " + std::to_string(len) + " is split into " +
+                            std::to_string(c.segments) + " segments merged with the derived merge";
+        return;
+    }
+    if (c.prologue.empty() && len * 4 <= o.fast_memory_bytes) {
+        c.strategy = "onchip_multipass";
+        c.strategy_reason = "a row of " + std::to_string(len) +
+                            " elements fits in fast memory: it is read once and the passes run on chip, which "
+                            "avoids the online rescaling";
+        return;
+    }
+    c.strategy = "incremental";
+    c.strategy_reason = std::to_string(rows) + " rows give enough parallelism and a row of " + std::to_string(len) +
+                        " elements does not fit in fast memory: one online pass with running rescaling";
+}
+
+}  // namespace
+
+Plan make_plan(const Program &p, const PlanOptions &opts) {
+    Plan plan;
+    plan.program = &p;
+    std::vector<RedInfo> reds;
+    for (const TensorDef &d : p.defs) {
+        if (!d.is_reduction()) continue;
+        RedInfo r{&d, outer_vars(d), {}, d.body->extents};
+        for (size_t i = 0; i < d.body->num_axes(); i++) r.axes.push_back(d.body->axis(i));
+        reds.push_back(r);
+    }
+    size_t n = reds.size();
+    std::vector<size_t> parent(n);
+    std::iota(parent.begin(), parent.end(), 0);
+    std::function<size_t(size_t)> find = [&](size_t x) { return parent[x] == x ? x : parent[x] = find(parent[x]); };
+    for (size_t j = 0; j < n; j++) {
+        for (size_t i = 0; i < j; i++) {
+            const RedInfo &a = reds[i], &b = reds[j];
+            if (a.extents.size() != b.extents.size() || !same_exprs(a.extents, b.extents, a.extents.size())) continue;
+            size_t rows = std::min(a.outer.size(), b.outer.size());
+            if (!same_exprs(outer_extents(*a.def), outer_extents(*b.def), rows)) continue;
+            if ((reads(*b.def, *a.def) && data_connected(a, b, rows)) || input_connected(a, b, rows))
+                parent[find(i)] = find(j);
+        }
+    }
+    std::map<size_t, std::vector<size_t>> groups;
+    for (size_t i = 0; i < n; i++) groups[find(i)].push_back(i);
+
+    // Singleton groups read per tile by another group over a different axis are its prologue.
+    std::map<size_t, size_t> prologue_of;  // reduction index -> consuming group root
+    for (auto &[root, idx] : groups) {
+        if (idx.size() != 1) continue;
+        const RedInfo &r = reds[idx[0]];
+        for (auto &[root2, idx2] : groups) {
+            if (root2 == root) continue;
+            for (size_t k : idx2) {
+                const RedInfo &c = reds[k];
+                for (Expr l : loads_of(c.def->body, r.def->name))
+                    for (Expr a : c.axes)
+                        if (mentions(l, a->name) && !prologue_of.count(idx[0])) prologue_of[idx[0]] = root2;
+            }
+        }
+    }
+
+    // Order groups by the definition position of their last member.
+    std::vector<std::pair<size_t, size_t>> order;  // (last index, root)
+    for (auto &[root, idx] : groups)
+        if (!prologue_of.count(idx[0]) || idx.size() > 1) order.push_back({idx.back(), root});
+    std::sort(order.begin(), order.end());
+
+    AnalysisContext ctx;
+    ctx.program = &p;
+    ctx.allow_inexact = opts.approx;
+    for (auto &[last, root] : order) {
+        const std::vector<size_t> &idx = groups[root];
+        ChainPlan c;
+        const RedInfo &first = reds[idx[0]];
+        for (Expr a : first.axes) c.axes.push_back(a->name);
+        c.axis_extents = first.extents;
+        c.n_row = first.outer.size();
+        for (size_t k : idx) c.n_row = std::min(c.n_row, reds[k].outer.size());
+        for (auto &[pi, proot] : prologue_of)
+            if (proot == root) c.prologue.push_back(reds[pi].def->name);
+
+        for (size_t k : idx) {
+            const TensorDef &d = *reds[k].def;
+            c.members.push_back(d.name);
+            int pass = 0;
+            for (size_t m = 0; m + 1 <= c.pass_of.size(); m++)
+                if (reads(d, *p.find_def(c.members[m]))) pass = std::max(pass, c.pass_of[m]);
+            auto members_in = [&](int ps) {
+                std::set<std::string> s;
+                for (size_t m = 0; m < c.pass_of.size(); m++)
+                    if (c.pass_of[m] == ps) {
+                        s.insert(c.members[m]);
+                        const TensorDef *md = p.find_def(c.members[m]);
+                        if (md->is_topk()) s.insert(md->index_name);
+                    }
+                return s;
+            };
+            ctx.pass_members = members_in(pass);
+            MemberAnalysis plain = analyze_member(d, ctx);
+            MemberAnalysis verdict = plain;
+            if (std::optional<TensorDef> pushed = with_epilogue_factors(p, d)) {
+                MemberAnalysis v = analyze_member(*pushed, ctx);
+                // Keep the pushed form only when it shows more: factors of later members (1/l) or a
+                // whole deferred H where the plain member is independent (RMSNorm's rsqrt).
+                bool more = plain.relation == Relation::Independent || v.deps.size() > plain.deps.size();
+                if (v.relation == Relation::Multiplicative && plain.relation != Relation::None && more) verdict = v;
+            }
+            MemberAnalysis exec = plain;
+            bool move = plain.relation == Relation::None || (!verdict.exact && !opts.approx);
+            if (move) {
+                pass++;
+                ctx.pass_members = members_in(pass);
+                exec = analyze_member(d, ctx);
+            }
+            if (verdict.relation == Relation::None)
+                plan.not_fused.push_back({d.name, verdict.reason, verdict.counterexample});
+            c.pass_of.push_back(pass);
+            c.verdicts.push_back(verdict);
+            if (static_cast<int>(c.passes.size()) <= pass) c.passes.resize(pass + 1);
+            c.passes[pass].members.push_back(d.name);
+            c.passes[pass].members_exec.push_back(exec);
+        }
+        for (const TensorDef &d : p.defs) {
+            if (d.is_reduction()) continue;
+            for (const std::string &m : c.members)
+                if (mentions(d.body, m)) {
+                    c.epilogue.push_back(d.name);
+                    break;
+                }
+        }
+        choose_strategy(c, p, opts);
+        for (const MemberAnalysis &m : c.verdicts)
+            if (!m.exact)
+                c.note = "member " + m.name + " is fusible only up to rounding (exact: false): " +
+                         (opts.approx ? "fused with the running value as requested (--approx)"
+                                      : "the exact plan is used by default");
+        plan.chains.push_back(std::move(c));
+    }
+    return plan;
+}
+
+}  // namespace rf

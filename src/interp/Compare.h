@@ -1,0 +1,48 @@
+/** \file Compare.h
+ * Comparison of a computed output with the reference, and the tolerance a comparison is allowed by
+ * output dtype, compute precision and reduction length (brief §4).
+ */
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "interp/Tensor.h"
+
+namespace rf {
+
+struct CompareResult {
+    double max_abs_err = 0;  ///< max |out - ref| over elements where both are finite
+    double max_rel_err = 0;  ///< normwise: max_abs_err / max |ref| (max_abs_err when ref is all 0)
+    int64_t mismatches = 0;  ///< elements beyond tolerance, plus every non-finite disagreement
+    int64_t nans = 0;        ///< NaNs in out where ref is not NaN
+    int64_t worst = -1;      ///< flat index of the first mismatch (or of the largest error), -1 if none
+    bool ok = true;
+};
+
+/** Compares `out` with `ref` elementwise (shapes must be equal: InternalError otherwise).
+ *  - ref finite: out must be finite; its error counts toward max_abs_err.
+ *  - ref ±inf: out must be the same infinity (a masked row's lse is -inf on both sides).
+ *  - ref NaN: out must be NaN too (the spec literally produces NaN there).
+ *  - exact (indices, integer outputs): every element must be equal.
+ *  Otherwise an element is a mismatch when |out - ref| > tol · max|ref| (normwise, so a tiny
+ *  reference value next to large ones is not held to a relative bound it cannot meet).
+ *  ok = no mismatches, i.e. max_rel_err <= tol and every non-finite value agrees. */
+CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exact = false);
+
+/** Normwise relative tolerance for an output of dtype `out_dtype` produced by reductions of length
+ *  `reduction_length` (pass the longest reduced extent feeding the output, e.g. max(N, D) for
+ *  attention; errors of chained reductions add rather than multiply):
+ *    compute  = f32_compute ? min(4e-6 · sqrt(n), 1e-3)       (fp32 accumulation: random-walk
+ *                                                             growth of ~60 ulps · sqrt(n))
+ *                           : 1e-10 · (1 + log2 n)            (fp64: pairwise-ish growth)
+ *    storage  = 2 · dtype_epsilon(out_dtype) for float dtypes (kernel and reference may round one
+ *               ulp apart), 0 for integer dtypes (compare those exactly)
+ *    tolerance = compute + storage.
+ *  Monotone non-decreasing in n. */
+double tolerance(DType out_dtype, bool f32_compute, int64_t reduction_length);
+
+/** One line for reports: `max_abs_err=... max_rel_err=... mismatches=... nans=... ok`. */
+std::string to_string(const CompareResult &r);
+
+}  // namespace rf

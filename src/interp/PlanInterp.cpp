@@ -1,0 +1,599 @@
+/** \file PlanInterp.cpp
+ * Executes a fusion plan element by element: each cascade row is split into random segments, each
+ * segment is swept in random tiles with the derived update, the segment states are combined in a
+ * random order with the derived merge, and the epilogue finalizes the members. Definitions outside
+ * cascades (prologues over other axes, element-wise outputs) are evaluated literally.
+ */
+#include "interp/PlanInterp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "interp/Reference.h"
+#include "ir/Eval.h"
+#include "support/Error.h"
+
+namespace rf {
+
+namespace {
+
+struct Elem {
+    bool seen = false;
+    double acc = 0, index = -1;                          // sum/prod/max/min/argmax/argmin (of F or G)
+    std::vector<std::pair<double, int64_t>> list;        // top-k (value of F or G, flat index)
+    std::vector<double> tag;                             // δ at the last rescale / reference point c
+    std::vector<double> S;                               // polynomial state
+};
+
+struct MemberRt {
+    const TensorDef *def;
+    const MemberAnalysis *a;
+    std::vector<int64_t> extra_shape;  // extents of the vars after the row (without the top-k axis)
+    int64_t extra_count = 1;
+    ReduceOp sel_op;                   // the selection actually performed on the state values
+};
+
+struct State {
+    int64_t n = 0;
+    std::vector<std::vector<Elem>> members;
+};
+
+ReduceOp flip(ReduceOp op) {
+    switch (op) {
+    case ReduceOp::Max: return ReduceOp::Min;
+    case ReduceOp::Min: return ReduceOp::Max;
+    case ReduceOp::ArgMax: return ReduceOp::ArgMin;
+    case ReduceOp::ArgMin: return ReduceOp::ArgMax;
+    default: return op;
+    }
+}
+
+double identity_of(ReduceOp op) {
+    switch (op) {
+    case ReduceOp::Sum: return 0;
+    case ReduceOp::Prod: return 1;
+    case ReduceOp::Max: case ReduceOp::ArgMax: return -INFINITY;
+    default: return INFINITY;
+    }
+}
+
+/** "a is a better selection than b": larger (max) or smaller (min), ties to the lower index; NaN ranks first. */
+bool better(ReduceOp op, double va, int64_t ia, double vb, int64_t ib) {
+    bool want_max = op == ReduceOp::Max || op == ReduceOp::ArgMax || op == ReduceOp::TopK;
+    if (std::isnan(va) != std::isnan(vb)) return std::isnan(va);
+    if (va != vb && !(std::isnan(va) && std::isnan(vb))) return want_max ? va > vb : va < vb;
+    return ia < ib;
+}
+
+class Interp {
+public:
+    Interp(const Plan &plan, const SizeBinding &sizes, const PlanInterpOptions &o)
+        : plan_(plan), p_(*plan.program), sizes_(sizes), opts_(o), rng_(o.seed) {}
+
+    std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs) {
+        for (const InputDecl &in : p_.inputs) {
+            auto it = inputs.find(in.name);
+            if (it == inputs.end()) throw UserError(in.loc, "missing input '" + in.name + "'");
+            if (it->second.shape != input_shape(in, sizes_))
+                throw UserError(in.loc, "input '" + in.name + "' has shape " + shape_to_string(it->second.shape) +
+                                            ", expected " + shape_to_string(input_shape(in, sizes_)));
+            t_[in.name] = round_output(it->second, in.dtype);
+        }
+        std::map<std::string, const ChainPlan *> chain_at;  // last member -> chain
+        std::set<std::string> in_chain;
+        for (const ChainPlan &c : plan_.chains) {
+            chain_at[c.members.back()] = &c;
+            for (const std::string &m : c.members) in_chain.insert(m);
+        }
+        std::vector<const TensorDef *> elementwise;
+        for (const TensorDef &d : p_.defs) {
+            if (!d.is_reduction()) {
+                elementwise.push_back(&d);
+                continue;
+            }
+            auto it = chain_at.find(d.name);
+            if (it != chain_at.end()) run_chain(*it->second);
+            else if (!in_chain.count(d.name)) eval_literal(d);
+        }
+        for (const TensorDef *d : elementwise) eval_literal(*d);
+        return t_;
+    }
+
+private:
+    double rnd(double v) const { return opts_.f32 ? static_cast<double>(static_cast<float>(v)) : v; }
+
+    // ---- Literal evaluation of definitions outside cascades.
+    void eval_literal(const TensorDef &d) {
+        RF_INTERNAL_ASSERT(!d.is_topk()) << "top-k outside a cascade";
+        Tensor out(def_shape(d, sizes_));
+        Evaluator ev(env(nullptr, nullptr, false));
+        std::vector<int64_t> idx(d.vars.size(), 0);
+        for (int64_t flat = 0; flat < out.numel(); flat++) {
+            idx = out.unravel(flat);
+            for (size_t i = 0; i < d.vars.size(); i++) ev.bind(d.vars[i], static_cast<double>(idx[i]));
+            out.data[static_cast<size_t>(flat)] = ev.eval(d.body);
+        }
+        t_[d.name] = std::move(out);
+    }
+
+    /** The environment: sizes, materialized tensors, and (when state is given) running values of
+     *  pass members, or their estimates of the final value when `estimate` is set. */
+    EvalEnv env(const State *st, const std::vector<MemberRt> *mem, bool estimate) {
+        EvalEnv e;
+        e.f32 = opts_.f32;
+        e.var_value = [this](Expr v) -> double {
+            auto it = sizes_.find(v->name);
+            RF_INTERNAL_ASSERT(it != sizes_.end()) << "unbound variable " << v->name;
+            return static_cast<double>(it->second);
+        };
+        e.load_value = [this, st, mem, estimate](Expr l, const int64_t *idx) -> double {
+            if (st && mem) {
+                for (size_t k = 0; k < mem->size(); k++) {
+                    const MemberRt &m = (*mem)[k];
+                    bool values = l->name == m.def->name, indices = m.def->is_topk() && l->name == m.def->index_name;
+                    if (!values && !indices) continue;
+                    return member_value(*st, *mem, k, idx, indices, estimate);
+                }
+            }
+            auto it = t_.find(l->name);
+            RF_INTERNAL_ASSERT(it != t_.end()) << "tensor " << l->name << " read before it is computed";
+            return it->second.data[static_cast<size_t>(it->second.offset(idx, l->args.size()))];
+        };
+        return e;
+    }
+
+    // ---- Cascades.
+    std::vector<int64_t> row_;           // current row values
+    std::vector<int64_t> row_shape_;
+    int64_t axis_len_ = 0;
+    std::vector<int64_t> axis_shape_;
+
+    void run_chain(const ChainPlan &c) {
+        const TensorDef *first = p_.find_def(c.members[0]);
+        row_shape_.clear();
+        for (size_t i = 0; i < c.n_row; i++) row_shape_.push_back(eval_extent(first->extents[i], sizes_));
+        axis_shape_.clear();
+        axis_len_ = 1;
+        for (Expr e : c.axis_extents) {
+            axis_shape_.push_back(eval_extent(e, sizes_));
+            axis_len_ *= axis_shape_.back();
+        }
+        for (const PassPlan &pass : c.passes) run_pass(c, pass);
+    }
+
+    void run_pass(const ChainPlan &c, const PassPlan &pass) {
+        std::vector<MemberRt> mem;
+        for (size_t k = 0; k < pass.members.size(); k++) {
+            MemberRt m;
+            m.def = p_.find_def(pass.members[k]);
+            m.a = &pass.members_exec[k];
+            size_t nv = m.def->vars.size() - (m.def->is_topk() ? 1 : 0);
+            for (size_t i = c.n_row; i < nv; i++) m.extra_shape.push_back(eval_extent(m.def->extents[i], sizes_));
+            for (int64_t e : m.extra_shape) m.extra_count *= e;
+            m.sel_op = m.a->op;
+            if ((m.a->relation == Relation::Monotone || m.a->relation == Relation::Additive) && !m.a->increasing)
+                m.sel_op = flip(m.a->op);
+            mem.push_back(m);
+            Tensor out(def_shape(*m.def, sizes_));
+            t_[m.def->name] = out;
+            if (m.def->is_topk()) t_[m.def->index_name] = out;
+        }
+        int64_t rows = 1;
+        for (int64_t r : row_shape_) rows *= r;
+        for (int64_t flat = 0; flat < rows; flat++) {
+            row_.assign(row_shape_.size(), 0);
+            int64_t rem = flat;
+            for (size_t i = row_shape_.size(); i-- > 0;) {
+                row_[i] = rem % row_shape_[i];
+                rem /= row_shape_[i];
+            }
+            run_row(mem);
+        }
+    }
+
+    State init(const std::vector<MemberRt> &mem) {
+        State s;
+        for (const MemberRt &m : mem) {
+            std::vector<Elem> elems(static_cast<size_t>(m.extra_count));
+            for (Elem &e : elems) {
+                e.acc = identity_of(m.a->relation == Relation::Multiplicative || m.a->relation == Relation::Polynomial
+                                        ? m.a->op : m.sel_op);
+                if (m.a->relation == Relation::Polynomial) e.S.assign(m.a->alphas.size(), 0.0);
+            }
+            s.members.push_back(std::move(elems));
+        }
+        return s;
+    }
+
+    void run_row(const std::vector<MemberRt> &mem) {
+        // Random segments (possibly empty), each swept in random tiles.
+        int nseg = opts_.randomize ? 1 + static_cast<int>(rng_() % 4) : std::max(1, opts_.segments);
+        std::vector<int64_t> cuts{0, axis_len_};
+        for (int s = 1; s < nseg; s++)
+            cuts.push_back(opts_.randomize ? static_cast<int64_t>(rng_() % static_cast<uint64_t>(axis_len_ + 1))
+                                           : axis_len_ * s / nseg);
+        std::sort(cuts.begin(), cuts.end());
+        std::vector<State> states;
+        for (size_t s = 0; s + 1 < cuts.size(); s++) {
+            State st = init(mem);
+            int64_t pos = cuts[s];
+            while (pos < cuts[s + 1]) {
+                int64_t len = opts_.randomize ? 1 + static_cast<int64_t>(rng_() % static_cast<uint64_t>(
+                                                        std::max<int64_t>(1, (cuts[s + 1] - cuts[s] + 1) / 2)))
+                                              : opts_.tile;
+                int64_t end = std::min(cuts[s + 1], pos + len);
+                update(st, mem, pos, end);
+                pos = end;
+            }
+            states.push_back(std::move(st));
+        }
+        // A random merge tree: repeatedly merge two random states.
+        while (states.size() > 1) {
+            size_t i = opts_.randomize ? rng_() % states.size() : 0;
+            size_t j = opts_.randomize ? rng_() % (states.size() - 1) : 0;
+            if (j >= i) j++;
+            State merged = merge(states[i], states[j], mem);
+            if (i > j) std::swap(i, j);
+            states.erase(states.begin() + static_cast<long>(j));
+            states[i] = std::move(merged);
+        }
+        write_outputs(states[0], mem);
+    }
+
+    /** Binds a member's own vars for the current row and extra point. */
+    void bind_point(Evaluator &ev, const MemberRt &m, int64_t extra) {
+        for (size_t i = 0; i < row_.size(); i++) ev.bind(m.def->vars[i], static_cast<double>(row_[i]));
+        int64_t rem = extra;
+        for (size_t i = m.extra_shape.size(); i-- > 0;) {
+            ev.bind(m.def->vars[row_.size() + i], static_cast<double>(rem % m.extra_shape[i]));
+            rem /= m.extra_shape[i];
+        }
+    }
+
+    void bind_axis(Evaluator &ev, const MemberRt &m, int64_t flat) {
+        Expr red = m.def->body;
+        int64_t rem = flat;
+        for (size_t i = axis_shape_.size(); i-- > 0;) {
+            ev.bind(red->axis(i), static_cast<double>(rem % axis_shape_[i]));
+            rem /= axis_shape_[i];
+        }
+    }
+
+    /** δ values of member k at an extra point, from running values (or estimates) of state st. */
+    std::vector<double> deltas(const State &st, const std::vector<MemberRt> &mem, size_t k, int64_t extra,
+                               bool estimate, bool sanitize) {
+        const MemberRt &m = mem[k];
+        Evaluator ev(env(&st, &mem, estimate));
+        bind_point(ev, m, extra);
+        std::vector<double> d;
+        for (Expr e : m.a->delta_exprs) {
+            double v = ev.eval(e);
+            // A non-finite δ (the max of a fully masked row so far) is replaced by 0: the invariant
+            // s = H(δ_tag) ΣG holds for any δ used consistently, and 0 keeps exp(S - δ) at 0, not NaN.
+            if (sanitize && !std::isfinite(v)) v = 0;
+            d.push_back(v);
+        }
+        return d;
+    }
+
+    double alpha(const MemberRt &m, const std::vector<double> &now, const std::vector<double> &old) {
+        Evaluator ev(env(nullptr, nullptr, false));
+        for (size_t i = 0; i < now.size(); i++) {
+            ev.bind(m.a->delta_syms[i], now[i]);
+            ev.bind(m.a->old_syms[i], old[i]);
+        }
+        return ev.eval(m.a->alpha);
+    }
+
+    /** S(c) -> S(c') exactly: S_β(c') = Σ_{α≥β} Π_i C(α_i, β_i) (c'_i - c_i)^(α_i - β_i) S_α(c). */
+    std::vector<double> shift(const MemberAnalysis &a, const std::vector<double> &S, const std::vector<double> &c,
+                              const std::vector<double> &c2) {
+        std::vector<double> out(S.size(), 0.0);
+        for (size_t b = 0; b < a.alphas.size(); b++) {
+            double acc = 0;
+            for (size_t al = 0; al < a.alphas.size(); al++) {
+                double coef = 1;
+                bool ge = true;
+                for (size_t i = 0; i < c.size() && ge; i++) {
+                    int hi = a.alphas[al][i], lo = a.alphas[b][i];
+                    if (hi < lo) { ge = false; break; }
+                    double binom = 1;
+                    for (int t = 1; t <= lo; t++) binom = binom * (hi - lo + t) / t;
+                    coef *= binom * std::pow(c2[i] - c[i], hi - lo);
+                }
+                if (ge) acc = rnd(acc + rnd(coef * S[al]));
+            }
+            out[b] = acc;
+        }
+        return out;
+    }
+
+    void select_into(Elem &e, ReduceOp op, int64_t k, double v, int64_t index) {
+        if (op == ReduceOp::TopK) {
+            e.list.push_back({v, index});
+            ReduceOp ord = op;
+            std::stable_sort(e.list.begin(), e.list.end(), [&](auto &x, auto &y) {
+                return better(ord, x.first, x.second, y.first, y.second);
+            });
+            if (static_cast<int64_t>(e.list.size()) > k) e.list.resize(static_cast<size_t>(k));
+            e.seen = true;
+            return;
+        }
+        switch (op) {
+        case ReduceOp::Sum: e.acc = rnd(e.acc + v); break;
+        case ReduceOp::Prod: e.acc = rnd(e.acc * v); break;
+        default:
+            if (!e.seen || better(op, v, index, e.acc, static_cast<int64_t>(e.index))) {
+                e.acc = v;
+                e.index = static_cast<double>(index);
+            }
+        }
+        e.seen = true;
+    }
+
+    void update(State &st, const std::vector<MemberRt> &mem, int64_t from, int64_t to) {
+        int64_t n_old = st.n;
+        st.n += to - from;
+        for (size_t k = 0; k < mem.size(); k++) {
+            const MemberRt &m = mem[k];
+            const MemberAnalysis &a = *m.a;
+            for (int64_t x = 0; x < m.extra_count; x++) {
+                Elem &e = st.members[k][static_cast<size_t>(x)];
+                Evaluator ev(env(&st, &mem, false));
+                bind_point(ev, m, x);
+                switch (a.relation) {
+                case Relation::Independent:
+                case Relation::None:  // a member that did not fuse runs in its own pass: its d is final
+                case Relation::Additive:
+                case Relation::Monotone: {
+                    bool sel = a.relation == Relation::Additive || a.relation == Relation::Monotone;
+                    Expr body = sel ? a.Gsel : m.def->body->body();
+                    ReduceOp op = sel ? m.sel_op : a.op;
+                    if (op == ReduceOp::Sum) {
+                        // A plain sum is kept relative to a reference point (its first finite term):
+                        // Σ v = Σ (v - ref) + n ref. The partial sums stay small, so a float32 state keeps
+                        // the mean accurate (the shifted-data form of Welford's algorithm).
+                        for (int64_t j = from; j < to; j++) {
+                            bind_axis(ev, m, j);
+                            double v = ev.eval(body);
+                            if (!e.seen) {
+                                e.tag = {std::isfinite(v) ? v : 0.0};
+                                e.acc = 0;
+                                e.seen = true;
+                            }
+                            e.acc = rnd(e.acc + rnd(v - e.tag[0]));
+                        }
+                        break;
+                    }
+                    for (int64_t j = from; j < to; j++) {
+                        bind_axis(ev, m, j);
+                        double v = ev.eval(body);
+                        if (op == ReduceOp::TopK && sel && !a.increasing) v = -v;  // bottom-k of G as top-k of -G
+                        select_into(e, op, a.k, v, j);
+                    }
+                    break;
+                }
+                case Relation::Multiplicative: {
+                    std::vector<double> d = deltas(st, mem, k, x, false, true);
+                    // A zero sum stays zero under any rescale; skipping it avoids 0 · inf when the old δ
+                    // was degenerate (a running scale of 0).
+                    if (e.seen && d != e.tag && !(a.op == ReduceOp::Sum && e.acc == 0)) {
+                        double al = alpha(m, d, e.tag);
+                        e.acc = rnd(e.acc * (a.op == ReduceOp::Prod ? std::pow(al, static_cast<double>(n_old)) : al));
+                    }
+                    for (size_t i = 0; i < d.size(); i++) ev.bind(a.delta_syms[i], d[i]);
+                    for (int64_t j = from; j < to; j++) {
+                        bind_axis(ev, m, j);
+                        double u = ev.eval(a.U);
+                        e.acc = a.op == ReduceOp::Prod ? rnd(e.acc * u) : rnd(e.acc + u);
+                    }
+                    e.tag = d;
+                    e.seen = true;
+                    break;
+                }
+                case Relation::Polynomial: {
+                    std::vector<double> c = deltas(st, mem, k, x, true, true);
+                    if (e.seen) e.S = shift(a, e.S, e.tag, c);
+                    for (size_t i = 0; i < c.size(); i++) ev.bind(a.delta_syms[i], c[i]);
+                    for (int64_t j = from; j < to; j++) {
+                        bind_axis(ev, m, j);
+                        for (size_t b = 0; b < a.basis.size(); b++) e.S[b] = rnd(e.S[b] + ev.eval(a.basis[b]));
+                    }
+                    e.tag = c;
+                    e.seen = true;
+                    break;
+                }
+                }
+            }
+        }
+    }
+
+    State merge(const State &A, const State &B, const std::vector<MemberRt> &mem) {
+        State C = init(mem);
+        C.n = A.n + B.n;
+        for (size_t k = 0; k < mem.size(); k++) {
+            const MemberRt &m = mem[k];
+            const MemberAnalysis &a = *m.a;
+            for (int64_t x = 0; x < m.extra_count; x++) {
+                const Elem &ea = A.members[k][static_cast<size_t>(x)], &eb = B.members[k][static_cast<size_t>(x)];
+                Elem &ec = C.members[k][static_cast<size_t>(x)];
+                ec.seen = ea.seen || eb.seen;
+                switch (a.relation) {
+                case Relation::Multiplicative: {
+                    // Both partial states move to the merged δ, then combine: s = s_A α(δ, δ_A) ⊕ s_B α(δ, δ_B).
+                    std::vector<double> d = deltas(C, mem, k, x, false, true);
+                    bool prod = a.op == ReduceOp::Prod;
+                    double acc = prod ? 1.0 : 0.0;
+                    for (const auto *side : {&ea, &eb}) {
+                        int64_t n_side = side == &ea ? A.n : B.n;
+                        if (!side->seen) continue;
+                        double v = side->acc;
+                        if (side->tag != d && !(!prod && v == 0)) {
+                            double al = alpha(m, d, side->tag);
+                            v = rnd(v * (prod ? std::pow(al, static_cast<double>(n_side)) : al));
+                        }
+                        acc = prod ? rnd(acc * v) : rnd(acc + v);
+                    }
+                    ec.acc = acc;
+                    ec.tag = d;
+                    break;
+                }
+                case Relation::Polynomial: {
+                    std::vector<double> c = deltas(C, mem, k, x, true, true);
+                    for (const auto *side : {&ea, &eb}) {
+                        if (!side->seen) continue;
+                        std::vector<double> moved = shift(a, side->S, side->tag, c);
+                        for (size_t b = 0; b < moved.size(); b++) ec.S[b] = rnd(ec.S[b] + moved[b]);
+                    }
+                    ec.tag = c;
+                    break;
+                }
+                default: {
+                    bool sel = a.relation == Relation::Additive || a.relation == Relation::Monotone;
+                    ReduceOp op = sel ? m.sel_op : a.op;
+                    if (op == ReduceOp::Sum) {
+                        // Shifted sums: move B to A's reference point, Σ = T_A + T_B + n_B (ref_B - ref_A).
+                        if (ea.seen && eb.seen) {
+                            ec.tag = ea.tag;
+                            ec.acc = rnd(rnd(ea.acc + eb.acc) +
+                                         rnd(static_cast<double>(B.n) * rnd(eb.tag[0] - ea.tag[0])));
+                        } else if (ea.seen || eb.seen) {
+                            const Elem &one = ea.seen ? ea : eb;
+                            ec.tag = one.tag;
+                            ec.acc = one.acc;
+                        }
+                        break;
+                    }
+                    ec.seen = false;
+                    ec.acc = identity_of(op);
+                    for (const auto *side : {&ea, &eb}) {
+                        if (!side->seen) continue;
+                        if (op == ReduceOp::TopK) {
+                            for (auto &[v, i] : side->list) select_into(ec, op, a.k, v, i);
+                        } else if (op == ReduceOp::Sum || op == ReduceOp::Prod) {
+                            select_into(ec, op, a.k, side->acc, 0);
+                        } else {
+                            select_into(ec, op, a.k, side->acc, static_cast<int64_t>(side->index));
+                        }
+                        ec.seen = true;
+                    }
+                }
+                }
+            }
+        }
+        return C;
+    }
+
+    /** Value of member k at idx (a load of it by a later member or by the epilogue). */
+    double member_value(const State &st, const std::vector<MemberRt> &mem, size_t k, const int64_t *idx,
+                        bool want_index, bool estimate) {
+        const MemberRt &m = mem[k];
+        for (size_t i = 0; i < row_.size(); i++)
+            RF_INTERNAL_ASSERT(idx[i] == row_[i]) << "member " << m.def->name << " read outside its row";
+        int64_t extra = 0;
+        for (size_t i = 0; i < m.extra_shape.size(); i++) extra = extra * m.extra_shape[i] + idx[row_.size() + i];
+        int64_t slot = m.def->is_topk() ? idx[row_.size() + m.extra_shape.size()] : 0;
+        double v = finalize(st, mem, k, extra, slot, want_index);
+        if (estimate && m.a->op == ReduceOp::Sum && st.n > 0)
+            v = v * static_cast<double>(axis_len_) / static_cast<double>(st.n);  // partial sum scaled to the axis
+        return v;
+    }
+
+    double finalize(const State &st, const std::vector<MemberRt> &mem, size_t k, int64_t extra, int64_t slot,
+                    bool want_index) {
+        const MemberRt &m = mem[k];
+        const MemberAnalysis &a = *m.a;
+        const Elem &e = st.members[k][static_cast<size_t>(extra)];
+        switch (a.relation) {
+        case Relation::Multiplicative: {
+            if (!e.seen || e.acc == 0) return 0;  // an empty sum, or all terms zero
+            std::vector<double> raw = deltas(st, mem, k, extra, false, false);
+            std::vector<double> safe = raw;
+            for (double &v : safe)
+                if (!std::isfinite(v)) v = 0;
+            double s = e.acc;
+            double n = static_cast<double>(st.n);
+            if (safe != e.tag) {
+                double al = alpha(m, safe, e.tag);
+                s = rnd(s * (a.op == ReduceOp::Prod ? std::pow(al, n) : al));
+            }
+            Evaluator ev(env(nullptr, nullptr, false));
+            for (size_t i = 0; i < raw.size(); i++) ev.bind(a.delta_syms[i], raw[i]);
+            double hdef = ev.eval(a.H_def);
+            return rnd(s * (a.op == ReduceOp::Prod ? std::pow(hdef, n) : hdef));
+        }
+        case Relation::Polynomial: {
+            if (!e.seen) return 0;
+            std::vector<double> d = deltas(st, mem, k, extra, false, false);
+            return shift(a, e.S, e.tag, d)[0];
+        }
+        default: break;
+        }
+        bool sel = a.relation == Relation::Additive || a.relation == Relation::Monotone;
+        ReduceOp op = sel ? m.sel_op : a.op;
+        double u;
+        if (op == ReduceOp::TopK) {
+            RF_INTERNAL_ASSERT(slot < static_cast<int64_t>(e.list.size())) << "top-k slot not filled";
+            const auto &entry = e.list[static_cast<size_t>(slot)];
+            if (want_index) return static_cast<double>(entry.second);
+            u = (sel && !a.increasing) ? -entry.first : entry.first;
+        } else if (op == ReduceOp::ArgMax || op == ReduceOp::ArgMin) {
+            return e.seen ? e.index : 0;
+        } else if (op == ReduceOp::Sum) {
+            u = e.seen ? rnd(e.acc + rnd(static_cast<double>(st.n) * e.tag[0])) : 0.0;
+        } else {
+            u = e.acc;
+        }
+        if (!sel) return u;
+        Evaluator ev(env(&st, &mem, false));
+        std::vector<double> d = deltas(st, mem, k, extra, false, false);
+        for (size_t i = 0; i < d.size(); i++) ev.bind(a.delta_syms[i], d[i]);
+        ev.bind(a.u_sym, u);
+        return ev.eval(a.phi);
+    }
+
+    void write_outputs(const State &st, const std::vector<MemberRt> &mem) {
+        for (size_t k = 0; k < mem.size(); k++) {
+            const MemberRt &m = mem[k];
+            Tensor &out = t_[m.def->name];
+            for (int64_t x = 0; x < m.extra_count; x++) {
+                std::vector<int64_t> idx(row_);
+                int64_t rem = x;
+                std::vector<int64_t> ex(m.extra_shape.size());
+                for (size_t i = m.extra_shape.size(); i-- > 0;) {
+                    ex[i] = rem % m.extra_shape[i];
+                    rem /= m.extra_shape[i];
+                }
+                idx.insert(idx.end(), ex.begin(), ex.end());
+                if (m.def->is_topk()) {
+                    Tensor &ind = t_[m.def->index_name];
+                    for (int64_t s = 0; s < m.a->k; s++) {
+                        idx.push_back(s);
+                        out.data[static_cast<size_t>(out.offset(idx.data(), idx.size()))] = finalize(st, mem, k, x, s, false);
+                        ind.data[static_cast<size_t>(ind.offset(idx.data(), idx.size()))] = finalize(st, mem, k, x, s, true);
+                        idx.pop_back();
+                    }
+                } else {
+                    out.data[static_cast<size_t>(out.offset(idx.data(), idx.size()))] = finalize(st, mem, k, x, 0, false);
+                }
+            }
+        }
+    }
+
+    const Plan &plan_;
+    const Program &p_;
+    const SizeBinding &sizes_;
+    PlanInterpOptions opts_;
+    std::mt19937_64 rng_;
+    std::map<std::string, Tensor> t_;
+};
+
+}  // namespace
+
+std::map<std::string, Tensor> run_plan(const Plan &plan, const SizeBinding &sizes,
+                                       const std::map<std::string, Tensor> &inputs, const PlanInterpOptions &opts) {
+    return Interp(plan, sizes, opts).run(inputs);
+}
+
+}  // namespace rf

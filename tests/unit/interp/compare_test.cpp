@@ -1,0 +1,95 @@
+/** \file compare_test.cpp
+ * Output comparison: normwise errors, non-finite values, exact mode, and the tolerance formula.
+ */
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "interp/Compare.h"
+#include "support/Error.h"
+
+using namespace rf;
+
+namespace {
+Tensor vec(std::vector<double> v) {
+    Tensor t({static_cast<int64_t>(v.size())});
+    t.data = std::move(v);
+    return t;
+}
+}  // namespace
+
+TEST(Compare, NormwiseRelativeError) {
+    CompareResult r = compare(vec({1.0, 100.001, 1e-9}), vec({1.0, 100.0, 0.0}), 1e-4);
+    EXPECT_NEAR(r.max_abs_err, 1e-3, 1e-12);
+    EXPECT_NEAR(r.max_rel_err, 1e-5, 1e-14);  // scaled by max|ref| = 100, not by each element
+    EXPECT_TRUE(r.ok);
+    EXPECT_EQ(r.mismatches, 0);
+    r = compare(vec({1.0, 100.1, 0.0}), vec({1.0, 100.0, 0.0}), 1e-4);
+    EXPECT_FALSE(r.ok);
+    EXPECT_EQ(r.mismatches, 1);
+    EXPECT_EQ(r.worst, 1);
+}
+
+TEST(Compare, AllZeroReferenceUsesAbsoluteError) {
+    CompareResult r = compare(vec({0.0, 1e-7}), vec({0.0, 0.0}), 1e-6);
+    EXPECT_TRUE(r.ok);
+    EXPECT_EQ(r.max_rel_err, r.max_abs_err);
+    EXPECT_FALSE(compare(vec({0.0, 1e-3}), vec({0.0, 0.0}), 1e-6).ok);
+}
+
+TEST(Compare, NaNInOutputFails) {
+    CompareResult r = compare(vec({1.0, NAN, 3.0}), vec({1.0, 2.0, 3.0}), 1e-3);
+    EXPECT_FALSE(r.ok);
+    EXPECT_EQ(r.nans, 1);
+    EXPECT_EQ(r.mismatches, 1);
+    EXPECT_EQ(r.worst, 1);
+    // An unwritten (poisoned) output fails entirely.
+    r = compare(Tensor({4}), vec({1, 2, 3, 4}), 1e-3);
+    EXPECT_EQ(r.nans, 4);
+    EXPECT_FALSE(r.ok);
+}
+
+TEST(Compare, InfinitiesMustMatch) {
+    EXPECT_TRUE(compare(vec({-INFINITY, 1.0}), vec({-INFINITY, 1.0}), 1e-6).ok);  // masked row lse
+    EXPECT_FALSE(compare(vec({INFINITY, 1.0}), vec({-INFINITY, 1.0}), 1e-6).ok);
+    EXPECT_FALSE(compare(vec({-1e300, 1.0}), vec({-INFINITY, 1.0}), 1e-6).ok);
+    EXPECT_FALSE(compare(vec({INFINITY, 1.0}), vec({2.0, 1.0}), 1e-6).ok);
+    // Infinities in the reference do not poison the scale of the finite elements.
+    CompareResult r = compare(vec({-INFINITY, 1.0 + 1e-9}), vec({-INFINITY, 1.0}), 1e-6);
+    EXPECT_TRUE(r.ok);
+    EXPECT_NEAR(r.max_rel_err, 1e-9, 1e-15);
+    // A NaN reference (the spec literally computes NaN) needs a NaN output.
+    EXPECT_TRUE(compare(vec({NAN}), vec({NAN}), 1e-6).ok);
+    EXPECT_FALSE(compare(vec({0.0}), vec({NAN}), 1e-6).ok);
+}
+
+TEST(Compare, ExactModeRequiresEquality) {
+    EXPECT_TRUE(compare(vec({3, 1, 4}), vec({3, 1, 4}), 0, true).ok);
+    CompareResult r = compare(vec({3, 1, 5}), vec({3, 1, 4}), 0.5, true);
+    EXPECT_FALSE(r.ok);
+    EXPECT_EQ(r.mismatches, 1);
+    EXPECT_EQ(r.worst, 2);
+}
+
+TEST(Compare, ShapeMismatchIsInternalError) {
+    EXPECT_THROW(compare(vec({1, 2}), vec({1, 2, 3}), 1e-6), InternalError);
+}
+
+TEST(Compare, ToleranceIsMonotoneInLengthAndOrderedByPrecision) {
+    for (DType d : {DType::f64, DType::f32, DType::bf16, DType::f16, DType::f8e4m3, DType::i32})
+        for (bool f32 : {false, true}) {
+            double prev = 0;
+            for (int64_t n : {1, 2, 7, 64, 1000, 4096, 100000, 10000000}) {
+                double t = tolerance(d, f32, n);
+                EXPECT_GE(t, prev) << dtype_name(d) << " n=" << n;
+                EXPECT_GT(t, 0);
+                prev = t;
+            }
+        }
+    EXPECT_LT(tolerance(DType::f64, false, 4096), 2e-9);
+    EXPECT_LT(tolerance(DType::f64, false, 4096), tolerance(DType::f64, true, 4096));
+    EXPECT_LT(tolerance(DType::f32, true, 4096), tolerance(DType::bf16, true, 4096));
+    EXPECT_LT(tolerance(DType::bf16, true, 4096), tolerance(DType::f8e4m3, true, 4096));
+    EXPECT_LE(tolerance(DType::f32, true, int64_t(1) << 40), 1e-3 + 1e-6);  // capped
+    EXPECT_GE(tolerance(DType::bf16, false, 1), 2 * dtype_epsilon(DType::bf16));
+}
