@@ -131,8 +131,7 @@ const i128 kBoundLimit = i128(1) << 62;
  *  subtrees cost once; an environment is the set of index-variable ranges in scope. */
 class BoundsChecker {
 public:
-    BoundsChecker(const std::map<std::string, std::vector<int64_t>> &dims, const SizeBinding &sizes, IntEval &ev)
-        : dims_(dims), sizes_(sizes), ev_(ev) {}
+    BoundsChecker(const std::map<std::string, std::vector<int64_t>> &dims, IntEval &ev) : dims_(dims), ev_(ev) {}
 
     void check_def(const TensorDef &d) {
         Env env;
@@ -269,7 +268,6 @@ private:
     }
 
     const std::map<std::string, std::vector<int64_t>> &dims_;
-    const SizeBinding &sizes_;
     IntEval &ev_;
     std::map<std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>>, int> env_ids_;
     std::set<std::pair<Expr, int>> visited_;
@@ -341,7 +339,7 @@ SizeBinding bind_sizes(const Program &p, const std::map<std::string, int64_t> &e
         }
     }
     // Bounds last: every tensor's dimensions are known by now (a load names an earlier tensor).
-    BoundsChecker bounds(dims, b, ev);
+    BoundsChecker bounds(dims, ev);
     for (const TensorDef &def : p.defs) {
         try {
             bounds.check_def(def);

@@ -12,7 +12,9 @@ namespace {
 constexpr double INF = INFINITY;
 
 bool attained_inf(const Interval &a) { return (a.lo == -INF && !a.lo_open) || (a.hi == INF && !a.hi_open); }
-bool touches_zero(const Interval &a) { return a.lo <= 0 && a.hi >= 0; }
+bool contains_zero(const Interval &a) {
+    return (a.lo < 0 || (a.lo == 0 && !a.lo_open)) && (a.hi > 0 || (a.hi == 0 && !a.hi_open));
+}
 
 /** Widens finite non-zero endpoints by one ulp: library functions are accurate to within an ulp,
  *  so the true image of an endpoint lies inside. Zero and infinite results are exact. */
@@ -64,6 +66,9 @@ Interval add(const Interval &a, const Interval &b) {
     bool a_minf = a.lo == -INF && !a.lo_open, b_minf = b.lo == -INF && !b.lo_open;
     bool a_pinf = a.hi == INF && !a.hi_open, b_pinf = b.hi == INF && !b.hi_open;
     if ((a_minf && b_pinf) || (a_pinf && b_minf)) r.may_be_nan = true;  // inf + -inf
+    // An operand that is exactly -inf (or +inf) absorbs every finite value of the other.
+    if ((b.hi == -INF && !a_pinf) || (a.hi == -INF && !b_pinf)) return make(-INF, false, -INF, false, r.may_be_nan);
+    if ((b.lo == INF && !a_minf) || (a.lo == INF && !b_minf)) return make(INF, false, INF, false, r.may_be_nan);
     if (a.lo == -INF || b.lo == -INF) {
         r.lo = -INF;
         r.lo_open = !(a_minf || b_minf);
@@ -84,7 +89,7 @@ Interval add(const Interval &a, const Interval &b) {
 Interval mul(const Interval &a, const Interval &b) {
     bool nan = a.may_be_nan || b.may_be_nan;
     bool inf_a = attained_inf(a), inf_b = attained_inf(b);
-    if ((inf_a && touches_zero(b)) || (inf_b && touches_zero(a))) return make(-INF, false, INF, false, true);
+    if ((inf_a && contains_zero(b)) || (inf_b && contains_zero(a))) return make(-INF, false, INF, false, true);
     struct Corner {
         double v;
         bool attained;

@@ -55,11 +55,7 @@ private:
         auto fe = [fn](double x) { return eval_func(fn, x); };
         switch (fn) {
         case Func::exp:
-        case Func::exp2: {
-            Interval r = iv::increasing(a, fe);
-            if (r.lo < 0) r.lo = 0, r.lo_open = false;
-            return r;
-        }
+        case Func::exp2: return range(iv::increasing(a, fe), a, 0, INF);
         case Func::log:
         case Func::log2: {
             // Defined for x >= 0 (log 0 = -inf); NaN below.
@@ -73,8 +69,8 @@ private:
         case Func::sqrt: return iv::pow_const(a, 0.5);
         case Func::rsqrt: return iv::pow_const(a, -0.5);
         case Func::abs: return iv::abs(a);
-        case Func::tanh: return clamp(iv::increasing(a, fe), -1, 1);
-        case Func::sigmoid: return clamp(iv::increasing(a, fe), 0, 1);
+        case Func::tanh: return range(iv::increasing(a, fe), a, -1, 1);
+        case Func::sigmoid: return range(iv::increasing(a, fe), a, 0, 1);
         case Func::round:
         case Func::floor:
         case Func::ceil: return iv::increasing(a, fe, false);
@@ -82,10 +78,12 @@ private:
         return nan_everything();
     }
 
-    /** Undoes the one-ulp widening past a function's known range [lo, hi] (closed there). */
-    static Interval clamp(Interval r, double lo, double hi) {
-        if (r.lo < lo) r.lo = lo, r.lo_open = false;
-        if (r.hi > hi) r.hi = hi, r.hi_open = false;
+    /** Clips the image r of an increasing function to its range [lo, hi] (undoing the one-ulp
+     *  widening or rounding past it). A range bound is reached only in the limit, so it is
+     *  attained only when the argument attains the matching infinity. */
+    static Interval range(Interval r, const Interval &arg, double lo, double hi) {
+        if (r.lo <= lo) r.lo = lo, r.lo_open = !(arg.lo == -INF && !arg.lo_open);
+        if (r.hi >= hi) r.hi = hi, r.hi_open = !(arg.hi == INF && !arg.hi_open);
         return r;
     }
 
@@ -166,7 +164,10 @@ private:
             Interval x = of(a[0]), y = of(a[1]);
             Interval r = iv::mul(x, iv::recip(y));
             // 0 / 0 = 0 in the language: possible when both contain 0.
-            if (x.lo <= 0 && x.hi >= 0 && y.lo <= 0 && y.hi >= 0) r = iv::hull(r, Interval::point(0));
+            auto has_zero = [](const Interval &i) {
+                return (i.lo < 0 || (i.lo == 0 && !i.lo_open)) && (i.hi > 0 || (i.hi == 0 && !i.hi_open));
+            };
+            if (has_zero(x) && has_zero(y)) r = iv::hull(r, Interval::point(0));
             return r;
         }
         case Kind::Neg: return iv::neg(of(a[0]));

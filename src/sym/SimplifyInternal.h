@@ -25,6 +25,10 @@ inline bool is_call(Expr e, Func f) { return e->kind == Kind::Call && e->func ==
 /** Builds coefficient * rest for a canonical `rest` without coefficient (no distribution). */
 Expr make_term(double coefficient, Expr rest);
 
+/** The content of a canonical sum: (k, s) with sum = k * s and s's first coefficient 1 where k
+ *  divides every coefficient exactly, else k = -1 or 1 (only the sign). */
+std::pair<double, Expr> sum_content(Expr sum);
+
 // ---- Canonical constructors (arguments must be canonical)
 Expr canon_add(const std::vector<Expr> &args);
 Expr canon_mul(const std::vector<Expr> &args);

@@ -25,6 +25,8 @@ Expr make_term(double coefficient, Expr rest) {
 
 namespace {
 
+bool t_is_one(Expr e) { return e->kind == Kind::Const && e->value == 1; }
+
 /** Sums constants in ascending order, so that the result does not depend on operand order.
  *  Returns false when the sum would be NaN although no operand is NaN (inf + -inf). */
 bool fold_sum(std::vector<double> v, double &out) {
@@ -112,6 +114,31 @@ Expr canon_add(const std::vector<Expr> &args) {
     }
     if (out.size() == 1) return out[0];
     return make_add(std::move(out));
+}
+
+// Content of a sum: k * (a + b/k) with k the coefficient of the first term, so that the first term
+// has coefficient 1. Used when k divides every coefficient exactly (in Int sums: as integers);
+// otherwise only the sign is taken out (k = -1 when the first coefficient is negative), which is
+// always exact. Non-finite coefficients: k = 1.
+std::pair<double, Expr> sum_content(Expr sum) {
+    double k0 = split_coefficient(sum->args[0]).first;
+    if (k0 == 1 || !std::isfinite(k0) || k0 == 0) return {1.0, sum};
+    bool int_type = sum->stype == SType::Int;
+    std::vector<std::pair<double, Expr>> parts;
+    bool exact = true;
+    for (Expr t : sum->args) {
+        auto [c, rest] = split_coefficient(t);
+        if (!std::isfinite(c)) return {1.0, sum};
+        double q = c / k0;
+        if (std::fma(q, k0, -c) != 0 || (int_type && !is_int_value(q))) exact = false;  // q * k0 == c exactly
+        parts.emplace_back(c, rest);
+    }
+    double k = exact ? k0 : (k0 < 0 ? -1.0 : 1.0);
+    if (k == 1) return {1.0, sum};
+    std::vector<Expr> terms;
+    for (auto &[c, rest] : parts)
+        terms.push_back(rest->kind == Kind::Const && t_is_one(rest) ? num(c / k, int_type) : make_term(c / k, rest));
+    return {k, canon_add(terms)};
 }
 
 Expr canon_neg(Expr a) { return canon_mul({minus_one(a), a}); }

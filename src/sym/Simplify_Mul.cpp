@@ -1,6 +1,6 @@
 /** \file Simplify_Mul.cpp
  * Canonical products: flattening, the numeric coefficient, merging of equal bases and of
- * exponentials, and the move of the coefficient into a sum factor.
+ * exponentials, distribution of a lone coefficient over a sum and content extraction from sum factors.
  */
 #include <algorithm>
 #include <unordered_map>
@@ -129,7 +129,9 @@ void merge_group(const Group &g, std::vector<Expr> &out, bool &again) {
 //   1 * x = x
 //   x^a * x^b = x^(a+b)                        preconditions in merge_group
 //   exp(a) * exp(b) = exp(a + b)               always (exp > 0)
-//   c * x * (a + b) = x * (c*a + c*b)          a finite coefficient moves into the first sum factor
+//   c * (a + b) = c*a + c*b                    a finite coefficient times a single sum
+//   x * (k*a + k*b) = k * x * (a + b)          a sum next to other factors gives up its content k
+//                                              (see sum_content)
 // Order: coefficient first, the other factors sorted by compare_exprs.
 Expr canon_mul(const std::vector<Expr> &args) {
     std::vector<double> consts;
@@ -204,19 +206,30 @@ Expr canon_mul(const std::vector<Expr> &args) {
     if (out.empty()) return num(c, consts_int);
     if (c == 0) return num(0, factors_int);
     std::sort(out.begin(), out.end(), ExprLess());
-    if (c == 1) return out.size() == 1 ? out[0] : make_mul(std::move(out));
-    // A coefficient next to a sum goes into the sum (the first one in factor order), so that
-    // 2 * x * (a + b) and x * (2a + 2b) are the same node; with no other factor this is plain
-    // distribution: c * (a + b) = c*a + c*b.
-    if (std::isfinite(c)) {
-        for (size_t k = 0; k < out.size(); k++) {
-            if (out[k]->kind != Kind::Add) continue;
-            std::vector<Expr> terms;
-            for (Expr t : out[k]->args) terms.push_back(canon_mul({num(c, factors_int), t}));
-            out[k] = canon_add(terms);
-            return out.size() == 1 ? out[0] : canon_mul(out);  // the scaled sum may merge with a factor
-        }
+    if (out.size() == 1 && c == 1) return out[0];
+    if (out.size() == 1 && out[0]->kind == Kind::Add && std::isfinite(c)) {
+        // c * (a + b) = c*a + c*b: a lone sum takes the coefficient.
+        std::vector<Expr> terms;
+        for (Expr t : out[0]->args) terms.push_back(canon_mul({num(c, factors_int), t}));
+        return canon_add(terms);
     }
+    // Next to other factors, a sum gives its content to the coefficient, x * (2a + 2b) =
+    // 2 * x * (a + b), so that equal products have equal coefficients and like terms collect.
+    bool moved = false;
+    for (Expr &f : out) {
+        if (f->kind != Kind::Add) continue;
+        auto [k, monic] = sum_content(f);
+        if (k == 1) continue;
+        c *= k;
+        f = monic;
+        moved = true;
+    }
+    if (moved) {
+        // The normalized sums may now merge with each other (x * (2a + 2b) * (a + b)).
+        out.push_back(num(c, factors_int));
+        return canon_mul(out);
+    }
+    if (c == 1) return make_mul(std::move(out));
     out.insert(out.begin(), num(c, factors_int));
     return make_mul(std::move(out));
 }

@@ -74,6 +74,7 @@ Expr pow_of_mul(Expr b, Expr e) {
 //   (x^a)^b, (x*y)^b                            see pow_of_pow, pow_of_mul
 //   exp(a)^b = exp(a*b)                         always (exp(a) > 0)
 //   |x|^(2k) = x^(2k)
+//   (k*s)^v = k^v * s^v                         a sum's content k, for integer v or k > 0
 //   x^n = x * ... * x                           for an Int-typed x and integer 1 <= n <= 16: index
 //                                               arithmetic never becomes a real Pow
 Expr canon_pow(Expr b, Expr e) {
@@ -91,6 +92,11 @@ Expr canon_pow(Expr b, Expr e) {
         if (b->kind == Kind::Mul) return pow_of_mul(b, e);
         if (is_call(b, Func::exp)) return canon_call(Func::exp, canon_mul({b->args[0], e}));
         if (is_call(b, Func::abs) && is_even_int(v)) return canon_pow(b->args[0], e);
+        if (b->kind == Kind::Add) {
+            // (k*s)^v = k^v * s^v for an integer v, or k > 0 (the sum's content k, see sum_content)
+            auto [k, s] = sum_content(b);
+            if (k != 1 && (is_int_value(v) || k > 0)) return canon_mul({canon_pow(real(k), e), canon_pow(s, e)});
+        }
         if (b->stype == SType::Int && is_int_value(v) && v > 1 && v <= kMaxIntRepeat)
             return canon_mul(std::vector<Expr>(static_cast<size_t>(v), b));
         return make_pow(b, e);

@@ -185,3 +185,27 @@ TEST(Npy, SaveDirAndLoadDirRoundTripInputs) {
     EXPECT_THROW(load_dir(dir, p, s), UserError);
     std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
 }
+
+TEST(Npy, RandomCorruptionsNeverCrash) {
+    Tensor t = sample({4, 3}, DType::f32, 1);
+    std::string good = encode_npy(t);
+    Rng rng(99);
+    for (int iter = 0; iter < 3000; iter++) {
+        std::string b = good;
+        int edits = 1 + static_cast<int>(rng.integer(0, 3));
+        for (int e = 0; e < edits; e++) {
+            size_t pos = static_cast<size_t>(rng.integer(0, static_cast<int64_t>(b.size()) - 1));
+            switch (rng.integer(0, 2)) {
+            case 0: b[pos] = static_cast<char>(rng.integer(0, 255)); break;
+            case 1: b.resize(pos); break;
+            default: b.insert(pos, 1, static_cast<char>(rng.integer(32, 126))); break;
+            }
+            if (b.empty()) break;
+        }
+        try {
+            Tensor r = parse_npy(b, "fuzz.npy");
+            EXPECT_EQ(static_cast<size_t>(r.numel()), r.data.size());
+        } catch (const UserError &) {
+        }
+    }
+}

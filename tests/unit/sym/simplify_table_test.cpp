@@ -87,7 +87,14 @@ const std::vector<Row> &rows() {
         {"div_exp", [] { return make_div(call(Func::exp, x()), call(Func::exp, y())); }, "exp(x - y)"},
         {"mul_distribute_coeff", [] { return make_mul(C(2), make_add(x(), y())); }, "2 * x + 2 * y"},
         {"mul_coeff_into_sum_factor", [] { return make_mul({C(2), make_add(x(), y()), z()}); },
-         "z * (2 * x + 2 * y)"},
+         "2 * z * (x + y)"},
+        {"mul_sum_content", [] { return make_mul(z(), make_add(make_mul(C(2), x()), make_mul(C(2), y()))); },
+         "2 * z * (x + y)"},
+        {"mul_sum_sign", [] { return make_mul(z(), make_sub(C(1), x())); }, "-(z * (x - 1))"},
+        {"mul_sum_inexact_content_kept", [] { return make_mul(z(), make_add(make_mul(C(3), x()), y())); },
+         "z * (3 * x + y)"},
+        {"pow_sum_content", [] { return make_pow(make_add(make_mul(C(2), x()), make_mul(C(2), y())), C(-1)); },
+         "0.5 / (x + y)"},
         {"mul_coeff_into_sum_confluent", [] {
              return make_sub(make_mul({C(-2), make_add(x(), y()), z()}), make_mul(make_mul(C(-2), make_add(x(), y())), z()));
          }, "0"},

@@ -1,0 +1,121 @@
+/** \file cli_test.cpp
+ * The command line end to end (brief §5.2): `analyze --json` prints the contract's fields, `run
+ * --target interp --check` passes on every example with no --size, --save/--load round-trip through
+ * .npy files, and bad specs or bad usage give the documented messages and exit statuses.
+ */
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+namespace {
+
+struct Result {
+    int status;
+    std::string out;
+};
+
+Result sh(const std::string &args) {
+    std::string cmd = std::string(REDFUSE_BINARY) + " " + args + " 2>&1";
+    FILE *p = popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    int st = pclose(p);
+    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+std::string ex(const std::string &name) { return std::string(REDFUSE_SOURCE_DIR) + "/examples/" + name + ".rf"; }
+
+std::string temp_spec(const std::string &text) {
+    static int counter = 0;
+    auto path = std::filesystem::temp_directory_path() / ("redfuse_cli_" + std::to_string(getpid()) + "_" +
+                                                          std::to_string(counter++) + ".rf");
+    std::ofstream(path) << text;
+    return path.string();
+}
+
+}  // namespace
+
+TEST(Cli, AnalyzeJsonHasTheContractFields) {
+    Result r = sh("analyze " + ex("attention") + " --json");
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out);
+    ASSERT_TRUE(j.contains("chains"));
+    ASSERT_TRUE(j.contains("not_fused"));
+    auto &c = j["chains"][0];
+    for (const char *k : {"axes", "members", "fused", "strategy", "members_detail"}) EXPECT_TRUE(c.contains(k)) << k;
+    EXPECT_EQ(c["members"], nlohmann::json({"m", "l", "O.sum"}));
+    for (auto &m : c["members_detail"]) {
+        for (const char *k : {"name", "op", "relation", "exact", "update", "merge"}) EXPECT_TRUE(m.contains(k)) << k;
+        if (m["relation"] == "multiplicative") {
+            EXPECT_TRUE(m.contains("G"));
+            EXPECT_TRUE(m.contains("H"));
+        }
+    }
+}
+
+TEST(Cli, AnalyzeTextShowsFormulasAndReasons) {
+    Result r = sh("analyze " + ex("softmax"));
+    ASSERT_EQ(r.status, 0);
+    EXPECT_NE(r.out.find("H = exp(-m[r])"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("merge:"), std::string::npos);
+    Result n = sh("analyze " + ex("nofuse_max_after_mean"));
+    EXPECT_EQ(n.status, 0);
+    EXPECT_NE(n.out.find("not fused"), std::string::npos) << n.out;
+    EXPECT_NE(n.out.find("counterexample"), std::string::npos) << n.out;
+}
+
+TEST(Cli, RunCheckPassesOnEveryExampleWithoutSizes) {
+    for (const auto &e : std::filesystem::directory_iterator(std::string(REDFUSE_SOURCE_DIR) + "/examples")) {
+        if (e.path().extension() != ".rf") continue;
+        Result r = sh("run " + e.path().string() + " --target interp --check --json");
+        EXPECT_EQ(r.status, 0) << e.path() << "\n" << r.out;
+        if (r.status == 0) {
+            auto j = nlohmann::json::parse(r.out);
+            EXPECT_TRUE(j["ok"].get<bool>());
+            EXPECT_TRUE(j.contains("time_ms"));
+            for (auto &[name, o] : j["outputs"].items()) {
+                EXPECT_TRUE(o.contains("max_abs_err")) << name;
+                EXPECT_TRUE(o.contains("max_rel_err")) << name;
+            }
+        }
+    }
+}
+
+TEST(Cli, RunAtOtherSizesAndInFloat32) {
+    EXPECT_EQ(sh("run " + ex("attention_causal") + " --target interp --check --size N=7 --seed 3").status, 0);
+    EXPECT_EQ(sh("run " + ex("variance") + " --target interp-f32 --check --size C=101").status, 0);
+}
+
+TEST(Cli, SaveAndLoadRoundTrip) {
+    auto dir = std::filesystem::temp_directory_path() / ("redfuse_npy_" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir);
+    Result a = sh("run " + ex("moe_routing") + " --target interp --check --save " + dir.string());
+    ASSERT_EQ(a.status, 0) << a.out;
+    for (const char *f : {"X.npy", "W.npy", "I.npy"}) EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
+    Result b = sh("run " + ex("moe_routing") + " --target interp --check --json --load " + dir.string());
+    ASSERT_EQ(b.status, 0) << b.out;
+    std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, ErrorsHaveLocationsAndStatuses) {
+    std::string bad = temp_spec("size R = 3\ninput X[R] : f32\ny[r] = sum(c: X[r])\noutput y\n");
+    Result r = sh("analyze " + bad);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.out.find(bad + ":3:"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("error:"), std::string::npos);
+    EXPECT_NE(r.out.find("^"), std::string::npos);
+    EXPECT_EQ(sh("analyze /nonexistent/file.rf").status, 1);
+    EXPECT_EQ(sh("frobnicate").status, 2);
+    EXPECT_EQ(sh("run " + ex("softmax") + " --size R=banana").status, 2);
+    EXPECT_EQ(sh("run " + ex("softmax") + " --size R=0").status, 1);
+    EXPECT_EQ(sh("run " + ex("softmax") + " --target cuda").status, 1);
+    EXPECT_EQ(sh("analyze --help").status, 0);
+    EXPECT_EQ(sh("run --help").status, 0);
+}
