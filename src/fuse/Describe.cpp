@@ -10,6 +10,25 @@ namespace rf {
 
 namespace {
 
+/** Display order: positive terms of a sum first, so exp(m_old - m) reads as written by hand. */
+Expr pretty(Expr e) {
+    return substitute(e, [](Expr n) -> Expr {
+        if (n->kind != Kind::Add) return nullptr;
+        std::vector<Expr> pos, neg;
+        for (Expr a : n->args) {
+            Expr p = pretty(a);
+            bool negative = (p->kind == Kind::Mul && p->args[0]->is_const() && p->args[0]->value < 0) ||
+                            (p->is_const() && p->value < 0);
+            (negative ? neg : pos).push_back(p);
+        }
+        if (pos.empty()) return nullptr;
+        pos.insert(pos.end(), neg.begin(), neg.end());
+        return make_add(pos);
+    });
+}
+
+std::string text(Expr e) { return to_string(pretty(e)); }
+
 /** Renames every Load of an earlier member in e by appending a suffix (m -> m_old, m_A). */
 Expr rename_members(Expr e, const std::vector<std::string> &deps, const std::string &suffix) {
     return substitute(e, [&](Expr n) -> Expr {
@@ -27,7 +46,7 @@ std::string alpha_text(const MemberAnalysis &m, const std::string &suffix) {
         a = substitute(a, m.old_syms[i], rename_members(m.delta_exprs[i], m.deps, suffix));
         a = substitute(a, m.delta_syms[i], m.delta_exprs[i]);
     }
-    return to_string(simplify(a));
+    return text(simplify(a));
 }
 
 std::string select_op_name(ReduceOp op, bool increasing) {
@@ -76,14 +95,14 @@ MemberText describe_member(const MemberAnalysis &m) {
     switch (m.relation) {
     case Relation::Independent:
     case Relation::None:
-        t.update = plain_update(m.op, s, m.F ? to_string(restore_deltas(m, m.F)) : "F");
+        t.update = plain_update(m.op, s, m.F ? text(restore_deltas(m, m.F)) : "F");
         t.merge = plain_merge(m.op, s);
         break;
     case Relation::Multiplicative: {
-        t.G = to_string(m.G);
-        t.H = to_string(restore_deltas(m, m.H));
-        t.deferred = to_string(restore_deltas(m, m.H_def));
-        std::string u = to_string(restore_deltas(m, m.U));
+        t.G = text(m.G);
+        t.H = text(restore_deltas(m, m.H));
+        t.deferred = text(restore_deltas(m, m.H_def));
+        std::string u = text(restore_deltas(m, m.U));
         bool rescale = !m.H_run->is_const(1);
         if (m.op == ReduceOp::Sum) {
             t.update = rescale ? s + " ← " + s + " · " + alpha_text(m, "_old") + " + Σ_tile " + u
@@ -103,9 +122,9 @@ MemberText describe_member(const MemberAnalysis &m) {
     }
     case Relation::Additive:
     case Relation::Monotone: {
-        t.G = to_string(m.Gsel);
-        t.phi = to_string(restore_deltas(m, m.phi));
-        if (m.H) t.H = to_string(restore_deltas(m, m.H));
+        t.G = text(m.Gsel);
+        t.phi = text(restore_deltas(m, m.phi));
+        if (m.H) t.H = text(restore_deltas(m, m.H));
         std::string op = select_op_name(m.op, m.increasing);
         t.update = s + ".G ← " + op + " of (" + s + ".G and the tile of G = " + t.G + ")";
         t.merge = s + ".G = " + op + " of (" + s + "_A.G, " + s + "_B.G)";
@@ -118,10 +137,10 @@ MemberText describe_member(const MemberAnalysis &m) {
         for (size_t k = 0; k < m.alphas.size(); k++) {
             std::string idx;
             for (int a : m.alphas[k]) idx += std::to_string(a);
-            t.basis.push_back("S_" + idx + " = Σ_j " + to_string(restore_deltas(m, m.basis[k])));
+            t.basis.push_back("S_" + idx + " = Σ_j " + text(restore_deltas(m, m.basis[k])));
         }
         std::string ds;
-        for (size_t i = 0; i < m.delta_exprs.size(); i++) ds += (i ? ", " : "") + to_string(m.delta_exprs[i]);
+        for (size_t i = 0; i < m.delta_exprs.size(); i++) ds += (i ? ", " : "") + text(m.delta_exprs[i]);
         t.H = "polynomial of degree " + std::to_string(m.degree) + " in (" + ds + ")";
         t.update = "c ← running estimate of (" + ds + "); S_β ← Σ_{α≥β} C(α,β)(c − c_old)^(α−β) S_α(c_old) + Σ_tile "
                    "∂^β F(x, c)/β!";

@@ -67,7 +67,7 @@ private:
         double c = -e->args[0]->value;
         std::string s;
         if (c != 1.0) s = number(c) + " * ";
-        return s + product(rest, c != 1.0);
+        return s + product(rest, false);
     }
 
     std::string product(const std::vector<Expr> &factors, bool has_prefix) {

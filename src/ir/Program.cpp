@@ -293,8 +293,10 @@ int64_t eval_int(Expr e, const SizeBinding &sizes) {
 }
 
 SizeBinding bind_sizes(const Program &p, const std::map<std::string, int64_t> &explicit_sizes) {
+    std::set<std::string> declared;
+    for (const SizeDecl &s : p.sizes) declared.insert(s.name);
     for (const auto &[n, v] : explicit_sizes) {
-        if (!p.find_size(n)) {
+        if (!declared.count(n)) {
             std::string known;
             for (const SizeDecl &s : p.sizes) known += (known.empty() ? "" : ", ") + s.name;
             throw UserError({}, "unknown size '" + n + "' (the spec declares: " + (known.empty() ? "none" : known) + ")");

@@ -99,12 +99,12 @@ public:
     /** Checks that `name` may become an index variable here. */
     void check_fresh_var(const std::string &name, SourceLoc loc, const char *role);
     Binder *find_binder(const std::string &name) {
-        for (auto it = scope_.rbegin(); it != scope_.rend(); ++it)
-            if ((*it)->name == name) return *it;
-        return nullptr;
+        auto it = scope_.find(name);
+        return it == scope_.end() ? nullptr : it->second;
     }
-    void push(Binder *b) { scope_.push_back(b); }
-    void pop() { scope_.pop_back(); }
+    // No shadowing is allowed, so a name maps to at most one binder at a time.
+    void push(Binder *b) { scope_[b->name] = b; }
+    void pop(Binder *b) { scope_.erase(b->name); }
 
 private:
     Expr lower(const AstNode &a, bool index);
@@ -132,7 +132,7 @@ private:
 
     Checker &c_;
     std::string def_name_, def_name2_;
-    std::vector<Binder *> scope_;
+    std::unordered_map<std::string, Binder *> scope_;
     std::string what_ = "an index expression";
     bool vars_ok_ = true;
 };
@@ -230,9 +230,9 @@ private:
             if (sym->kind != SymKind::Def && sym->kind != SymKind::TopkIndices)
                 throw UserError(n.loc, "'" + n.name + "' is a " + kind_word(sym->kind) +
                                            "; only tensor definitions can be outputs");
-            for (const OutputDecl &o : prog_.outputs)
-                if (o.name == n.name)
-                    throw UserError(n.loc, "'" + n.name + "' is already an output (line " + std::to_string(o.loc.line) + ")");
+            auto [it, fresh] = output_at_.emplace(n.name, n.loc);
+            if (!fresh)
+                throw UserError(n.loc, "'" + n.name + "' is already an output (line " + std::to_string(it->second.line) + ")");
             DType dt = s.dtype.value_or(sym->stype == SType::Int ? DType::i32 : DType::f32);
             prog_.outputs.push_back(OutputDecl{n.name, dt, n.loc});
         }
@@ -394,7 +394,7 @@ private:
         axis.loc = axis_ast.loc;
         ec.push(&axis);
         Expr body = ec.value(*rhs.body);
-        ec.pop();
+        ec.pop(&axis);
         if (body->stype == SType::Bool)
             throw UserError(rhs.body->loc, "a condition cannot be used as a number; only select(cond, a, b) and "
                                            "and/or/not take conditions");
@@ -442,6 +442,7 @@ private:
     Lowerer lowerer_;
     std::unordered_map<std::string, Symbol> globals_;
     std::unordered_map<std::string, SourceLoc> defined_at_;  // first definition of every global
+    std::unordered_map<std::string, SourceLoc> output_at_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -617,6 +618,8 @@ Expr ExprChecker::lower_reduce(const AstNode &a, ReduceOp op) {
     if (a.args.empty()) throw UserError(a.loc, std::string(opname) + " needs at least one axis before ':'");
     if ((op == ReduceOp::ArgMax || op == ReduceOp::ArgMin) && a.args.size() != 1)
         throw UserError(a.args[1]->loc, std::string(opname) + " reduces over exactly one axis");
+    if (a.args.size() > kMaxRank)
+        throw UserError(a.args[kMaxRank]->loc, "a reduction may have at most " + std::to_string(kMaxRank) + " axes");
     std::vector<std::unique_ptr<Binder>> axes;
     for (const AstPtr &x : a.args) {
         if (x->kind != AstKind::Name)
@@ -631,7 +634,7 @@ Expr ExprChecker::lower_reduce(const AstNode &a, ReduceOp op) {
     }
     for (const auto &b : axes) push(b.get());
     Expr body = numeric(lower(*a.body, false), *a.body);
-    for (size_t i = 0; i < axes.size(); i++) pop();
+    for (const auto &b : axes) pop(b.get());
     std::vector<Expr> vars, extents;
     for (const auto &b : axes) {
         if (!b->used) throw UserError(b->loc, "reduction axis '" + b->name + "' is not used in the body");

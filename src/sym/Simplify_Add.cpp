@@ -106,7 +106,8 @@ Expr canon_add(const std::vector<Expr> &args) {
 
     double k = 0;
     if (fold_sum(consts, k)) {
-        bool int_type = out.empty() ? consts_int : terms_int;
+        bool had_terms = !groups.empty();
+        bool int_type = had_terms ? terms_int : consts_int;
         if (k != 0 || out.empty()) out.push_back(num(k, int_type));
     } else {
         std::sort(consts.begin(), consts.end());

@@ -77,7 +77,7 @@ Expr canon_select(Expr c, Expr a, Expr b) {
     return make_select(c, a, b);
 }
 
-// Rules (on the reals, where x == x):
+// Rules (on the reals, where x == x: only applied when neither operand can be NaN):
 //   a > b = b < a,  a >= b = b <= a           only <, <=, ==, != remain
 //   c1 op c2 = fold;  x op x = (op is <=, ==)
 //   a == b, a != b: operands sorted
@@ -87,10 +87,13 @@ Expr canon_cmp(CmpOp op, Expr a, Expr b) {
     if (op == CmpOp::GT) return canon_cmp(CmpOp::LT, b, a);
     if (op == CmpOp::GE) return canon_cmp(CmpOp::LE, b, a);
     if (a->kind == Kind::Const && b->kind == Kind::Const) return make_bool(compare_values(op, a->value, b->value));
-    if (a == b) return make_bool(op == CmpOp::LE || op == CmpOp::EQ);
     if ((op == CmpOp::EQ || op == CmpOp::NE) && compare_exprs(b, a) < 0) std::swap(a, b);
     if (a->stype != SType::Bool && b->stype != SType::Bool) {
+        // A comparison with NaN is false (NaN != NaN is true), so the identities below need
+        // operands that cannot be NaN.
         Interval A = interval_default(a), B = interval_default(b);
+        if (A.may_be_nan || B.may_be_nan) return make_cmp(op, a, b);
+        if (a == b) return make_bool(op == CmpOp::LE || op == CmpOp::EQ);
         switch (op) {
         case CmpOp::LT:
             if (all_lt(A, B)) return make_bool(true);
@@ -113,11 +116,12 @@ Expr canon_cmp(CmpOp op, Expr a, Expr b) {
 }
 
 // Rules:
-//   not c = fold;  not not x = x;  not (a < b) = a >= b (and the other comparisons, on the reals)
+//   not c = fold;  not not x = x;  not (a < b) = a >= b (and the others) when a, b cannot be NaN
 Expr canon_not(Expr a) {
     if (a->kind == Kind::Const) return make_bool(a->value == 0);
     if (a->kind == Kind::Not && a->args[0]->stype == SType::Bool) return a->args[0];
-    if (a->kind == Kind::Cmp) return canon_cmp(negate(a->cmp), a->args[0], a->args[1]);
+    if (a->kind == Kind::Cmp && !interval_default(a->args[0]).may_be_nan && !interval_default(a->args[1]).may_be_nan)
+        return canon_cmp(negate(a->cmp), a->args[0], a->args[1]);
     return make_not(a);
 }
 

@@ -65,6 +65,11 @@ std::vector<BadCase> cases() {
         {"colon_on_function", P + "Y[i] = exp(j: X[j])\noutput Y\n", 3, 8, "'exp' is not a reduction"},
         {"argmax_two_axes", P2 + "a[q] = argmax(r, c: X[r,c])\noutput a\n", 3, 18, "argmax reduces over exactly one axis"},
         {"axis_not_a_name", P + "s = sum(i + 1: X[i])\noutput s\n", 3, 11, "the axes of sum must be plain names"},
+        {"too_many_axes", "size N\ninput X[N]\ns = sum(" + [] {
+             std::string a = "a0";
+             for (int i = 1; i < 20; i++) a += ", a" + std::to_string(i);
+             return a;
+         }() + ": X[a0])\noutput s\n", 3, 79, "a reduction may have at most 16 axes"},
         {"axis_listed_twice", P2 + "s = sum(r, r: X[r, r])\noutput s\n", 3, 12, "axis 'r' is listed twice"},
         // ---- index variables and extents
         {"extent_mismatch",

@@ -170,6 +170,26 @@ TEST(Robustness, LargeValidSpecsStayFast) {
     }
 }
 
+TEST(Robustness, LongListsStayLinear) {
+    // Statements of any length: long size, output, argument and axis lists.
+    std::string s = "size N";
+    for (int i = 0; i < 60000; i++) s += ", S" + std::to_string(i);
+    s += "\ninput X[N, N]\n";
+    for (int i = 0; i < 15000; i++) s += "D" + std::to_string(i) + "[i] = sum(j: X[i, j])\n";
+    s += "output D0";
+    for (int i = 1; i < 15000; i++) s += ", D" + std::to_string(i);
+    s += "\n";
+    EXPECT_EQ(run_one(s, 20.0), "");
+    std::string axes = "size N\ninput X[N]\ns = sum(a0";
+    for (int i = 1; i < 100000; i++) axes += ", a" + std::to_string(i);
+    axes += ": X[a0])\noutput s\n";
+    EXPECT_EQ(run_one(axes, 20.0), "");
+    std::string args = "size N\ninput X[N]\nY[i] = exp(X[i]";
+    for (int i = 1; i < 100000; i++) args += ", X[i]";
+    args += ")\noutput Y\n";
+    EXPECT_EQ(run_one(args, 20.0), "");
+}
+
 TEST(Robustness, DeepButLegalNesting) {
     // 200 levels of parentheses and a 200-term chain are within the limits.
     std::string s = "size N\ninput X[N]\nY[i] = " + std::string(200, '(') + "X[i]" + std::string(200, ')');
