@@ -143,8 +143,10 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
             j["outputs"][out.name] = {{"max_abs_err", r.max_abs_err}, {"max_rel_err", r.max_rel_err},
                                       {"mismatches", r.mismatches}, {"nans", r.nans}, {"tolerance", tol},
                                       {"exact", exact}, {"ok", r.ok}};
+            std::ostringstream tol_text;
+            tol_text << tol;
             text << "  " << out.name << ": max_abs_err " << r.max_abs_err << ", max_rel_err " << r.max_rel_err
-                 << (exact ? " (exact)" : " (tolerance " + std::to_string(tol) + ")") << (r.ok ? "  ok" : "  FAILED")
+                 << (exact ? " (exact)" : " (tolerance " + tol_text.str() + ")") << (r.ok ? "  ok" : "  FAILED")
                  << "\n";
         }
     } else {

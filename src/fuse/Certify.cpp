@@ -143,7 +143,8 @@ std::string find_counterexample(const Body &b, ReduceOp op) {
     std::vector<Expr> atoms = collect_atoms({F});
     std::vector<Expr> xs, ds, cs;
     for (Expr a : atoms) {
-        if (depends_on_d(b, a)) ds.push_back(a);
+        if (a->kind == Kind::Var && a->role == VarRole::Index) cs.push_back(a);  // positions stay fixed
+        else if (depends_on_d(b, a)) ds.push_back(a);
         else if (depends_on_x(b, a) || (a->kind == Kind::Var && a->name.rfind("ρ", 0) == 0)) xs.push_back(a);
         else cs.push_back(a);
     }

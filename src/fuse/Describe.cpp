@@ -142,10 +142,10 @@ MemberText describe_member(const MemberAnalysis &m) {
         std::string ds;
         for (size_t i = 0; i < m.delta_exprs.size(); i++) ds += (i ? ", " : "") + text(m.delta_exprs[i]);
         t.H = "polynomial of degree " + std::to_string(m.degree) + " in (" + ds + ")";
-        t.update = "c ← running estimate of (" + ds + "); S_β ← Σ_{α≥β} C(α,β)(c − c_old)^(α−β) S_α(c_old) + Σ_tile "
-                   "∂^β F(x, c)/β!";
-        t.merge = "c = estimate from the merged earlier results; shift S_A and S_B to c exactly, then add";
-        t.epilogue = s + " = Σ_α S_α(c) (d − c)^α at the final d = (" + ds + ")";
+        t.update = "ref ← running estimate of (" + ds + "); S_β ← Σ_{α≥β} C(α,β)(ref − ref_old)^(α−β) S_α(ref_old) + "
+                   "Σ_tile ∂^β F(x, ref)/β!";
+        t.merge = "ref = estimate from the merged earlier results; shift S_A and S_B to ref exactly, then add";
+        t.epilogue = s + " = Σ_α S_α(ref) (d − ref)^α at the final d = (" + ds + ")";
         break;
     }
     }

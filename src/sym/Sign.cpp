@@ -3,6 +3,7 @@
  */
 #include "sym/Sign.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "ir/Eval.h"
@@ -156,8 +157,15 @@ private:
         }
         case Kind::Sub: return iv::add(of(a[0]), iv::neg(of(a[1])));
         case Kind::Mul: {
-            Interval r = of(a[0]);
-            for (size_t i = 1; i < a.size(); i++) r = iv::mul(r, of(a[i]));
+            // A factor repeated k times is a k-th power (x * x >= 0, as Int products keep it).
+            std::vector<std::pair<Expr, int>> counts;
+            for (Expr f : a) {
+                auto it = std::find_if(counts.begin(), counts.end(), [f](const auto &c) { return c.first == f; });
+                if (it == counts.end()) counts.emplace_back(f, 1);
+                else it->second++;
+            }
+            Interval r = Interval::point(1);
+            for (auto &[f, k] : counts) r = iv::mul(r, k == 1 ? of(f) : iv::pow_const(of(f), k));
             return r;
         }
         case Kind::Div: {

@@ -47,8 +47,9 @@
  *    is kept.
  *  - Casts are kept (never stripped, even to f64); their argument is simplified;
  *    cast_t(cast_t(x)) = cast_t(x).
- * Soundness: every rule is an identity on the reals, wherever the input is defined (finite),
- * under its stated precondition; a rule whose precondition cannot be proven by Sign.h (with the
+ * Soundness: every rule is an identity on the reals wherever the input is defined (every
+ * sub-expression finite; rules may extend the domain: sqrt(x)^2 = x, 0 * log(x) = 0), under its
+ * stated precondition; a rule whose precondition cannot be proven by Sign.h (with the
  * default facts) is not applied. The language's masked-row conventions for non-constant
  * operands ((-inf) - (-inf) = -inf, 0 / 0 = 0) are not kept by the a - b and a / b rewrites:
  * code that evaluates canonical forms on masked rows must guard them.

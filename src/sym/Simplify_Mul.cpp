@@ -27,7 +27,8 @@ bool fold_product(std::vector<double> v, double &out) {
     return true;
 }
 
-bool fold_sum_exact_order(std::vector<double> v, double &out) {
+/** Sums exponents in ascending order; false when the sum is NaN. */
+bool fold_exponent_sum(std::vector<double> v, double &out) {
     std::sort(v.begin(), v.end());
     double s = 0;
     for (double x : v) s += x;
@@ -106,16 +107,16 @@ void merge_group(const Group &g, std::vector<Expr> &out, bool &again) {
         }
     };
     double v;
-    if (nonzero(g.base) && fold_sum_exact_order(all, v)) {
+    if (nonzero(g.base) && fold_exponent_sum(all, v)) {
         emit_power(g.base, v, out, again);
         return;
     }
     if (!nonneg_exps.empty()) {
-        if (fold_sum_exact_order(nonneg_exps, v)) emit_power(g.base, v, out, again);
+        if (fold_exponent_sum(nonneg_exps, v)) emit_power(g.base, v, out, again);
         else keep_originals(false);
     }
     if (!neg_exps.empty()) {
-        if (fold_sum_exact_order(neg_exps, v)) emit_power(g.base, v, out, again);
+        if (fold_exponent_sum(neg_exps, v)) emit_power(g.base, v, out, again);
         else keep_originals(true);
     }
 }
