@@ -34,6 +34,7 @@ nlohmann::json member_json(const MemberAnalysis &m, int pass) {
         j["degree"] = m.degree;
         j["basis"] = t.basis;
     }
+    j["init"] = t.init;
     j["update"] = t.update;
     j["merge"] = t.merge;
     if (!t.epilogue.empty()) j["epilogue"] = t.epilogue;
@@ -107,6 +108,7 @@ std::string analysis_text(const Compilation &c) {
             if (m.relation == Relation::Multiplicative && !m.H_def->is_const(1))
                 os << "      deferred to the epilogue: " << t.deferred << "\n";
             for (const std::string &b : t.basis) os << "      " << b << "\n";
+            os << "      init:   " << t.init << "\n";
             os << "      update: " << t.update << "\n";
             os << "      merge:  " << t.merge << "\n";
             if (!t.epilogue.empty()) os << "      final:  " << t.epilogue << "\n";

@@ -93,6 +93,13 @@ MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx) 
     m.relation = Relation::None;
     m.reason.clear();
     for (const std::string &r : reasons) m.reason += (m.reason.empty() ? "" : "; ") + r;
+    // Messages are built over δ symbols; show the earlier results they stand for (δ10 before δ1).
+    for (size_t i = m.delta_syms.size(); i-- > 0;) {
+        const std::string &sym = m.delta_syms[i]->name;
+        std::string text = to_string(m.delta_exprs[i]);
+        if (m.delta_exprs[i]->kind != Kind::Load) text = "(" + text + ")";
+        for (size_t pos; (pos = m.reason.find(sym)) != std::string::npos;) m.reason.replace(pos, sym.size(), text);
+    }
     m.counterexample = find_counterexample(*body, m.op);
     return m;
 }

@@ -38,7 +38,7 @@ Expr unroll_member_reductions(Expr e, const std::set<std::string> &members, std:
         int64_t total = 1;
         for (Expr ext : n->extents) {
             if (!ext->is_const()) {
-                reason = "it reads an earlier result inside a reduction over a symbolic axis (" + to_string(n) + ")";
+                reason = "it reads an earlier result inside a reduction over a symbolic axis (" + shown(n) + ")";
                 return nullptr;
             }
             total *= static_cast<int64_t>(ext->value);
@@ -75,6 +75,12 @@ Expr unroll_member_reductions(Expr e, const std::set<std::string> &members, std:
 }
 
 }  // namespace
+
+std::string shown(Expr e) {
+    std::string s = to_string(e);
+    if (s.size() > 160) s = s.substr(0, 150) + " ...";
+    return s;
+}
 
 bool is_rounding(Expr n) {
     if (n->kind == Kind::Cast) return n->dtype != DType::f64 && n->dtype != DType::f32;

@@ -87,6 +87,19 @@ std::string plain_merge(ReduceOp op, const std::string &s) {
     return "";
 }
 
+std::string init_of(ReduceOp op, const std::string &s) {
+    switch (op) {
+    case ReduceOp::Sum: return s + " = 0";
+    case ReduceOp::Prod: return s + " = 1";
+    case ReduceOp::Max: return s + " = -inf";
+    case ReduceOp::Min: return s + " = inf";
+    case ReduceOp::ArgMax: return s + " = (value -inf, no index)";
+    case ReduceOp::ArgMin: return s + " = (value inf, no index)";
+    case ReduceOp::TopK: return s + " = k empty slots";
+    }
+    return "";
+}
+
 }  // namespace
 
 MemberText describe_member(const MemberAnalysis &m) {
@@ -95,6 +108,7 @@ MemberText describe_member(const MemberAnalysis &m) {
     switch (m.relation) {
     case Relation::Independent:
     case Relation::None:
+        t.init = init_of(m.op, s);
         t.update = plain_update(m.op, s, m.F ? text(restore_deltas(m, m.F)) : "F");
         t.merge = plain_merge(m.op, s);
         break;
@@ -102,6 +116,7 @@ MemberText describe_member(const MemberAnalysis &m) {
         t.G = text(m.G);
         t.H = text(restore_deltas(m, m.H));
         t.deferred = text(restore_deltas(m, m.H_def));
+        t.init = init_of(m.op, s) + ", scale tag unset (the first update sets it; an empty state is never rescaled)";
         std::string u = text(restore_deltas(m, m.U));
         bool rescale = !m.H_run->is_const(1);
         if (m.op == ReduceOp::Sum) {
@@ -126,6 +141,10 @@ MemberText describe_member(const MemberAnalysis &m) {
         t.phi = text(restore_deltas(m, m.phi));
         if (m.H) t.H = text(restore_deltas(m, m.H));
         std::string op = select_op_name(m.op, m.increasing);
+        ReduceOp init_op = m.op;
+        if (!m.increasing && m.op == ReduceOp::Max) init_op = ReduceOp::Min;
+        if (!m.increasing && m.op == ReduceOp::Min) init_op = ReduceOp::Max;
+        t.init = init_of(init_op, s + ".G");
         t.update = s + ".G ← " + op + " of (" + s + ".G and the tile of G = " + t.G + ")";
         t.merge = s + ".G = " + op + " of (" + s + "_A.G, " + s + "_B.G)";
         t.epilogue = (m.op == ReduceOp::ArgMax || m.op == ReduceOp::ArgMin)
@@ -141,6 +160,7 @@ MemberText describe_member(const MemberAnalysis &m) {
         }
         std::string ds;
         for (size_t i = 0; i < m.delta_exprs.size(); i++) ds += (i ? ", " : "") + text(m.delta_exprs[i]);
+        t.init = "S_α = 0 for every α, ref unset";
         t.H = "polynomial of degree " + std::to_string(m.degree) + " in (" + ds + ")";
         t.update = "ref ← running estimate of (" + ds + "); S_β ← Σ_{α≥β} C(α,β)(ref − ref_old)^(α−β) S_α(ref_old) + "
                    "Σ_tile ∂^β F(x, ref)/β!";

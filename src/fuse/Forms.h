@@ -56,6 +56,9 @@ struct Valuation {
     double eval(Expr e) const;
 };
 
+/** to_string(e), shortened to at most 160 characters for messages. */
+std::string shown(Expr e);
+
 /** Removes rounding (narrow casts, round/floor/ceil) everywhere in e. */
 Expr strip_rounding(Expr e);
 /** True for a node that rounds its argument: a cast to a type narrower than f32, round, floor, ceil. */

@@ -54,7 +54,7 @@ bool split(const Body &b, Expr e, Split &out, std::string &reason) {
             for (Expr t : terms) {
                 bool tx = depends_on_x(b, t), td = depends_on_d(b, t);
                 if (tx && td) {
-                    reason = "exp of a term that mixes the axis data and earlier results: " + to_string(t);
+                    reason = "exp of a term that mixes the axis data and earlier results: " + shown(t);
                     return false;
                 }
                 (td ? ds : xs).push_back(t);
@@ -79,7 +79,7 @@ bool split(const Body &b, Expr e, Split &out, std::string &reason) {
             if (!split(b, base, s, reason)) return false;
             if (!is_integer_const(ex) &&
                 !(is_nonnegative(s.G, b.facts) && is_positive(s.H, b.facts))) {
-                reason = "a non-integer power of a product whose factors' signs are unknown: " + to_string(e);
+                reason = "a non-integer power of a product whose factors' signs are unknown: " + shown(e);
                 return false;
             }
             out = {simplify(make_pow(s.G, ex)), simplify(make_pow(s.H, ex))};
@@ -95,7 +95,7 @@ bool split(const Body &b, Expr e, Split &out, std::string &reason) {
         // select(mask(x), g1 h, g2 h) = select(mask(x), g1, g2) · h; a zero branch takes the other's h.
         Expr cond = e->args[0];
         if (depends_on_d(b, cond)) {
-            reason = "a condition that depends on earlier results: " + to_string(cond);
+            reason = "a condition that depends on earlier results: " + shown(cond);
             return false;
         }
         Split a, c;
@@ -105,7 +105,7 @@ bool split(const Body &b, Expr e, Split &out, std::string &reason) {
         else if (e->args[1]->is_const(0)) h = c.H;
         else if (provably_equal(a.H, c.H)) h = a.H;
         else {
-            reason = "the branches of " + to_string(e) + " scale differently with earlier results";
+            reason = "the branches of " + shown(e) + " scale differently with earlier results";
             return false;
         }
         out = {simplify(make_select(cond, a.G, c.G)), h};
@@ -124,7 +124,7 @@ bool split(const Body &b, Expr e, Split &out, std::string &reason) {
         for (const Split &s : parts) {
             Expr ratio = simplify(make_div(s.H, h0));
             if (depends_on_d(b, ratio)) {
-                reason = "a sum of terms that depend differently on earlier results: " + to_string(e);
+                reason = "a sum of terms that depend differently on earlier results: " + shown(e);
                 return false;
             }
             gs.push_back(make_mul(s.G, ratio));
@@ -141,7 +141,7 @@ bool split(const Body &b, Expr e, Split &out, std::string &reason) {
     }
     default: break;
     }
-    reason = "F is not a product G(x)·H(d): " + to_string(e) + " mixes the axis data and earlier results";
+    reason = "F is not a product G(x)·H(d): " + shown(e) + " mixes the axis data and earlier results";
     return false;
 }
 

@@ -55,7 +55,7 @@ Plan make_plan(const Program &p, const PlanOptions &opts = {});
 
 /** Human-readable formulas of a member's derivation (brief §5.2: G, H, update, merge). */
 struct MemberText {
-    std::string G, H, phi, update, merge, epilogue, deferred;
+    std::string G, H, phi, init, update, merge, epilogue, deferred;
     std::vector<std::string> basis;
 };
 MemberText describe_member(const MemberAnalysis &m);

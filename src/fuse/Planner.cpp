@@ -182,8 +182,8 @@ void choose_strategy(ChainPlan &c, const Program &p, const PlanOptions &o) {
         c.strategy = "multi_segment";
         int64_t want = (4 * o.parallel_units + rows - 1) / std::max<int64_t>(rows, 1);
         c.segments = static_cast<int>(std::clamp<int64_t>(want, 2, std::max<int64_t>(2, len / 512)));
-        c.strategy_reason = std::to_string(rows) + " independent rows cannot fill " + std::to_string(o.parallel_units) +
-                            " workers; the axis of " + std::to_string(len) + " is split into " +
+        c.strategy_reason = std::to_string(rows) + " independent rows are fewer than 4 per worker on " +
+                            std::to_string(o.parallel_units) + " workers; the axis of " + std::to_string(len) + " is split into " +
                             std::to_string(c.segments) + " segments merged with the derived merge";
         return;
     }

@@ -165,15 +165,15 @@ bool derive_selection(const Body &b, MemberAnalysis &m, std::string &reason) {
     else if (is_positive(dphi, facts)) m.increasing = true;
     else if (is_negative(dphi, facts)) m.increasing = false;
     else {
-        reason = "cannot prove that F = " + to_string(phi) + " is strictly monotone in u = " + to_string(core) +
-                 " (dF/du = " + to_string(dphi) + " has unknown sign)";
+        reason = "cannot prove that F = " + shown(phi) + " is strictly monotone in u = " + shown(core) +
+                 " (dF/du = " + shown(dphi) + " has unknown sign)";
         return false;
     }
     m.Gsel = core;
     m.phi = phi;
     m.u_sym = u;
     m.relation = Relation::Monotone;
-    m.preconditions.push_back(std::string("dF/dG = ") + to_string(dphi) + (m.increasing ? " > 0" : " < 0"));
+    m.preconditions.push_back(std::string("dF/dG = ") + shown(dphi) + (m.increasing ? " > 0" : " < 0"));
     return true;
 }
 

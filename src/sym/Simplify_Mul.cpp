@@ -51,8 +51,9 @@ Expr exponent_of(Expr f) { return f->kind == Kind::Pow ? f->args[1] : nullptr; }
 /** True when a merged factor must go through grouping again: it is not a power of `base` any more
  *  (a constant, a product, an exp, or a power of another base such as abs(x)^2 = x^2). */
 bool needs_another_round(Expr f, Expr base) {
-    if (f == base) return f->kind == Kind::Mul || is_call(f, Func::exp);
-    return !(f->kind == Kind::Pow && f->args[0] == base);
+    if (f->kind == Kind::Const || f->kind == Kind::Mul || is_call(f, Func::exp)) return true;
+    Expr grouped_by = f->kind == Kind::Pow ? f->args[0] : f;  // (x^3)^0.5 * (x^3)^0.5 = x^3: base x
+    return grouped_by != base;
 }
 
 /** Emits base^v for a merged numeric exponent v. */

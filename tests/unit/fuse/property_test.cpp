@@ -98,6 +98,30 @@ TEST(Property, PolynomialsInDAreShiftForms) {
     }
 }
 
+TEST(Property, RandomMixedBodiesAreRejected) {
+    // Mixers that tie x and d together in ways no form separates.
+    std::mt19937_64 rng(6);
+    const char *sum_mixers[] = {"exp((A) * (B))", "max(A, B)", "log((A) * (A) + (B) * (B) + 1)", "tanh(A + B)",
+                                "sigmoid((A) * (B))", "1 / ((A) * (A) + (B) * (B) + 1)"};
+    const char *sel_mixers[] = {"(A) * (B)", "exp(A) * (B)", "max(A, B) + (A) * (B)"};
+    for (int trial = 0; trial < 20; trial++) {
+        std::string g = kG[rng() % 3], d = kD[rng() % std::size(kD)];
+        bool sum = trial % 2 == 0;
+        std::string mixer = sum ? sum_mixers[rng() % std::size(sum_mixers)] : sel_mixers[rng() % std::size(sel_mixers)];
+        for (size_t p; (p = mixer.find('A')) != std::string::npos;) mixer.replace(p, 1, g);
+        for (size_t p; (p = mixer.find('B')) != std::string::npos;) mixer.replace(p, 1, d);
+        std::string body = std::string(sum ? "sum" : "max") + "(c: " + mixer + ")";
+        ArenaScope arena;
+        auto c = compile(spec(body));
+        const MemberAnalysis *t = verdict(*c, "t");
+        ASSERT_TRUE(t);
+        EXPECT_EQ(t->relation, Relation::None) << body;
+        EXPECT_FALSE(t->reason.empty()) << body;
+        SizeBinding sizes = bind_sizes(c->program, {});
+        EXPECT_LE(plan_vs_reference(*c, sizes, rng()), 1e-12) << body;
+    }
+}
+
 TEST(Property, MixedBodiesAreRejectedWithACounterexample) {
     std::mt19937_64 rng(5);
     const char *mixed[] = {"sum(c: exp(X[r,c] * m[r]))", "sum(c: max(X[r,c], m[r]))", "sum(c: log(X[r,c] * X[r,c] + m[r] * m[r] + 1))",
