@@ -81,6 +81,7 @@ int main(int argc, char **argv) {
     run->add_flag("--f32", f32, "Run the plan interpreter in float32");
     run->add_option("--dist", dist, "Input distribution: normal | uniform | positive");
     run->add_option("--scale", scale, "Multiply random inputs by this (large values test exp overflow)");
+    run->add_flag("--approx", approx, "Run the approximate incremental plan through rounding casts; --check reports its error");
 
     for (const char *name : {"emit", "bench", "tune"}) {
         auto *sub = app.add_subcommand(name, std::string(name) + ": needs a code generator (CPU backend, not in this build yet)");
@@ -127,6 +128,7 @@ int main(int argc, char **argv) {
             ro.load_dir = load_dir;
             ro.dist = dist;
             ro.scale = scale;
+            ro.approx = approx;
             rf::RunReport r = rf::run_compiled(*c, ro);
             if (json) std::cout << r.json.dump(2) << "\n";
             else std::cout << r.text;

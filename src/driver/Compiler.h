@@ -48,6 +48,7 @@ struct RunOptions {
     std::string save_dir, load_dir;
     std::string dist = "normal";
     double scale = 1.0;
+    bool approx = false;  ///< run the approximate incremental plan through rounding casts (brief §1.4)
 };
 
 struct RunReport {

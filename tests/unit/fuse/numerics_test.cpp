@@ -152,3 +152,34 @@ output Y : f32
         EXPECT_LE(rel_diff(got.at("Y"), ref.at("Y")), f32 ? 1e-5 : 1e-12);
     }
 }
+
+TEST(Numerics, TopKAndArgmaxTiesGoToTheLowerIndexAcrossMerges) {
+    ArenaScope arena;
+    auto c = compile(R"(
+size T = 9, E = 53
+input X[T, E] : f32
+m[t]           = max(e: X[t,e])
+s[t]           = sum(e: exp(X[t,e] - m[t]))
+W[t,r], I[t,r] = topk(e, 6: exp(X[t,e] - m[t]) / s[t])
+a[t]           = argmax(e: X[t,e])
+b[t]           = argmin(e: -exp(X[t,e]))
+output W, I, a, b
+)");
+    SizeBinding sizes = bind_sizes(c->program, {});
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        auto inputs = make_random_inputs(c->program, sizes, seed);
+        for (double &v : inputs["X"].data) v = std::round(v * 1.5);  // a handful of values: many ties
+        PlanOptions po;
+        po.sizes = &sizes;
+        Plan plan = make_plan(c->program, po);
+        plan.program = &c->program;
+        PlanInterpOptions o;
+        o.seed = seed;
+        auto got = run_plan(plan, sizes, inputs, o);
+        auto ref = run_reference(c->program, sizes, inputs);
+        EXPECT_EQ(got.at("I").data, ref.at("I").data) << "seed " << seed;
+        EXPECT_EQ(got.at("a").data, ref.at("a").data) << "seed " << seed;
+        EXPECT_EQ(got.at("b").data, ref.at("b").data) << "seed " << seed;
+        EXPECT_LE(rel_diff(got.at("W"), ref.at("W")), 1e-12);
+    }
+}

@@ -25,11 +25,17 @@ inline Expr call(Func f, Expr a) { return make_call(f, a); }
 class RandomExpr {
 public:
     RandomExpr(uint64_t seed, std::vector<Expr> atoms) : rng_(seed), atoms_(std::move(atoms)) {}
+    /** Casts quantize (their derivative is taken as the argument's): off for derivative checks. */
+    bool casts = true;
 
     Expr gen(int depth) {
         if (depth <= 0 || pick(10) < 2) return leaf();
         Expr a = gen(depth - 1);
-        switch (pick(17)) {
+        switch (pick(21)) {
+        case 17: return call(pick(2) ? Func::rsqrt : Func::exp2, a);
+        case 18: return call(Func::log2, a);
+        case 19: return make_pow(a, gen(depth - 1));  // symbolic exponent
+        case 20: return casts ? make_cast(pick(2) ? DType::f32 : DType::bf16, a) : a;
         case 0: return make_add(a, gen(depth - 1));
         case 1: return make_sub(a, gen(depth - 1));
         case 2: return make_mul(a, gen(depth - 1));

@@ -144,6 +144,7 @@ TEST(Derivative, MatchesFiniteDifferences) {
     ArenaScope scope;
     std::vector<Expr> atoms{sym("x"), sym("y"), sym("z")};
     RandomExpr gen(getenv("RF_SEED") ? atoi(getenv("RF_SEED")) : 4242, atoms);
+    gen.casts = false;
     int compared = 0, expressions = 0;
     for (int n = 0; n < 1200; n++) {
         Expr e = gen.gen(1 + static_cast<int>(gen.pick(4)));

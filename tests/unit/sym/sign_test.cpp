@@ -219,10 +219,11 @@ TEST(Sign, IntervalContainsSampledValues) {
                 // strictly inside their range; the simplified form's interval describes the real
                 // value, which the original's rounding may miss by an ulp.
                 bool saturated = any_of(e, [&](Expr k) {
-                    if (k->kind != Kind::Call) return false;
+                    if (k->kind != Kind::Call && k->kind != Kind::Pow) return false;
                     double w = eval_at(k, val);
-                    return (k->func == Func::exp && w == 0) || (k->func == Func::sigmoid && (w == 0 || w == 1)) ||
-                           (k->func == Func::tanh && std::fabs(w) == 1);
+                    if (k->kind == Kind::Pow) return w == 0;  // x^y underflow
+                    return ((k->func == Func::exp || k->func == Func::exp2) && w == 0) ||
+                           (k->func == Func::sigmoid && (w == 0 || w == 1)) || (k->func == Func::tanh && std::fabs(w) == 1);
                 });
                 if (saturated) continue;
                 double stol = i == &iv ? 0 : 1e-12 * std::max(1.0, std::fabs(v));
