@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "driver/Compiler.h"
+#include "fuse/Graph.h"
 #include "support/Error.h"
 
 namespace {
@@ -66,7 +67,8 @@ int main(int argc, char **argv) {
     analyze->add_option("SPEC", spec, "Spec file (.rf)")->required();
     analyze->add_flag("--json", json, "Print one JSON object (brief §5.2)");
     analyze->add_option("--size", size_items, "Sizes for the cost model: N=V,M=W");
-    analyze->add_option("--emit", emit_stage, "Dump a stage instead: ir | plan")->check(CLI::IsMember({"ir", "plan"}));
+    analyze->add_option("--emit", emit_stage, "Dump a stage instead: ir | graph | plan")
+        ->check(CLI::IsMember({"ir", "graph", "plan"}));
     analyze->add_flag("--approx", approx, "Fuse through rounding casts with the running value (inexact)");
 
     auto *run = app.add_subcommand("run", "Run a spec on random or saved inputs");
@@ -113,6 +115,7 @@ int main(int argc, char **argv) {
             auto c = rf::compile_file(spec, co);
             if (app.got_subcommand("analyze")) {
                 if (emit_stage == "ir") std::cout << rf::to_string(c->program);
+                else if (emit_stage == "graph") std::cout << rf::to_string(rf::dependence_graph(c->program), c->program);
                 else if (emit_stage == "plan") std::cout << rf::plan_dump(*c);
                 else if (json) std::cout << rf::analysis_json(*c).dump(2) << "\n";
                 else std::cout << rf::analysis_text(*c);

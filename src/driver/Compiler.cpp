@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "fuse/Graph.h"
 #include "interp/Compare.h"
 #include "interp/Inputs.h"
 #include "interp/Npy.h"
@@ -37,6 +38,7 @@ std::unique_ptr<Compilation> compile_source(const std::string &source, const std
     auto t0 = std::chrono::steady_clock::now();
     c->program = parse_program(source, file);                                      // parse + check → IR
     if (dump_requested("ir")) std::cerr << to_string(c->program);
+    if (dump_requested("graph")) std::cerr << to_string(dependence_graph(c->program), c->program);
     PlanOptions po;
     po.approx = opts.approx;
     SizeBinding sizes;

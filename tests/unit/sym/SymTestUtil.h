@@ -113,6 +113,9 @@ inline bool defined_at(Expr e, const std::map<Expr, double> &values, double &max
                         (n->kind == Kind::Call && (n->func == Func::sqrt || n->func == Func::rsqrt ||
                                                    n->func == Func::log || n->func == Func::log2));
         if (singular && std::fabs(eval_at(n->args[0], values)) < 1e-6) ok = false;
+        // A negative base to a computed exponent is defined only at integer exponents, where a
+        // rounding difference of the exponent (y / y vs y * y^-1) makes it NaN.
+        if (n->kind == Kind::Pow && n->args[1]->kind != Kind::Const && eval_at(n->args[0], values) < 0) ok = false;
         if (n->kind == Kind::Cmp) {
             double a = eval_at(n->args[0], values), b = eval_at(n->args[1], values);
             if (std::fabs(a - b) <= 1e-7 * std::max({1.0, std::fabs(a), std::fabs(b)})) ok = false;
