@@ -51,10 +51,9 @@ double draw(std::mt19937_64 &rng, const Interval &iv, Expr atom) {
     return v;
 }
 
-bool close(double a, double b) {
-    double scale = std::max(std::fabs(a), std::fabs(b));
-    return std::fabs(a - b) <= 1e-9 * scale + 1e-12;
-}
+/** Agreement up to rounding: the error of evaluating either side is a few ulps of `scale`, the
+ *  largest magnitude that went into the sums (not of the result, which may cancel to near 0). */
+bool close(double a, double b, double scale) { return std::fabs(a - b) <= 1e-9 * scale + 1e-12; }
 
 std::string fmt(double v) {
     std::ostringstream os;
@@ -73,6 +72,7 @@ int certify(const Body &b, const MemberAnalysis &m, int min_points) {
     std::vector<Expr> exprs{F};
     Expr rhs = nullptr;
     std::vector<Expr> c_syms;
+    std::vector<Expr> poly_terms;  // the Taylor terms: their magnitudes set the scale of the rounding error
     switch (m.relation) {
     case Relation::Multiplicative: rhs = opaque(make_mul(m.G, m.H)); break;
     case Relation::Additive:
@@ -90,6 +90,7 @@ int certify(const Body &b, const MemberAnalysis &m, int min_points) {
             terms.push_back(make_mul(factors));
         }
         rhs = opaque(make_add(terms));
+        for (Expr t : terms) poly_terms.push_back(opaque(t));
         break;
     }
     default: return 0;
@@ -116,7 +117,10 @@ int certify(const Body &b, const MemberAnalysis &m, int min_points) {
         }
         double lhs_v = safe_eval(val, F), rhs_v = safe_eval(val, rhs);
         if (!std::isfinite(lhs_v) || !std::isfinite(rhs_v)) continue;
-        if (!close(lhs_v, rhs_v))
+        double scale = std::max(std::fabs(lhs_v), std::fabs(rhs_v));
+        for (Expr t : poly_terms) scale += std::fabs(safe_eval(val, b.inexact ? strip_rounding(t) : t));
+        if (!std::isfinite(scale)) continue;
+        if (!close(lhs_v, rhs_v, scale))
             throw InternalError("derived " + std::string(relation_name(m.relation)) + " form of " + m.name +
                                 " disagrees with F at a random point: F = " + fmt(lhs_v) + ", derived = " + fmt(rhs_v) +
                                 " (F = " + to_string(b.F) + ")");

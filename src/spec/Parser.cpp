@@ -160,7 +160,7 @@ private:
         s.kind = Stmt::Def;
         const Token &after = peek(1);
         if (after.kind != Tok::Assign && after.kind != Tok::LBracket)
-            fail(after, "expected '=' or '[' after '" + peek().text + "' (a definition 'NAME[...] = expr'), found " +
+            fail(after, "expected '=' or '[' after " + show(peek()) + " (a definition 'NAME[...] = expr'), found " +
                             show(after));
         s.lhs.push_back(parse_lhs());
         if (s.lhs[0].has_brackets && peek().kind == Tok::Comma) {

@@ -17,16 +17,22 @@ namespace {
 constexpr int kExpressions = 2500;
 constexpr int kPoints = 6;
 
-/** |got - want| within 1e-9 relative, with an absolute floor that scales with the largest
- *  intermediate magnitude (cancellation in the original loses that much). */
-bool close(double want, double got, double max_mag) {
-    double tol = 1e-9 * std::fabs(want) + 1e-12 * std::max(1.0, max_mag);
+/** |got - want| within 1e-9 relative, plus an absolute floor that scales with the largest
+ *  intermediate magnitude (cancellation loses that much) and with the sensitivity of the original
+ *  at this point (`spread`: how much it moves when the inputs move by 1e-10 relative), so that an
+ *  ill-conditioned point ((x + y)^3 near x = -y, expanded) does not count as a wrong rewrite. */
+bool close(double want, double got, double max_mag, double spread) {
+    double tol = 1e-9 * std::fabs(want) + 1e-12 * std::max(1.0, max_mag) + 1e3 * spread;
     return std::fabs(got - want) <= tol;
 }
 
 struct Stats {
     int compared = 0;
 };
+
+bool has_infinite_subterm(Expr e, const std::map<Expr, double> &val) {
+    return any_of(e, [&](Expr k) { return k->kind != Kind::Reduce && std::isinf(eval_at(k, val)); });
+}
 
 void check_equivalent(const char *what, Expr original, Expr rewritten, RandomExpr &gen,
                       const std::vector<Expr> &atoms, Stats &stats) {
@@ -35,14 +41,24 @@ void check_equivalent(const char *what, Expr original, Expr rewritten, RandomExp
         for (Expr a : atoms) val[a] = gen.uniform(-3, 3);
         double mag, mag2;
         if (!defined_at(original, val, mag) || mag > 1e8) continue;
+        // A rewrite may split a finite product into an overflowing and an underflowing factor
+        // ((z / |z|)^e = z^e * |z|^-e): an artifact of floating point, not of the algebra.
+        if (has_infinite_subterm(rewritten, val)) continue;
         defined_at(rewritten, val, mag2);  // the rewritten form may cancel larger terms (expand)
         mag = std::max(mag, mag2);
         double want = eval_at(original, val), got = eval_at(rewritten, val);
+        double spread = 0;
+        for (Expr a : atoms)
+            for (double f : {1 - 1e-10, 1 + 1e-10}) {
+                std::map<Expr, double> moved = val;
+                moved[a] *= f;
+                double w = eval_at(original, moved);
+                if (std::isfinite(w)) spread = std::max(spread, std::fabs(w - want));
+            }
         stats.compared++;
-        ASSERT_TRUE(close(want, got, mag)) << what << " changed the value at x=" << val[atoms[0]]
-                                           << " y=" << val[atoms[1]] << " z=" << val[atoms[2]] << ":\n  "
-                                           << to_string(original) << " = " << want << "\n  "
-                                           << to_string(rewritten) << " = " << got;
+        ASSERT_TRUE(close(want, got, mag, spread))
+            << what << " changed the value at x=" << val[atoms[0]] << " y=" << val[atoms[1]] << " z=" << val[atoms[2]]
+            << ":\n  " << to_string(original) << " = " << want << "\n  " << to_string(rewritten) << " = " << got;
     }
 }
 
