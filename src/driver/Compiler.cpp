@@ -133,6 +133,24 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
     if (o.target != "interp" && o.target != "interp-f32")
         throw UserError({}, "target '" + o.target + "' is not available yet (this build has: interp)");
     bool f32 = o.f32 || o.target == "interp-f32";
+    // The interpreters hold every tensor as doubles: refuse sizes that would not fit in memory rather
+    // than be killed by it.
+    const double kMaxElements = double(1 << 27);
+    double elements = 0;
+    for (const InputDecl &in : p.inputs) {
+        double n = 1;
+        for (int64_t d : input_shape(in, sizes)) n *= static_cast<double>(d);
+        elements += n;
+    }
+    for (const TensorDef &d : p.defs) {
+        double n = 1;
+        for (int64_t e : def_shape(d, sizes)) n *= static_cast<double>(e);
+        elements += n;
+    }
+    if (elements > kMaxElements)
+        throw UserError({}, "these sizes need " + std::to_string(static_cast<long long>(elements)) +
+                                " tensor elements; the interpreters are for checking at small sizes (at most " +
+                                std::to_string(static_cast<long long>(kMaxElements)) + ")");
 
     std::map<std::string, Tensor> inputs =
         o.load_dir.empty() ? make_random_inputs(p, sizes, o.seed, parse_dist(o.dist), o.scale) : load_dir(o.load_dir, p, sizes);
