@@ -16,7 +16,10 @@ nlohmann::json member_json(const MemberAnalysis &m, int pass) {
     nlohmann::json j;
     j["name"] = m.name;
     j["op"] = reduce_name(m.op);
-    if (m.op == ReduceOp::TopK) j["k"] = m.k;
+    if (m.op == ReduceOp::TopK) {
+        if (m.k_extent && m.k_extent->is_const()) j["k"] = static_cast<int64_t>(m.k_extent->value);
+        else if (m.k_extent) j["k"] = to_string(m.k_extent);
+    }
     j["relation"] = relation_name(m.relation);
     j["exact"] = m.exact;
     j["pass"] = pass;

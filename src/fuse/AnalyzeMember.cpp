@@ -40,6 +40,7 @@ MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx) 
     m.name = def.name;
     m.op = def.body->rop;
     m.k = def.body->k;
+    if (def.is_topk()) m.k_extent = def.extents.back();
     for (const std::string &n : ctx.pass_members)
         if (mentions(def.body, n)) m.deps.push_back(n);
 

@@ -22,7 +22,8 @@ const char *relation_name(Relation r);
 struct MemberAnalysis {
     std::string name;
     ReduceOp op = ReduceOp::Sum;
-    int64_t k = 0;
+    int64_t k = 0;                     ///< top-k: k when it is a literal (0 when K is a size)
+    Expr k_extent = nullptr;           ///< top-k: the extent of the k axis (a literal or a size expression)
     Relation relation = Relation::None;
     bool exact = true;                 ///< false when a narrow rounding cast mixes x and d (brief §1.4)
     std::vector<std::string> deps;     ///< earlier members F depends on (in this pass)

@@ -32,6 +32,7 @@ struct MemberRt {
     std::vector<int64_t> extra_shape;  // extents of the vars after the row (without the top-k axis)
     int64_t extra_count = 1;
     ReduceOp sel_op;                   // the selection actually performed on the state values
+    int64_t k = 0;                     // top-k: the bound extent of the k axis (K may be a size)
 };
 
 struct State {
@@ -172,6 +173,7 @@ private:
             for (size_t i = c.n_row; i < nv; i++) m.extra_shape.push_back(eval_extent(m.def->extents[i], sizes_));
             for (int64_t e : m.extra_shape) m.extra_count *= e;
             m.sel_op = m.a->op;
+            if (m.def->is_topk()) m.k = eval_extent(m.def->extents.back(), sizes_);
             if ((m.a->relation == Relation::Monotone || m.a->relation == Relation::Additive) && !m.a->increasing)
                 m.sel_op = flip(m.a->op);
             mem.push_back(m);
@@ -370,7 +372,7 @@ private:
                         bind_axis(ev, m, j);
                         double v = ev.eval(body);
                         if (op == ReduceOp::TopK && sel && !a.increasing) v = -v;  // bottom-k of G as top-k of -G
-                        select_into(e, op, a.k, v, j);
+                        select_into(e, op, m.k, v, j);
                     }
                     break;
                 }
@@ -470,7 +472,7 @@ private:
                     for (const auto *side : {&ea, &eb}) {
                         if (!side->seen) continue;
                         if (op == ReduceOp::TopK) {
-                            for (auto &[v, i] : side->list) select_into(ec, op, a.k, v, i);
+                            for (auto &[v, i] : side->list) select_into(ec, op, m.k, v, i);
                         } else if (op == ReduceOp::Sum || op == ReduceOp::Prod) {
                             select_into(ec, op, a.k, side->acc, 0);
                         } else {
@@ -568,7 +570,7 @@ private:
                 idx.insert(idx.end(), ex.begin(), ex.end());
                 if (m.def->is_topk()) {
                     Tensor &ind = t_[m.def->index_name];
-                    for (int64_t s = 0; s < m.a->k; s++) {
+                    for (int64_t s = 0; s < m.k; s++) {
                         idx.push_back(s);
                         out.data[static_cast<size_t>(out.offset(idx.data(), idx.size()))] = finalize(st, mem, k, x, s, false);
                         ind.data[static_cast<size_t>(ind.offset(idx.data(), idx.size()))] = finalize(st, mem, k, x, s, true);

@@ -135,10 +135,11 @@ void run_topk(const TensorDef &d, const SizeBinding &sizes, std::map<std::string
     RF_INTERNAL_ASSERT(!d.vars.empty()) << "top-k definition '" << d.name << "' has no k axis";
     std::vector<int64_t> shape = def_shape(d, sizes);
     checked_numel(shape, "'" + d.name + "' (in the reference interpreter)", kMaxReferenceElements);
-    const int64_t k = red->k;
-    if (shape.back() != k)
-        internal_error("top-k '" + d.name + "': k axis has extent " + std::to_string(shape.back()) + ", k is " +
-                           std::to_string(k),
+    // K may be a size: the k axis's bound extent is the k of this run (Reduce::k is 0 then).
+    const int64_t k = shape.back();
+    if (red->k != 0 && red->k != k)
+        internal_error("top-k '" + d.name + "': k axis has extent " + std::to_string(k) + ", k is " +
+                           std::to_string(red->k),
                        __FILE__, __LINE__);
     std::vector<int64_t> red_shape;
     for (Expr e : red->extents) red_shape.push_back(eval_extent(e, sizes));

@@ -80,7 +80,8 @@ private:
                 continue;
             }
             if (!first) s += " * ";
-            s += print(f, P_MUL);
+            // A later factor that is itself a division binds tighter than it reads: P * (j / P).
+            s += print(f, first ? P_MUL : P_MUL + 1);
             first = false;
         }
         if (first) s += "1";

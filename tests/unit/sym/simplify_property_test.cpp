@@ -14,7 +14,7 @@ using namespace rf::symtest;
 
 namespace {
 
-constexpr int kExpressions = 2500;
+constexpr int kExpressions = 2500;  // RF_SEED=n in the environment reruns with another seed
 constexpr int kPoints = 6;
 
 /** |got - want| within 1e-9 relative, plus an absolute floor that scales with the largest
@@ -67,12 +67,9 @@ TEST(SimplifyProperty, PreservesValueAndIsIdempotent) {
     std::vector<Expr> atoms{sym("x"), sym("y"), sym("z")};
     RandomExpr gen(getenv("RF_SEED") ? atoi(getenv("RF_SEED")) : 12345, atoms);
     Stats stats;
-    int changed = 0;
     for (int n = 0; n < kExpressions; n++) {
         Expr e = gen.gen(1 + static_cast<int>(gen.pick(5)));
         Expr s = simplify(e);
-        if (getenv("RF_SHOW") && n < 40) printf("%s\n   -> %s\n", to_string(e).c_str(), to_string(s).c_str());
-        changed += to_string(e) != to_string(s);
         check_equivalent("simplify", e, s, gen, atoms, stats);
         if (HasFatalFailure()) return;
         clear_simplify_cache();
@@ -80,7 +77,6 @@ TEST(SimplifyProperty, PreservesValueAndIsIdempotent) {
                                   << to_string(simplify(s));
     }
     EXPECT_GT(stats.compared, kExpressions);  // most trees are defined at most points
-    if (getenv("RF_SHOW")) printf("compared %d changed %d\n", stats.compared, changed);
 }
 
 TEST(ExpandProperty, PreservesValueAndIsCanonical) {
