@@ -259,3 +259,20 @@ TEST(PlanVsReference, WorkloadsAcrossRandomTilingsAndMergeTrees) {
         }
     }
 }
+
+TEST(Verdicts, TopKWithASymbolicK) {
+    ArenaScope arena;
+    auto c = compile(R"(
+size T = 3, E = 19, K = 5
+input X[T, E] : f32
+m[t] = max(e: X[t,e])
+s[t] = sum(e: exp(X[t,e] - m[t]))
+W[t,r], I[t,r] = topk(e, K: exp(X[t,e] - m[t]) / s[t])
+output W, I
+)");
+    EXPECT_EQ(verdict(*c, "W")->relation, Relation::Monotone);
+    for (int64_t k : {1, 7, 19}) {
+        SizeBinding sizes = bind_sizes(c->program, {{"K", k}});
+        EXPECT_LE(plan_vs_reference(*c, sizes, 3), 1e-12) << "K = " << k;
+    }
+}

@@ -245,9 +245,9 @@ TEST(Golden, AttentionLiftsAndInlines) {
               "input K[B, H, N, D] : bf16\n"
               "input V[B, H, N, D] : bf16\n"
               "S.sum[b:B, h:H, i:M, j:N] = sum(d: Q[b, h, i, d] * K[b, h, j, d])\n"
-              "m[b:B, h:H, i:M] = max(j: S.sum[b, h, i, j] * 1 / sqrt(D))\n"
-              "l[b:B, h:H, i:M] = sum(j: exp(S.sum[b, h, i, j] * 1 / sqrt(D) - m[b, h, i]))\n"
-              "O.sum[b:B, h:H, i:M, e:D] = sum(j: exp(S.sum[b, h, i, j] * 1 / sqrt(D) - m[b, h, i]) * V[b, h, j, e])\n"
+              "m[b:B, h:H, i:M] = max(j: S.sum[b, h, i, j] * (1 / sqrt(D)))\n"
+              "l[b:B, h:H, i:M] = sum(j: exp(S.sum[b, h, i, j] * (1 / sqrt(D)) - m[b, h, i]))\n"
+              "O.sum[b:B, h:H, i:M, e:D] = sum(j: exp(S.sum[b, h, i, j] * (1 / sqrt(D)) - m[b, h, i]) * V[b, h, j, e])\n"
               "O[b:B, h:H, i:M, e:D] = O.sum[b, h, i, e] / l[b, h, i]\n"
               "output O : bf16\n");
 }

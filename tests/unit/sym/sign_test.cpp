@@ -227,10 +227,18 @@ TEST(Sign, IntervalContainsSampledValues) {
                 });
                 if (saturated) continue;
                 double stol = i == &iv ? 0 : 1e-12 * std::max(1.0, std::fabs(v));
-                if (i->is_positive()) ASSERT_GT(v, -stol) << where;
-                if (i->is_negative()) ASSERT_LT(v, stol) << where;
-                if (i->is_nonnegative()) ASSERT_GE(v, -stol) << where;
-                if (i->is_nonpositive()) ASSERT_LE(v, stol) << where;
+                if (i->is_positive()) {
+                    ASSERT_GT(v, -stol) << where;
+                }
+                if (i->is_negative()) {
+                    ASSERT_LT(v, stol) << where;
+                }
+                if (i->is_nonnegative()) {
+                    ASSERT_GE(v, -stol) << where;
+                }
+                if (i->is_nonpositive()) {
+                    ASSERT_LE(v, stol) << where;
+                }
             }
             checked++;
         }
