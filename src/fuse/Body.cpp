@@ -100,6 +100,7 @@ std::optional<Body> make_body(const TensorDef &def, const AnalysisContext &ctx, 
     Expr red = def.body;
     RF_INTERNAL_ASSERT(red && red->kind == Kind::Reduce) << "member " << def.name << " is not a reduction";
     for (size_t i = 0; i < red->num_axes(); i++) b.axis_vars.insert(red->axis(i));
+    b.literal = red->body();
 
     std::string unroll_reason;
     Expr F = unroll_member_reductions(red->body(), ctx.pass_members, unroll_reason);

@@ -132,7 +132,7 @@ MemberText describe_member(const MemberAnalysis &m) {
                               : s + " = " + s + "_A · " + s + "_B";
         }
         if (!m.H_def->is_const(1))
-            t.epilogue = s + " = " + s + "_state · " + (m.op == ReduceOp::Prod ? "(" + t.deferred + ")^n" : t.deferred);
+            t.epilogue = s + " = " + s + "_state · (" + t.deferred + ")" + (m.op == ReduceOp::Prod ? "^n" : "");
         break;
     }
     case Relation::Additive:

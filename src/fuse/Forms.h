@@ -19,6 +19,7 @@ namespace rf::fuse_detail {
 /** What the analysis of one body works with. */
 struct Body {
     Expr F = nullptr;               ///< simplified, nested reductions over d unrolled, d abstracted
+    Expr literal = nullptr;         ///< the body exactly as written (over member loads)
     std::set<Expr> axis_vars;       ///< the reduction's own axes (x dependence)
     std::vector<Expr> delta_syms;   ///< δ_i (Symbol vars)
     std::vector<Expr> delta_exprs;  ///< δ_i := expression over member loads

@@ -43,6 +43,10 @@ struct MemberAnalysis {
     Expr phi = nullptr;    ///< φ over the symbol u and δ
     Expr u_sym = nullptr;
     bool increasing = true;
+    /** φ in the spec's literal form (the body with its x-core replaced by u), when the core appears
+     *  there as written: evaluating it keeps the masked-row conventions (exp(-inf - -inf) = 0) that
+     *  the canonical φ loses. Null when the core only exists after simplification. */
+    Expr phi_literal = nullptr;
 
     // Polynomial (shift form): F = Σ_α D_α(x, c) (δ - c)^α exactly, for |α| <= degree.
     int degree = 0;

@@ -136,6 +136,17 @@ int monotonicity(Expr e, Expr u, const Facts &facts) {
     }
 }
 
+/** The literal body with the sub-expression that simplifies to the core replaced by u. */
+Expr literal_phi(const Body &b, Expr core, Expr u) {
+    Expr found = nullptr;
+    visit(b.literal, [&](Expr n) {
+        if (!found && depends_on_x(b, n) && simplify(n) == core) found = n;
+    });
+    if (!found) return nullptr;
+    Expr phi = substitute(b.literal, found, u);
+    return depends_on_x(b, phi) ? nullptr : phi;
+}
+
 }  // namespace
 
 bool derive_selection(const Body &b, MemberAnalysis &m, std::string &reason) {
@@ -151,6 +162,7 @@ bool derive_selection(const Body &b, MemberAnalysis &m, std::string &reason) {
         m.u_sym = u;
         m.increasing = true;
         m.H = rest;
+        m.phi_literal = literal_phi(b, core, u);
         m.relation = Relation::Additive;
         m.preconditions.push_back("F = G + H(d)");
         return true;
@@ -172,6 +184,7 @@ bool derive_selection(const Body &b, MemberAnalysis &m, std::string &reason) {
     m.Gsel = core;
     m.phi = phi;
     m.u_sym = u;
+    m.phi_literal = literal_phi(b, core, u);
     m.relation = Relation::Monotone;
     m.preconditions.push_back(std::string("dF/dG = ") + shown(dphi) + (m.increasing ? " > 0" : " < 0"));
     return true;

@@ -549,9 +549,14 @@ private:
         }
         if (!sel) return u;
         Evaluator ev(env(&st, &mem, false));
+        ev.bind(a.u_sym, u);
+        if (a.phi_literal) {
+            // φ as written keeps the masked-row conventions: exp(-inf - (-inf)) / 0 = 0, not NaN.
+            bind_point(ev, m, extra);
+            return ev.eval(a.phi_literal);
+        }
         std::vector<double> d = deltas(st, mem, k, extra, false, false);
         for (size_t i = 0; i < d.size(); i++) ev.bind(a.delta_syms[i], d[i]);
-        ev.bind(a.u_sym, u);
         return ev.eval(a.phi);
     }
 

@@ -183,3 +183,31 @@ output W, I, a, b
         EXPECT_LE(rel_diff(got.at("W"), ref.at("W")), 1e-12);
     }
 }
+
+TEST(Numerics, FullyMaskedRoutingRowsGiveZeroWeightsAndNoNaN) {
+    ArenaScope arena;
+    auto c = compile(R"(
+size T = 5, E = 13
+input X[T, E] : f32
+L[t,e] = select(t < 2, -inf, X[t,e])
+m[t] = max(e: L[t,e])
+s[t] = sum(e: exp(L[t,e] - m[t]))
+W[t,r], I[t,r] = topk(e, 3: exp(L[t,e] - m[t]) / s[t])
+p[t] = max(e: exp(L[t,e] - m[t]) / s[t])
+output W, I, p
+)");
+    SizeBinding sizes = bind_sizes(c->program, {});
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        auto inputs = make_random_inputs(c->program, sizes, seed);
+        for (bool f32 : {false, true}) {
+            auto got = run_with(*c, sizes, inputs, f32, seed);
+            for (double v : got.at("W").data) EXPECT_FALSE(std::isnan(v));
+            for (int64_t r = 0; r < 3; r++) {
+                EXPECT_EQ(got.at("W").at({0, r}), 0.0);
+                EXPECT_EQ(got.at("I").at({0, r}), r);  // all tied at -inf: the lowest indices
+            }
+            EXPECT_EQ(got.at("p").at({1}), 0.0);
+        }
+        EXPECT_LE(plan_vs_reference(*c, sizes, seed), 1e-12);
+    }
+}
