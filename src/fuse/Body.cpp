@@ -43,7 +43,7 @@ Expr unroll_member_reductions(Expr e, const std::set<std::string> &members, std:
             }
             total *= static_cast<int64_t>(ext->value);
         }
-        if (total > 64 || n->rop == ReduceOp::ArgMax || n->rop == ReduceOp::ArgMin || n->rop == ReduceOp::TopK) {
+        if (total < 1 || total > 64 || n->rop == ReduceOp::ArgMax || n->rop == ReduceOp::ArgMin || n->rop == ReduceOp::TopK) {
             reason = "it reads an earlier result inside a nested " + std::string(reduce_name(n->rop)) +
                      " that cannot be unrolled";
             return nullptr;

@@ -207,6 +207,9 @@ private:
             ExprChecker ec(*this, in.name);
             Expr e = ec.integer(*d, "a dimension", false);
             limits_.check(e, d->loc, "dimension");
+            // A constant dimension is checked here; symbolic ones when sizes are bound.
+            if (e->is_const() && e->value < 1)
+                throw UserError(d->loc, "a dimension must be at least 1, got " + to_string(e));
             in.dims.push_back(e);
         }
         Symbol sym(SymKind::Input, in.loc);

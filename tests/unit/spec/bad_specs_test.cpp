@@ -76,6 +76,8 @@ std::vector<BadCase> cases() {
          "size N, M, D\ninput K[N, D]\ninput V[M, D]\nO[e] = sum(j: K[j, e] * V[j, e])\noutput O\n", 4, 27,
          "extent mismatch: 'j' indexes K dimension 1 (extent N) and V dimension 1 (extent M)"},
         {"wrong_index_count", P + "Y[i] = X[i, i]\noutput Y\n", 3, 8, "'X' has 1 dimension(s) but 2 index(es)"},
+        {"zero_dimension", "size R = 3\ninput X[R, 0] : f32\nY[r] = sum(c: X[r, c])\noutput Y\n", 2, 12,
+         "a dimension must be at least 1"},
         {"unused_axis", P2 + "Y[r] = sum(c: X[r, 0])\noutput Y\n", 3, 12, "reduction axis 'c' is not used in the body"},
         {"axis_extent_unknown", P2 + "Y[r] = sum(c: X[r, c + 0])\noutput Y\n", 3, 12,
          "cannot infer the extent of reduction axis 'c'"},
