@@ -156,7 +156,7 @@ MemberText describe_member(const MemberAnalysis &m) {
         for (size_t k = 0; k < m.alphas.size(); k++) {
             std::string idx;
             for (int a : m.alphas[k]) idx += std::to_string(a);
-            t.basis.push_back("S_" + idx + " = Σ_j " + text(restore_deltas(m, m.basis[k])));
+            t.basis.push_back("S_" + idx + " = Σ " + text(restore_deltas(m, m.basis[k])));
         }
         std::string ds;
         for (size_t i = 0; i < m.delta_exprs.size(); i++) ds += (i ? ", " : "") + text(m.delta_exprs[i]);
