@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "fuse/Forms.h"
+#include "sym/Expand.h"
 #include "sym/Simplify.h"
 #include "support/Error.h"
 
@@ -48,7 +49,8 @@ bool split(const Body &b, Expr e, Split &out, std::string &reason) {
         }
         if (e->func == Func::exp) {
             // exp(a + b) = exp(a) · exp(b): every term of the argument must be x-only or δ-only.
-            Expr arg = e->args[0];
+            // Canonical forms may keep a sum inside a product (c · (m - X) / t); distribute it first.
+            Expr arg = e->args[0]->kind == Kind::Add ? e->args[0] : expand(e->args[0]);
             std::vector<Expr> terms = arg->kind == Kind::Add ? arg->args : std::vector<Expr>{arg};
             std::vector<Expr> xs, ds;
             for (Expr t : terms) {

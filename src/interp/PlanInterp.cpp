@@ -279,8 +279,10 @@ private:
         return d;
     }
 
-    double alpha(const MemberRt &m, const std::vector<double> &now, const std::vector<double> &old) {
+    /** α(δ_now, δ_old) at an extra point (α may read inputs at the row, e.g. a temperature t[r]). */
+    double alpha(const MemberRt &m, int64_t extra, const std::vector<double> &now, const std::vector<double> &old) {
         Evaluator ev(env(nullptr, nullptr, false));
+        bind_point(ev, m, extra);
         for (size_t i = 0; i < now.size(); i++) {
             ev.bind(m.a->delta_syms[i], now[i]);
             ev.bind(m.a->old_syms[i], old[i]);
@@ -381,7 +383,7 @@ private:
                     // A zero sum stays zero under any rescale; skipping it avoids 0 · inf when the old δ
                     // was degenerate (a running scale of 0).
                     if (e.seen && d != e.tag && !(a.op == ReduceOp::Sum && e.acc == 0)) {
-                        double al = alpha(m, d, e.tag);
+                        double al = alpha(m, x, d, e.tag);
                         e.acc = rnd(e.acc * (a.op == ReduceOp::Prod ? std::pow(al, static_cast<double>(n_old)) : al));
                     }
                     for (size_t i = 0; i < d.size(); i++) ev.bind(a.delta_syms[i], d[i]);
@@ -432,7 +434,7 @@ private:
                         if (!side->seen) continue;
                         double v = side->acc;
                         if (side->tag != d && !(!prod && v == 0)) {
-                            double al = alpha(m, d, side->tag);
+                            double al = alpha(m, x, d, side->tag);
                             v = rnd(v * (prod ? std::pow(al, static_cast<double>(n_side)) : al));
                         }
                         acc = prod ? rnd(acc * v) : rnd(acc + v);
@@ -517,10 +519,11 @@ private:
             double s = e.acc;
             double n = static_cast<double>(st.n);
             if (safe != e.tag) {
-                double al = alpha(m, safe, e.tag);
+                double al = alpha(m, extra, safe, e.tag);
                 s = rnd(s * (a.op == ReduceOp::Prod ? std::pow(al, n) : al));
             }
             Evaluator ev(env(nullptr, nullptr, false));
+            bind_point(ev, m, extra);
             for (size_t i = 0; i < raw.size(); i++) ev.bind(a.delta_syms[i], raw[i]);
             double hdef = ev.eval(a.H_def);
             return rnd(s * (a.op == ReduceOp::Prod ? std::pow(hdef, n) : hdef));
