@@ -4,6 +4,7 @@
  */
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct ChainPlan {
     std::string strategy_reason;
     int segments = 1;
     std::string note;
+    std::set<std::string> split_reasons;  ///< why members moved to later passes: unfusible, rounding, off_row
 };
 
 struct NotFused {

@@ -152,15 +152,15 @@ void choose_strategy(ChainPlan &c, const Program &p, const PlanOptions &o) {
     }
     if (c.passes.size() > 1) {
         c.fused = false;
-        bool rounding_only = true;
-        for (const MemberAnalysis &m : c.verdicts)
-            if (m.relation == Relation::None) rounding_only = false;
+        bool rounding_only = c.split_reasons.size() == 1 && c.split_reasons.count("rounding");
         c.strategy = rounding_only ? "exact_prepass" : "multi_pass";
         c.strategy_reason = rounding_only
                                 ? "a rounding cast mixes the data and an earlier result: the exact plan computes that "
                                   "result first (a cheap extra read of the row) and applies it inside the second pass; "
                                   "--approx fuses with the running value instead"
-                                : "some member fits no fusible form; it runs in a later pass over the data";
+                                : c.split_reasons.count("unfusible")
+                                      ? "some member fits no fusible form; it runs in a later pass over the data"
+                                      : "some member reads an earlier result outside its row; it runs in a later pass";
         return;
     }
     c.fused = true;
@@ -267,9 +267,21 @@ Plan make_plan(const Program &p, const PlanOptions &opts) {
         for (size_t k : idx) {
             const TensorDef &d = *reds[k].def;
             c.members.push_back(d.name);
+            // A member read at the row can share its pass (its running value is the d of the algebra);
+            // a member read anywhere else (another row, or along the axis) must be final first.
             int pass = 0;
-            for (size_t m = 0; m + 1 <= c.pass_of.size(); m++)
-                if (reads(d, *p.find_def(c.members[m]))) pass = std::max(pass, c.pass_of[m]);
+            std::string off_row;  // an earlier member read outside the row forces a later pass
+            const RedInfo &self = reds[k];
+            for (size_t m = 0; m + 1 <= c.pass_of.size(); m++) {
+                const TensorDef &dep = *p.find_def(c.members[m]);
+                if (!reads(d, dep)) continue;
+                const RedInfo *dep_info = nullptr;
+                for (const RedInfo &r : reds)
+                    if (r.def == &dep) dep_info = &r;
+                bool at_row = dep_info && data_connected(*dep_info, self, c.n_row);
+                if (!at_row && off_row.empty()) off_row = dep.name;
+                pass = std::max(pass, c.pass_of[m] + (at_row ? 0 : 1));
+            }
             auto members_in = [&](int ps) {
                 std::set<std::string> s;
                 for (size_t m = 0; m < c.pass_of.size(); m++)
@@ -297,8 +309,16 @@ Plan make_plan(const Program &p, const PlanOptions &opts) {
                 ctx.pass_members = members_in(pass);
                 exec = analyze_member(d, ctx);
             }
-            if (verdict.relation == Relation::None)
+            if (verdict.relation == Relation::None) {
                 plan.not_fused.push_back({d.name, verdict.reason, verdict.counterexample});
+                c.split_reasons.insert("unfusible");
+            } else if (!off_row.empty()) {
+                plan.not_fused.push_back({d.name, "it reads " + off_row + " outside its own row (another row or along the "
+                                          "axis), so it needs the final values of " + off_row + " and runs in a later pass", ""});
+                c.split_reasons.insert("off_row");
+            } else if (move) {
+                c.split_reasons.insert("rounding");
+            }
             c.pass_of.push_back(pass);
             c.verdicts.push_back(verdict);
             if (static_cast<int>(c.passes.size()) <= pass) c.passes.resize(pass + 1);

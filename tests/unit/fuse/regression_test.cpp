@@ -19,3 +19,25 @@ output I
 )";
     EXPECT_THROW(test::compile(src), UserError);
 }
+
+TEST(FuzzRegression, AMemberReadOutsideItsRowRunsInALaterPass) {
+    // l reads m[b,h,j] — m of other rows, along l's own axis — so it cannot share m's pass.
+    ArenaScope arena;
+    auto c = test::compile(R"(
+size B = 2, H = 3, N = 11, D = 5
+input Q[B, H, N, D] : bf16
+input K[B, H, N, D] : bf16
+input V[B, H, N, D] : bf16
+S[b,h,i,j] = select(j <= i, sum(d: Q[b,h,i,d] * K[b,h,j,d]), -inf)
+m[b,h,i]   = max(j: S[b,h,i,j])
+l[b,h,i]   = sum(j: exp(S[b,h,i,j] - m[b,h,j]))
+O[b,h,i,e] = sum(j: exp(S[b,h,i,j] - m[b,h,i]) * V[b,h,j,e]) / l[b,h,i]
+output O : bf16
+)");
+    const ChainPlan *ch = test::chain_of(*c, "l");
+    ASSERT_TRUE(ch);
+    EXPECT_EQ(ch->strategy, "multi_pass");
+    EXPECT_EQ(ch->pass_of[1], 1);
+    SizeBinding sizes = bind_sizes(c->program, {});
+    for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
+}
