@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "interp/Reference.h"
 #include "ir/Eval.h"
@@ -129,7 +130,7 @@ private:
             return static_cast<double>(it->second);
         };
         e.load_value = [this, st, mem, estimate](Expr l, const int64_t *idx) -> double {
-            if (st && mem) {
+            if (st && mem && !final_mode_) {
                 for (size_t k = 0; k < mem->size(); k++) {
                     const MemberRt &m = (*mem)[k];
                     bool values = l->name == m.def->name, indices = m.def->is_topk() && l->name == m.def->index_name;
@@ -563,10 +564,32 @@ private:
         return ev.eval(a.phi);
     }
 
+    /** Writes the final values of a row, member by member; later members read earlier ones from the
+     *  tensors just written. A member whose final δ is not finite (a max over a fully masked row, a
+     *  product that overflowed) cannot be finalized from its state — H(δ) is 0 or infinite there —
+     *  so that row of it is recomputed literally (a rare second pass), and so is every member of the
+     *  pass that reads it. */
     void write_outputs(const State &st, const std::vector<MemberRt> &mem) {
+        final_mode_ = true;
+        std::set<std::string> literal;
         for (size_t k = 0; k < mem.size(); k++) {
             const MemberRt &m = mem[k];
             Tensor &out = t_[m.def->name];
+            bool relit = false;
+            for (const std::string &d : m.a->deps) relit |= literal.count(d) > 0;
+            if (!relit && (m.a->relation == Relation::Multiplicative || m.a->relation == Relation::Polynomial)) {
+                for (int64_t x = 0; x < m.extra_count && !relit; x++)
+                    for (double v : deltas(st, mem, k, x, false, false)) relit |= !std::isfinite(v);
+            }
+            if (relit && !m.def->is_topk()) {
+                literal.insert(m.def->name);
+                for (int64_t x = 0; x < m.extra_count; x++) {
+                    Evaluator ev(env(nullptr, nullptr, false));
+                    bind_point(ev, m, x);
+                    out.data[static_cast<size_t>(flat_offset(out, m, x))] = ev.eval(m.def->body);
+                }
+                continue;
+            }
             for (int64_t x = 0; x < m.extra_count; x++) {
                 std::vector<int64_t> idx(row_);
                 int64_t rem = x;
@@ -589,7 +612,21 @@ private:
                 }
             }
         }
+        final_mode_ = false;
     }
+
+    int64_t flat_offset(const Tensor &out, const MemberRt &m, int64_t x) {
+        std::vector<int64_t> idx(row_);
+        std::vector<int64_t> ex(m.extra_shape.size());
+        for (size_t i = m.extra_shape.size(); i-- > 0;) {
+            ex[i] = x % m.extra_shape[i];
+            x /= m.extra_shape[i];
+        }
+        idx.insert(idx.end(), ex.begin(), ex.end());
+        return out.offset(idx.data(), idx.size());
+    }
+
+    bool final_mode_ = false;  // while writing a row's outputs, members are read from the tensors
 
     const Plan &plan_;
     const Program &p_;

@@ -41,3 +41,21 @@ output O : bf16
     SizeBinding sizes = bind_sizes(c->program, {});
     for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
 }
+
+TEST(FuzzRegression, ANonFiniteFinalDIsRecomputedLiterally) {
+    // m = prod over a masked row is ±inf or 0·inf: H = exp(-m) cannot finalize l from its state.
+    ArenaScope arena;
+    auto c = test::compile(R"(
+size B = 9, H = 3, N = 11, D = 5
+input Q[B, H, N, D] : bf16
+input K[B, H, N, D] : bf16
+input V[B, H, N, D] : bf16
+S[b,h,i,j] = select(j <= i, sum(d: Q[b,h,i,d] * K[b,h,j,d]) / sqrt(D), -inf)
+m[b,h,i]   = prod(j: S[b,h,i,j])
+l[b,h,i]   = sum(j: exp(S[b,h,i,j] - m[b,h,i]))
+O[b,h,i,e] = sum(j: exp(S[b,h,i,j] - m[b,h,i]) + V[b,h,j,e]) / l[b,h,i]
+output O : bf16
+)");
+    SizeBinding sizes = bind_sizes(c->program, {});
+    for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
+}

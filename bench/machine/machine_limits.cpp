@@ -1,0 +1,425 @@
+// machine_limits: measures the limits that the benchmark reports every result against (brief §6):
+// sustained memory bandwidth and peak arithmetic rates, with all cores and with one core.
+// Prints one JSON object on stdout; progress goes to stderr.
+//
+// Build (scripts/bench.sh does this):
+//   g++ -std=c++17 -O3 -march=native -fopenmp bench/machine/machine_limits.cpp -o machine_limits
+// Usage: machine_limits [--quick] [--mb N] [--reps N] [--threads N]
+//
+// Method
+// ------
+// Memory bandwidth (STREAM-like). Three float32 arrays a, b, c of `array_bytes` each, at least 4x the
+// last-level cache (so nothing is served from cache) and at least 256 MiB. The arrays are initialized
+// in parallel with the same static OpenMP schedule as the kernels (first touch puts every page next to
+// the thread that streams it). Kernels, as in STREAM:
+//   copy  c = a            counted bytes 2 * 4 per element
+//   scale b = s * c        2 * 4
+//   add   c = a + b        3 * 4
+//   triad a = b + s * c    3 * 4
+//   read  sum += a         1 * 4  (not in STREAM; a pure read stream, what a reduction does)
+// Bytes are counted the STREAM way: the write-allocate read of a destination line is NOT counted, so
+// the kernels that store understate the traffic that really moves (by up to 1/2 for copy/scale, 1/3
+// for add/triad) unless the compiler emits non-temporal stores. Each kernel runs `reps` times; the
+// best (shortest) time is kept, as STREAM does. "all_cores" uses every OpenMP thread, "one_core" one.
+// limits.mem_GBps is the largest of the all-core figures: the most the machine was seen to sustain,
+// so a fraction against it is conservative.
+//
+// Peak FP32 FMA rate. Every thread runs a register-blocked loop of independent FMA chains
+// (acc[i] = acc[i] * x + y) with the widest vector ISA present: AVX-512 (16 lanes, 12 chains) when
+// the CPU has AVX512F, AVX2+FMA (8 lanes, 12 chains) otherwise; enough chains to cover the FMA latency
+// times the number of FMA pipes on current x86 cores (latency 4, 2 pipes -> >= 8). x and y come from
+// volatile memory so the compiler cannot fold the chains. FLOPs = 2 per lane per FMA. The threads
+// start together after a barrier; the time is the wall time of the whole team; best of `reps`.
+// The AVX2 rate is also reported when AVX-512 is present (on some cores AVX-512 runs at half rate or
+// lowers the clock, and a kernel may reach only the AVX2 figure).
+//
+// bf16 dot rate (AVX512_BF16, vdpbf16ps): each instruction does 16 lanes x 2 products + 2 adds
+// = 64 FLOP. int8 dot rate (AVX512_VNNI, vpdpbusd): 16 lanes x 4 u8*s8 products + 4 adds = 128 OP.
+// Both use the same register blocking; they are skipped (null) when the CPU lacks the extension.
+// Each function is compiled with a target attribute, so the file builds on any x86-64 compiler and
+// the ISA is chosen at run time (cpuid via __builtin_cpu_supports).
+#include <immintrin.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Options {
+  bool quick = false;
+  long mb = 0;  // per-array MiB; 0 = auto
+  int reps = 0;
+  int threads = 0;
+};
+
+std::string read_first_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  if (f) std::getline(f, s);
+  return s;
+}
+
+// Size strings in sysfs look like "32768K".
+long parse_size(const std::string& s) {
+  if (s.empty()) return 0;
+  char* end = nullptr;
+  long v = std::strtol(s.c_str(), &end, 10);
+  if (end && (*end == 'K' || *end == 'k')) v *= 1024;
+  else if (end && (*end == 'M' || *end == 'm')) v *= 1024 * 1024;
+  return v;
+}
+
+// Last-level cache as the kernel exposes it to this machine (sysfs), else sysconf.
+long cache_size(int level, long* sysconf_value) {
+  long best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::string lvl = read_first_line(dir + "level");
+    if (lvl.empty()) break;
+    std::string type = read_first_line(dir + "type");
+    if (std::atoi(lvl.c_str()) == level && type != "Instruction") best = parse_size(read_first_line(dir + "size"));
+  }
+  long sc = 0;
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+  if (level == 1) sc = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+  if (level == 2) sc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (level == 3) sc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+  if (sysconf_value) *sysconf_value = sc > 0 ? sc : 0;
+  return best > 0 ? best : (sc > 0 ? sc : 0);
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) return line.substr(p + 2);
+    }
+  }
+  return "unknown";
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    o += c;
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------- memory bandwidth
+struct Bandwidth {
+  double copy = 0, scale = 0, add = 0, triad = 0, read = 0;  // GB/s (1e9 bytes)
+};
+
+volatile float g_sink = 0;
+
+Bandwidth stream(float* a, float* b, float* c, long n, int threads, int reps) {
+  const float s = 3.0f;
+  double tbest[5];
+  for (double& t : tbest) t = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = now();
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long i = 0; i < n; ++i) c[i] = a[i];
+    double t1 = now();
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long i = 0; i < n; ++i) b[i] = s * c[i];
+    double t2 = now();
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long i = 0; i < n; ++i) c[i] = a[i] + b[i];
+    double t3 = now();
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+    double t4 = now();
+    // The read kernel keeps 64 partial sums per thread (4 AVX-512 or 8 AVX2 registers) so that it is
+    // limited by memory, not by the latency of one chain of float adds (n is a multiple of 64).
+    float sum = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sum)
+    {
+      float part[64] = {0};
+#pragma omp for schedule(static)
+      for (long i = 0; i < n; i += 64) {
+#pragma omp simd
+        for (int j = 0; j < 64; ++j) part[j] += a[i + j];
+      }
+      for (int j = 0; j < 64; ++j) sum += part[j];
+    }
+    double t5 = now();
+    g_sink = sum;
+    double ts[5] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4};
+    for (int k = 0; k < 5; ++k) tbest[k] = std::min(tbest[k], ts[k]);
+  }
+  const double e = 4.0 * static_cast<double>(n);
+  Bandwidth bw;
+  bw.copy = 2 * e / tbest[0] / 1e9;
+  bw.scale = 2 * e / tbest[1] / 1e9;
+  bw.add = 3 * e / tbest[2] / 1e9;
+  bw.triad = 3 * e / tbest[3] / 1e9;
+  bw.read = 1 * e / tbest[4] / 1e9;
+  return bw;
+}
+
+// ---------------------------------------------------------------- compute peaks
+// Each kernel returns the operations one thread performed; they run `iters` iterations of NACC
+// independent chains. The result is written to a sink so the loop cannot be removed.
+volatile float g_x = 0.999999f, g_y = 1e-7f;
+volatile int g_isink = 0;
+constexpr int NACC = 12;
+
+__attribute__((target("avx512f"))) double fma_avx512(long iters) {
+  __m512 x = _mm512_set1_ps(g_x), y = _mm512_set1_ps(g_y);
+  __m512 acc[NACC];
+  for (int i = 0; i < NACC; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < NACC; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < NACC; ++i) s = _mm512_add_ps(s, acc[i]);
+  float t[16];
+  _mm512_storeu_ps(t, s);
+  g_sink = t[0] + t[15];
+  return static_cast<double>(iters) * NACC * 16 * 2;
+}
+
+__attribute__((target("avx2,fma"))) double fma_avx2(long iters) {
+  __m256 x = _mm256_set1_ps(g_x), y = _mm256_set1_ps(g_y);
+  __m256 acc[NACC];
+  for (int i = 0; i < NACC; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < NACC; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < NACC; ++i) s = _mm256_add_ps(s, acc[i]);
+  float t[8];
+  _mm256_storeu_ps(t, s);
+  g_sink = t[0] + t[7];
+  return static_cast<double>(iters) * NACC * 8 * 2;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) double dot_bf16(long iters) {
+  // The bf16 operands: 32 pairs of bf16 per register, built from float so that no constant folds.
+  __m512 xf = _mm512_set1_ps(g_x), yf = _mm512_set1_ps(g_y);
+  __m512bh a = _mm512_cvtne2ps_pbh(xf, xf), b = _mm512_cvtne2ps_pbh(yf, yf);
+  __m512 acc[NACC];
+  for (int i = 0; i < NACC; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < NACC; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < NACC; ++i) s = _mm512_add_ps(s, acc[i]);
+  float t[16];
+  _mm512_storeu_ps(t, s);
+  g_sink = t[0] + t[15];
+  return static_cast<double>(iters) * NACC * 64;
+}
+
+__attribute__((target("avx512f,avx512vnni"))) double dot_int8(long iters) {
+  __m512i a = _mm512_set1_epi8(static_cast<char>(g_isink + 3));
+  __m512i b = _mm512_set1_epi8(static_cast<char>(g_isink - 2));
+  __m512i acc[NACC];
+  for (int i = 0; i < NACC; ++i) acc[i] = _mm512_set1_epi32(i);
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < NACC; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < NACC; ++i) s = _mm512_add_epi32(s, acc[i]);
+  int t[16];
+  _mm512_storeu_si512(t, s);
+  g_isink = t[0] + t[15];
+  return static_cast<double>(iters) * NACC * 128;
+}
+
+using Kernel = double (*)(long);
+
+// Runs `k` on `threads` threads for about `seconds`; best of `reps`; returns G-ops per second.
+double peak(Kernel k, int threads, int reps, double seconds) {
+  // Calibrate the iteration count on one thread.
+  long iters = 1 << 16;
+  for (;;) {
+    double t0 = now();
+    k(iters);
+    double t = now() - t0;
+    if (t > seconds / 4 || iters > (1L << 40)) {
+      iters = static_cast<long>(static_cast<double>(iters) * seconds / std::max(t, 1e-6));
+      break;
+    }
+    iters *= 4;
+  }
+  iters = std::max(iters, 1L << 16);
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    double ops = 0, t0 = 0, t1 = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : ops)
+    {
+#pragma omp barrier
+#pragma omp master
+      t0 = now();
+      ops += k(iters);
+#pragma omp barrier
+#pragma omp master
+      t1 = now();
+    }
+    best = std::max(best, ops / (t1 - t0) / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") opt.quick = true;
+    else if (a == "--mb" && i + 1 < argc) opt.mb = std::atol(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) opt.reps = std::atoi(argv[++i]);
+    else if (a == "--threads" && i + 1 < argc) opt.threads = std::atoi(argv[++i]);
+    else if (a == "--help" || a == "-h") {
+      std::printf("usage: machine_limits [--quick] [--mb N] [--reps N] [--threads N]\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "machine_limits: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  __builtin_cpu_init();
+  const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool has_avx512 = __builtin_cpu_supports("avx512f");
+  const bool has_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16");
+  const bool has_vnni = has_avx512 && __builtin_cpu_supports("avx512vnni");
+  bool has_amx = false;
+  {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("flags", 0) == 0) {
+        has_amx = line.find(" amx_tile") != std::string::npos;
+        break;
+      }
+  }
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  const int reps = opt.reps > 0 ? opt.reps : (opt.quick ? 3 : 10);
+  const double seconds = opt.quick ? 0.05 : 0.25;
+
+  long l3_sysconf = 0;
+  const long l1 = cache_size(1, nullptr), l2 = cache_size(2, nullptr), l3 = cache_size(3, &l3_sysconf);
+  long bytes = opt.mb > 0 ? opt.mb * 1024L * 1024L
+                          : std::min(std::max(4 * l3, 256L << 20), 1024L << 20);
+  if (opt.quick && opt.mb <= 0) bytes = std::max(4 * l3, 128L << 20);
+  const long n = bytes / 4 / 64 * 64;
+  bytes = n * 4;
+
+  std::fprintf(stderr, "machine_limits: %d threads, arrays of %ld MiB, %d reps\n", threads, bytes >> 20, reps);
+  float* a = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * 4));
+  float* b = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * 4));
+  float* c = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * 4));
+  if (!a || !b || !c) {
+    std::fprintf(stderr, "machine_limits: out of memory for %ld MiB arrays\n", bytes >> 20);
+    return 1;
+  }
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (long i = 0; i < n; ++i) {
+    a[i] = 1.0f;
+    b[i] = 2.0f;
+    c[i] = 0.0f;
+  }
+  Bandwidth bw_all = stream(a, b, c, n, threads, reps);
+  Bandwidth bw_one = stream(a, b, c, n, 1, std::max(2, reps / 2));
+  std::free(a);
+  std::free(b);
+  std::free(c);
+
+  Kernel fma = has_avx512 ? fma_avx512 : (has_avx2 ? fma_avx2 : nullptr);
+  const char* fma_isa = has_avx512 ? "avx512" : (has_avx2 ? "avx2" : "none");
+  double fma_all = 0, fma_one = 0, avx2_all = 0, avx2_one = 0;
+  if (fma) {
+    std::fprintf(stderr, "machine_limits: fp32 FMA (%s)\n", fma_isa);
+    fma_all = peak(fma, threads, reps, seconds);
+    fma_one = peak(fma, 1, reps, seconds);
+  }
+  if (has_avx512 && has_avx2) {
+    avx2_all = peak(fma_avx2, threads, reps, seconds);
+    avx2_one = peak(fma_avx2, 1, reps, seconds);
+  }
+  double bf16_all = 0, bf16_one = 0, i8_all = 0, i8_one = 0;
+  if (has_bf16) {
+    std::fprintf(stderr, "machine_limits: bf16 dot\n");
+    bf16_all = peak(dot_bf16, threads, reps, seconds);
+    bf16_one = peak(dot_bf16, 1, reps, seconds);
+  }
+  if (has_vnni) {
+    std::fprintf(stderr, "machine_limits: int8 dot\n");
+    i8_all = peak(dot_int8, threads, reps, seconds);
+    i8_one = peak(dot_int8, 1, reps, seconds);
+  }
+  const double fp32_peak = std::max(fma_all, avx2_all);
+  const double mem_peak = std::max({bw_all.copy, bw_all.scale, bw_all.add, bw_all.triad, bw_all.read});
+
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  auto bwj = [](const Bandwidth& b) {
+    char s[256];
+    std::snprintf(s, sizeof s,
+                  "{\"copy\": %.2f, \"scale\": %.2f, \"add\": %.2f, \"triad\": %.2f, \"read\": %.2f}",
+                  b.copy, b.scale, b.add, b.triad, b.read);
+    return std::string(s);
+  };
+  auto opt_num = [](bool present, double v) {
+    if (!present) return std::string("null");
+    char s[64];
+    std::snprintf(s, sizeof s, "%.1f", v);
+    return std::string(s);
+  };
+  std::printf("{\n");
+  std::printf("  \"tool\": \"machine_limits\",\n");
+  std::printf("  \"host\": \"%s\",\n", json_escape(host).c_str());
+  std::printf("  \"cpu\": \"%s\",\n", json_escape(cpu_model()).c_str());
+  std::printf("  \"threads\": %d,\n", threads);
+  std::printf("  \"compiler\": \"%s\",\n", json_escape(__VERSION__).c_str());
+  std::printf("  \"quick\": %s,\n", opt.quick ? "true" : "false");
+  std::printf("  \"isa\": {\"avx2_fma\": %s, \"avx512f\": %s, \"avx512_bf16\": %s, \"avx512_vnni\": %s, \"amx_tile\": %s},\n",
+              has_avx2 ? "true" : "false", has_avx512 ? "true" : "false", has_bf16 ? "true" : "false",
+              has_vnni ? "true" : "false", has_amx ? "true" : "false");
+  std::printf("  \"caches_bytes\": {\"l1d\": %ld, \"l2\": %ld, \"l3\": %ld, \"l3_sysconf\": %ld},\n", l1, l2, l3, l3_sysconf);
+  std::printf("  \"bandwidth_GBps\": {\n");
+  std::printf("    \"array_bytes\": %ld, \"reps\": %d, \"convention\": \"STREAM: write-allocate reads not counted\",\n", bytes, reps);
+  std::printf("    \"all_cores\": %s,\n", bwj(bw_all).c_str());
+  std::printf("    \"one_core\": %s\n", bwj(bw_one).c_str());
+  std::printf("  },\n");
+  std::printf("  \"fp32_fma_GFLOPs\": {\"isa\": \"%s\", \"all_cores\": %.1f, \"one_core\": %.1f, \"avx2_all_cores\": %s, \"avx2_one_core\": %s},\n",
+              fma_isa, fma_all, fma_one, opt_num(has_avx512 && has_avx2, avx2_all).c_str(),
+              opt_num(has_avx512 && has_avx2, avx2_one).c_str());
+  std::printf("  \"bf16_dot_GFLOPs\": %s,\n",
+              has_bf16 ? ("{\"all_cores\": " + opt_num(true, bf16_all) + ", \"one_core\": " + opt_num(true, bf16_one) + "}").c_str() : "null");
+  std::printf("  \"int8_dot_GOPs\": %s,\n",
+              has_vnni ? ("{\"all_cores\": " + opt_num(true, i8_all) + ", \"one_core\": " + opt_num(true, i8_one) + "}").c_str() : "null");
+  std::printf("  \"limits\": {\"mem_GBps\": %.2f, \"mem_GBps_one_core\": %.2f, \"fp32_GFLOPs\": %.1f, \"bf16_GFLOPs\": %s, \"int8_GOPs\": %s}\n",
+              mem_peak,
+              std::max({bw_one.copy, bw_one.scale, bw_one.add, bw_one.triad, bw_one.read}), fp32_peak,
+              opt_num(has_bf16, bf16_all).c_str(), opt_num(has_vnni, i8_all).c_str());
+  std::printf("}\n");
+  return 0;
+}

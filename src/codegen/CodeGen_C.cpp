@@ -1,0 +1,234 @@
+/** \file CodeGen_C.cpp
+ * The expression printer of CodeGen_C.h. Nested reductions become immediately invoked lambdas with
+ * their own loops, so any expression of the language prints as one C++ expression.
+ */
+#include "codegen/CodeGen_C.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <unordered_map>
+
+#include "support/Error.h"
+
+namespace rf {
+
+std::string c_identifier(const std::string &name, const std::string &prefix) {
+    std::string out = prefix;
+    for (unsigned char ch : name) {
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_') {
+            out += static_cast<char>(ch);
+        } else {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "_x%02x", ch);
+            out += buf;
+        }
+    }
+    return out;
+}
+
+std::string c_real_literal(double v, const std::string &real) {
+    if (std::isnan(v)) return "std::numeric_limits<" + real + ">::quiet_NaN()";
+    if (std::isinf(v)) return std::string(v < 0 ? "-" : "") + "std::numeric_limits<" + real + ">::infinity()";
+    char buf[64];
+    auto res = std::to_chars(buf, buf + sizeof buf, v);
+    std::string s(buf, res.ptr);
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    return "(" + real + ")" + s;
+}
+
+namespace {
+
+class Printer {
+public:
+    explicit Printer(const CEmitContext &ctx) : ctx_(ctx) {}
+
+    std::string print(Expr e) {
+        switch (e->stype) {
+        case SType::Int: return integer(e);
+        case SType::Bool: return boolean(e);
+        default: return real(e);
+        }
+    }
+
+private:
+    const std::string &R() const { return ctx_.real; }
+
+    /** A real-typed operand: Int sub-expressions are converted. */
+    std::string as_real(Expr e) { return e->stype == SType::Real ? real(e) : "((" + R() + ")(" + print(e) + "))"; }
+    std::string as_int(Expr e) { return e->stype == SType::Int ? integer(e) : "((int64_t)(" + print(e) + "))"; }
+
+    std::string var(Expr e) {
+        auto it = bound_.find(e);
+        if (it != bound_.end()) return it->second;
+        RF_INTERNAL_ASSERT(ctx_.var) << "no name for variable " << e->name;
+        return ctx_.var(e);
+    }
+
+    std::string load(Expr e) {
+        std::vector<std::string> idx;
+        for (Expr a : e->args) idx.push_back(as_int(a));
+        RF_INTERNAL_ASSERT(ctx_.load) << "no addressing for tensor " << e->name;
+        std::string text = ctx_.load(e, idx);
+        return e->stype == SType::Int ? "((int64_t)(" + text + "))" : "((" + R() + ")(" + text + "))";
+    }
+
+    std::string integer(Expr e) {
+        const auto &a = e->args;
+        switch (e->kind) {
+        case Kind::Const: return "(int64_t)" + std::to_string(static_cast<long long>(e->value));
+        case Kind::Var: return "((int64_t)" + var(e) + ")";
+        case Kind::Load: return load(e);
+        case Kind::Add: case Kind::Mul: {
+            std::string op = e->kind == Kind::Add ? " + " : " * ";
+            std::string s = "(" + as_int(a[0]);
+            for (size_t i = 1; i < a.size(); i++) s += op + as_int(a[i]);
+            return s + ")";
+        }
+        case Kind::Sub: return "(" + as_int(a[0]) + " - " + as_int(a[1]) + ")";
+        case Kind::Neg: return "(-" + as_int(a[0]) + ")";
+        case Kind::IDiv: return "rfk::floordiv(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
+        case Kind::Mod: return "rfk::mod(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
+        case Kind::Min: return "std::min<int64_t>(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
+        case Kind::Max: return "std::max<int64_t>(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
+        case Kind::Select: return "(" + boolean(a[0]) + " ? " + as_int(a[1]) + " : " + as_int(a[2]) + ")";
+        case Kind::Cast: return "((int64_t)rfk::cast_" + std::string(dtype_name(e->dtype)) + "(" + as_double(a[0]) + "))";
+        case Kind::Reduce: return reduce(e);
+        default: return "((int64_t)(" + real(e) + "))";
+        }
+    }
+
+    std::string as_double(Expr e) { return "((double)(" + print(e) + "))"; }
+
+    std::string boolean(Expr e) {
+        const auto &a = e->args;
+        switch (e->kind) {
+        case Kind::Const: return e->value != 0 ? "true" : "false";
+        case Kind::Cmp: {
+            // Compare in the wider of the operand types: Int with Int stays exact.
+            bool ints = a[0]->stype == SType::Int && a[1]->stype == SType::Int;
+            std::string x = ints ? as_int(a[0]) : as_real(a[0]), y = ints ? as_int(a[1]) : as_real(a[1]);
+            return "(" + x + " " + cmp_name(e->cmp) + " " + y + ")";
+        }
+        case Kind::And: return "(" + boolean(a[0]) + " && " + boolean(a[1]) + ")";
+        case Kind::Or: return "(" + boolean(a[0]) + " || " + boolean(a[1]) + ")";
+        case Kind::Not: return "(!" + boolean(a[0]) + ")";
+        case Kind::Select: return "(" + boolean(a[0]) + " ? " + boolean(a[1]) + " : " + boolean(a[2]) + ")";
+        default: return "(" + print(e) + " != 0)";
+        }
+    }
+
+    std::string real(Expr e) {
+        const auto &a = e->args;
+        switch (e->kind) {
+        case Kind::Const: return c_real_literal(e->value, R());
+        case Kind::Var: return "((" + R() + ")" + var(e) + ")";
+        case Kind::Load: return load(e);
+        case Kind::Add: case Kind::Mul: {
+            std::string op = e->kind == Kind::Add ? " + " : " * ";
+            std::string s = "(" + as_real(a[0]);
+            for (size_t i = 1; i < a.size(); i++) s += op + as_real(a[i]);
+            return s + ")";
+        }
+        case Kind::Sub: return "rfk::sub<" + R() + ">(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
+        case Kind::Div: return "rfk::div<" + R() + ">(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
+        case Kind::Neg: return "(-" + as_real(a[0]) + ")";
+        case Kind::Pow: {
+            Expr ex = a[1];
+            if (ex->is_const(-1)) return "rfk::div<" + R() + ">((" + R() + ")1, " + as_real(a[0]) + ")";
+            if (ex->is_const(2)) {
+                std::string b = as_real(a[0]);
+                return "([&]{ " + R() + " b_ = " + b + "; return b_ * b_; }())";
+            }
+            if (ex->is_const(0.5)) return "std::sqrt(" + as_real(a[0]) + ")";
+            if (ex->is_const(-0.5)) return "rfk::rsqrt<" + R() + ">(" + as_real(a[0]) + ")";
+            return "std::pow(" + as_real(a[0]) + ", " + as_real(ex) + ")";
+        }
+        case Kind::Call: {
+            std::string x = as_real(a[0]);
+            switch (e->func) {
+            case Func::exp: return "std::exp(" + x + ")";
+            case Func::exp2: return "std::exp2(" + x + ")";
+            case Func::log: return "std::log(" + x + ")";
+            case Func::log2: return "std::log2(" + x + ")";
+            case Func::sqrt: return "std::sqrt(" + x + ")";
+            case Func::rsqrt: return "rfk::rsqrt<" + R() + ">(" + x + ")";
+            case Func::abs: return "std::fabs(" + x + ")";
+            case Func::tanh: return "std::tanh(" + x + ")";
+            case Func::sigmoid: return "rfk::sigmoid<" + R() + ">(" + x + ")";
+            case Func::round: return "rfk::round_even<" + R() + ">(" + x + ")";
+            case Func::floor: return "std::floor(" + x + ")";
+            case Func::ceil: return "std::ceil(" + x + ")";
+            }
+            break;
+        }
+        case Kind::Min: return "rfk::min<" + R() + ">(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
+        case Kind::Max: return "rfk::max<" + R() + ">(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
+        case Kind::Select: return "(" + boolean(a[0]) + " ? " + as_real(a[1]) + " : " + as_real(a[2]) + ")";
+        case Kind::Cast:
+            return "((" + R() + ")rfk::cast_" + std::string(dtype_name(e->dtype)) + "(" + as_double(a[0]) + "))";
+        case Kind::Reduce: return reduce(e);
+        case Kind::Cmp: case Kind::And: case Kind::Or: case Kind::Not:
+            return "((" + R() + ")" + boolean(e) + ")";
+        case Kind::IDiv: case Kind::Mod: return "((" + R() + ")" + integer(e) + ")";
+        }
+        internal_error("cannot print " + to_string(e) + " as C++", __FILE__, __LINE__);
+    }
+
+    /** A nested reduction as an immediately invoked lambda: loops over its axes, row-major. */
+    std::string reduce(Expr e) {
+        RF_INTERNAL_ASSERT(e->rop != ReduceOp::TopK) << "top-k cannot be nested in an expression";
+        bool int_result = e->stype == SType::Int;
+        std::string T = int_result ? "int64_t" : R();
+        std::vector<std::string> names;
+        std::string loops, close;
+        for (size_t i = 0; i < e->num_axes(); i++) {
+            std::string n = c_identifier(e->axis(i)->name, "ax_") + "_" + std::to_string(depth_);
+            names.push_back(n);
+            bound_[e->axis(i)] = n;
+            loops += "for (int64_t " + n + " = 0; " + n + " < " + as_int(e->extents[i]) + "; ++" + n + ") { ";
+            close += "} ";
+        }
+        depth_++;
+        std::string body = print(e->body());
+        depth_--;
+        for (size_t i = 0; i < e->num_axes(); i++) bound_.erase(e->axis(i));
+        std::string flat = "0";
+        for (size_t i = 0; i < names.size(); i++)
+            flat = i == 0 ? names[0] : "(" + flat + ") * " + as_int(e->extents[i]) + " + " + names[i];
+        std::string vtype = e->body()->stype == SType::Int ? "int64_t" : R();
+        std::string s = "([&]() -> " + T + " { ";
+        switch (e->rop) {
+        case ReduceOp::Sum: s += T + " acc_ = 0; " + loops + "acc_ += " + body + "; " + close + "return acc_; "; break;
+        case ReduceOp::Prod: s += T + " acc_ = 1; " + loops + "acc_ *= " + body + "; " + close + "return acc_; "; break;
+        case ReduceOp::Max: case ReduceOp::Min: {
+            bool mx = e->rop == ReduceOp::Max;
+            std::string init = int_result ? std::string(mx ? "INT64_MIN" : "INT64_MAX")
+                                          : std::string(mx ? "-" : "") + "std::numeric_limits<" + T + ">::infinity()";
+            std::string f = int_result ? std::string(mx ? "std::max<int64_t>" : "std::min<int64_t>")
+                                       : std::string(mx ? "rfk::max<" : "rfk::min<") + T + ">";
+            s += T + " acc_ = " + init + "; " + loops + "acc_ = " + f + "(acc_, " + body + "); " + close + "return acc_; ";
+            break;
+        }
+        case ReduceOp::ArgMax: case ReduceOp::ArgMin: {
+            std::string cmp = e->rop == ReduceOp::ArgMax ? ">" : "<";
+            s += vtype + " best_ = 0; int64_t at_ = 0; bool have_ = false; " + loops + vtype + " v_ = " + body +
+                 "; if (!have_ || v_ " + cmp + " best_) { best_ = v_; at_ = " + flat + "; have_ = true; } " + close +
+                 "return at_; ";
+            break;
+        }
+        default: break;
+        }
+        return s + "}())";
+    }
+
+    const CEmitContext &ctx_;
+    std::unordered_map<Expr, std::string> bound_;
+    int depth_ = 0;
+};
+
+}  // namespace
+
+std::string emit_c(Expr e, const CEmitContext &ctx) { return Printer(ctx).print(e); }
+
+}  // namespace rf

@@ -1,0 +1,35 @@
+/** \file CodeGen_C.h
+ * Prints expressions as C++ with the spec language's semantics (through the helpers of
+ * src/runtime/kernels/redfuse_cpu.h): the shared expression printer of the C-like backends.
+ * Names come from the caller's callbacks or are sanitized here, so no user text reaches the
+ * generated source unchecked.
+ */
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/Expr.h"
+
+namespace rf {
+
+struct CEmitContext {
+    std::string real = "double";  ///< the compute type of real values (float or double)
+    /** The C++ expression of a Load given its index expressions already printed (as int64_t). */
+    std::function<std::string(Expr load, const std::vector<std::string> &index)> load;
+    /** The C++ name of a Var not bound by a nested reduction (sizes, row and axis variables, symbols). */
+    std::function<std::string(Expr var)> var;
+};
+
+/** C++ text of e. Int expressions are int64_t arithmetic; real ones use ctx.real; Bool ones bool. */
+std::string emit_c(Expr e, const CEmitContext &ctx);
+
+/** A C identifier for any name: [A-Za-z0-9_] kept, every other byte written as _xHH, and a prefix so
+ *  it can never collide with a keyword or a helper ("O.sum" -> "v_O_x2esum"). */
+std::string c_identifier(const std::string &name, const std::string &prefix = "v_");
+
+/** A real literal that reads back exactly (shortest round-trip digits, or an infinity/NaN). */
+std::string c_real_literal(double v, const std::string &real);
+
+}  // namespace rf
