@@ -241,17 +241,3 @@ def prepare(case, impl, inp):
             raise NotExpressed("dynamic-quantized Linear is a GEMM")
         return _dynquant(inp)
     raise KeyError(impl)
-
-
-IMPL_NOTES = {
-    "torch-eager": "the workload's math in PyTorch ops, as a user writes it",
-    "torch-compile": "torch.compile (Inductor, dynamic=False) of the eager function; compile time excluded",
-    "torch-sdpa": "torch.nn.functional.scaled_dot_product_attention (CPU flash kernel); GQA via enable_gqa",
-    "torch-flex": "FlexAttention under torch.compile (causal via a block mask); compile time excluded",
-    "torch-dynquant": ("torch.ao quantize_dynamic nn.Linear: int8 weights per channel (Wq*sw requantized), "
-                       "activations per tensor u8 at run time, f32 in/out (A converted to f32 outside the "
-                       "timing)"),
-    "torch-softmax": "torch.softmax",
-    "torch-3pass": "the unfused 3-pass plan in torch ops: max, sum of exp, exp/s (3 reads of X)",
-    "torch-3pass-compile": "torch.compile of the 3-pass torch ops",
-}

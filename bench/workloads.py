@@ -113,3 +113,22 @@ WORKLOAD_TITLES = {
     "moment_of_inertia": "8. Moment of inertia",
     "softmax_fusion_study": "Fusion-level study: safe softmax, unfused vs each strategy",
 }
+
+# What each column is (printed under the tables).
+IMPL_NOTES = {
+    "redfuse": "redfuse bench: our fused kernel (bench/redfuse_hook.py)",
+    "redfuse-unfused": "redfuse bench: our unfused plan on the same inputs",
+    "redfuse[S]": "redfuse bench --strategy S (fusion-level study; S as in src/fuse/Plan.h)",
+    "tvm": ("Relax graph of the unfused math compiled by tvm.compile's default llvm pipeline (cpu_generic: "
+            "legalize, fuse; no schedule, no tuning: serial loops)"),
+    "torch-eager": "the workload's math in PyTorch ops, as a user writes it",
+    "torch-compile": "torch.compile (Inductor, dynamic=False) of the eager function; compile time excluded",
+    "torch-sdpa": "torch.nn.functional.scaled_dot_product_attention (CPU flash kernel); GQA via enable_gqa",
+    "torch-flex": "FlexAttention under torch.compile (causal via a block mask); compile time excluded",
+    "torch-dynquant": ("torch.ao quantize_dynamic nn.Linear: int8 weights per channel (Wq*sw requantized), "
+                       "activations per tensor u8 at run time, f32 in/out (A converted to f32 outside the "
+                       "timing)"),
+    "torch-softmax": "torch.softmax",
+    "torch-3pass": "the unfused 3-pass plan in torch ops: max, sum of exp, exp/s (3 reads of X)",
+    "torch-3pass-compile": "torch.compile of the 3-pass torch ops",
+}

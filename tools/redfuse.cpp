@@ -70,6 +70,9 @@ int main(int argc, char **argv) {
     analyze->add_option("--emit", emit_stage, "Dump a stage instead: ir | graph | plan")
         ->check(CLI::IsMember({"ir", "graph", "plan"}));
     analyze->add_flag("--approx", approx, "Fuse through rounding casts with the running value (inexact)");
+    std::string model_target = "gpu";
+    analyze->add_option("--target", model_target, "Machine model for the strategy: gpu (default) | cpu (this host)")
+        ->check(CLI::IsMember({"gpu", "cpu", "cuda", "opencl"}));
 
     auto *run = app.add_subcommand("run", "Run a spec on random or saved inputs");
     run->add_option("SPEC", spec, "Spec file (.rf)")->required();
@@ -110,6 +113,7 @@ int main(int argc, char **argv) {
         }
         rf::CompileOptions co;
         co.approx = approx;
+        if (app.got_subcommand("analyze")) co.target = model_target;
         co.sizes = parse_sizes(size_items);
         try {
             auto c = rf::compile_file(spec, co);

@@ -17,6 +17,7 @@
 #include "interp/Npy.h"
 #include "interp/PlanInterp.h"
 #include "interp/Reference.h"
+#include "runtime/CpuFeatures.h"
 #include "spec/Frontend.h"
 
 namespace rf {
@@ -30,6 +31,18 @@ bool dump_requested(const std::string &stage) {
 }
 }  // namespace
 
+PlanOptions plan_options_for(const std::string &target) {
+    PlanOptions po;
+    if (target == "cpu") {
+        const CpuFeatures &cpu = host_cpu();
+        po.parallel_units = static_cast<int>(std::max(1u, cpu.usable_cpus ? cpu.usable_cpus : cpu.logical_cpus));
+        if (cpu.l2_bytes > 0) po.fast_memory_bytes = cpu.l2_bytes / 2;  // leave room for the other operands
+    } else if (target != "gpu" && target != "cuda" && target != "opencl") {
+        throw UserError({}, "unknown target '" + target + "' for the cost model (cpu, gpu, cuda, opencl)");
+    }
+    return po;
+}
+
 std::unique_ptr<Compilation> compile_source(const std::string &source, const std::string &file,
                                             const CompileOptions &opts) {
     auto c = std::make_unique<Compilation>();
@@ -39,7 +52,7 @@ std::unique_ptr<Compilation> compile_source(const std::string &source, const std
     c->program = parse_program(source, file);                                      // parse + check → IR
     if (dump_requested("ir")) std::cerr << to_string(c->program);
     if (dump_requested("graph")) std::cerr << to_string(dependence_graph(c->program), c->program);
-    PlanOptions po;
+    PlanOptions po = plan_options_for(opts.target);
     po.approx = opts.approx;
     SizeBinding sizes;
     if (!opts.sizes.empty()) sizes = bind_sizes(c->program, opts.sizes);

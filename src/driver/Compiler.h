@@ -26,8 +26,14 @@ struct Compilation {
 
 struct CompileOptions {
     bool approx = false;
+    /** Machine model of the cost model: "gpu" (an H100/H200-class GPU: 132 workers, 48 KiB of
+     *  fast memory per worker) or "cpu" (this host: its cores and its L2 per core). */
+    std::string target = "gpu";
     std::map<std::string, int64_t> sizes;  ///< for the cost model (and `run`)
 };
+
+/** The cost model's machine for a target name (cpu: this host; gpu, cuda, opencl: a GPU model). */
+PlanOptions plan_options_for(const std::string &target);
 
 /** Reads and compiles a spec file. UserError for bad specs or unreadable files. */
 std::unique_ptr<Compilation> compile_file(const std::string &path, const CompileOptions &opts);

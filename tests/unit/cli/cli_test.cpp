@@ -119,3 +119,16 @@ TEST(Cli, ErrorsHaveLocationsAndStatuses) {
     EXPECT_EQ(sh("analyze --help").status, 0);
     EXPECT_EQ(sh("run --help").status, 0);
 }
+
+TEST(Cli, StrategyFollowsTheMachineModel) {
+    // One decode row cannot fill the machine on either model: the axis is split into segments.
+    for (const char *target : {"gpu", "cpu"}) {
+        Result r = sh("analyze " + ex("decode_gqa") + " --json --target " + target + " --size B=1,Hq=1,Hkv=1,N=8192,D=128");
+        ASSERT_EQ(r.status, 0) << r.out;
+        EXPECT_EQ(nlohmann::json::parse(r.out)["chains"][0]["strategy"], "multi_segment") << target;
+    }
+    // 128 decode rows fill a 2-core CPU but not a 132-SM GPU.
+    Result gpu = sh("analyze " + ex("decode_gqa") + " --json --size B=4,Hq=32,Hkv=8,N=8192,D=128");
+    EXPECT_EQ(nlohmann::json::parse(gpu.out)["chains"][0]["strategy"], "multi_segment");
+    EXPECT_EQ(sh("analyze " + ex("softmax") + " --target tpu").status, 2);
+}

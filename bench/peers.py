@@ -1,0 +1,494 @@
+#!/usr/bin/env python3
+"""peers.py — measures every workload of shared/workloads.md against its peers, in one run.
+
+    .venv/bin/python bench/peers.py --out DIR [--machine machine.json] [--quick] [--only W1,W2]
+                                    [--impls I1,I2] [--skip SUBSTR] [--budget S] [--threads N]
+
+Implementations (columns): redfuse and redfuse-unfused (through `redfuse bench`, see redfuse_hook.py),
+torch-eager, torch-compile (Inductor), torch-sdpa and torch-flex (attention), torch-dynquant (int8
+quant + GEMM), tvm (Relax, default llvm pipeline); the fusion-level study adds torch-softmax,
+torch-3pass(-compile) and redfuse[<strategy>].
+
+How it measures
+- All peers of a case run in ONE worker process on the SAME inputs (generated from a seed derived
+  from the case id, so a restarted worker regenerates identical data). The worker is a spawned
+  process that imports torch (and TVM) once; the parent enforces a wall-clock limit per measurement
+  and restarts the worker when one hangs or dies, so one bad peer cannot stop the run.
+- threads = all cores (torch.set_num_threads, TVM_NUM_THREADS).
+- Timing: the first call (which includes compilation for torch.compile/FlexAttention, recorded as
+  first_call_s) and one more warm-up call are outside the timing; then calls are repeated until at
+  least --min-reps and the --budget seconds are spent (at most --max-reps); the median is reported
+  (min and max kept). When one warm call already takes longer than the budget, that call is the only
+  sample (reps = 1).
+- Check: every output is compared with the eager math run on float32 copies of the inputs
+  (max |out - ref| / max |ref|; top-k indices as the fraction that match).
+- Peak memory (linear + cross-entropy, where it is the point): each implementation runs in a fresh
+  worker; it resets its RSS high-water mark (/proc/self/clear_refs, "5") just before the first call
+  (the second for compiled peers, whose first call compiles) and reads VmHWM after it:
+  peak_extra_bytes is the peak RSS above the RSS before that call (inputs excluded; memory a pool
+  allocates in the call and keeps, as TVM's does, included).
+- The 1-minute load average is recorded with every result: the machine is shared, and other busy
+  processes stall the OpenMP barriers of a 2-thread run (times then jump by multiples of ~4 ms).
+- GB/s, GFLOP/s and the fractions of the machine's measured limits come from bench/model.py.
+
+Outputs in --out: results.json (one record per case x implementation), table.md, chart.png.
+"""
+import argparse
+import datetime
+import gc
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import model  # noqa: E402
+import workloads  # noqa: E402
+from redfuse_hook import Redfuse  # noqa: E402
+
+COMPILED = ("torch-compile", "torch-3pass-compile", "torch-flex")
+
+
+# =========================================================================================== worker
+def _proc_status_kb(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _reset_hwm():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _short(e):
+    msg = str(e).strip().splitlines()
+    tail = [m for m in msg if m.strip()]
+    text = tail[-1] if tail else ""
+    for m in tail:  # prefer the line that says what went wrong
+        if "Error" in m or "error" in m:
+            text = m
+            break
+    return ("%s: %s" % (type(e).__name__, text.strip()))[:400]
+
+
+def _env_info(torch, tvm_log):
+    info = {"python": platform.python_version(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads()}
+    try:
+        info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        info["torch_parallel"] = [l.strip() for l in torch.__config__.parallel_info().splitlines()[:8]]
+    except Exception:  # noqa: BLE001
+        pass
+    import numpy
+    info["numpy"] = numpy.__version__
+    try:
+        import matplotlib
+        info["matplotlib"] = matplotlib.__version__
+    except ImportError as e:
+        info["matplotlib"] = "unavailable: %s" % e
+    try:
+        import tvm
+        info["tvm"] = tvm.__version__
+        from tvm.target import codegen
+        info["tvm_llvm"] = "LLVM %s, cpu %s" % (codegen.llvm_version_major(), codegen.llvm_get_system_cpu())
+    except Exception as e:  # noqa: BLE001
+        reason = _short(e)
+        if tvm_log and os.path.exists(tvm_log):
+            lines = [l.strip() for l in open(tvm_log, errors="replace") if l.strip()]
+            errs = [l for l in lines if "ERROR" in l or "error" in l.lower()]
+            reason = "apache-tvm not installed: %s" % ((errs or lines or ["pip failed"])[-1][:300])
+        info["tvm"] = "unavailable: %s" % reason
+    return info
+
+
+def _compare(outs, refs):
+    import torch
+    check = {}
+    rel = 0.0
+    match = None
+    for o, r in zip(outs, refs):
+        o = torch.as_tensor(o)
+        if o.numel() != r.numel():
+            return {"error": "shape %s vs reference %s" % (tuple(o.shape), tuple(r.shape))}
+        o = o.reshape(r.shape)
+        if r.is_floating_point():
+            d = (o.double() - r.double()).abs()
+            scale = max(r.double().abs().max().item(), 1e-30)
+            v = d.max().item() / scale if d.numel() else 0.0
+            if v != v:  # NaN
+                v = float("inf")
+            rel = max(rel, v)
+        else:
+            m = (o.long() == r.long()).double().mean().item() if r.numel() else 1.0
+            match = m if match is None else min(match, m)
+    check["max_rel_err"] = float("%.3g" % rel)
+    if match is not None:
+        check["index_match"] = round(match, 6)
+    return check
+
+
+def _measure(call, budget, min_reps, max_reps, compiled):
+    t0 = time.perf_counter()
+    out = call()
+    first = time.perf_counter() - t0
+    last = first
+    if compiled or first <= budget:
+        t0 = time.perf_counter()
+        out = call()
+        last = time.perf_counter() - t0
+    if last > budget:
+        return [last], first, out
+    times = []
+    start = time.perf_counter()
+    while len(times) < max_reps:
+        t0 = time.perf_counter()
+        out = call()
+        times.append(time.perf_counter() - t0)
+        spent = time.perf_counter() - start
+        if len(times) >= min_reps and spent >= budget:
+            break
+        if spent >= 4 * budget:
+            break
+    return times, first, out
+
+
+class _State:
+    case_id = None
+    inp = None
+    ref = None
+
+
+def _case_inputs(st, case, seed):
+    import torch
+    import impl_torch
+    if st.case_id != case["id"]:
+        st.inp = st.ref = None
+        gc.collect()
+        gen = torch.Generator().manual_seed(seed + zlib.crc32(case["id"].encode()))
+        st.inp = impl_torch.inputs(case, gen)
+        st.case_id = case["id"]
+    return st.inp
+
+
+def _reference(st, case):
+    import torch
+    import impl_torch
+    if st.ref is None:
+        inp32 = {k: (v.float() if v.is_floating_point() else v) for k, v in st.inp.items()}
+        with torch.no_grad():
+            st.ref = [o.detach() for o in impl_torch.eager_fn(case)(inp32)]
+    return st.ref
+
+
+def _run(st, case, impl, opt):
+    import torch
+    import impl_torch
+    rec = {}
+    inp = _case_inputs(st, case, opt["seed"])
+    try:
+        t0 = time.perf_counter()
+        if impl == "tvm":
+            try:
+                import impl_tvm
+            except Exception as e:  # noqa: BLE001
+                return {"status": "unavailable", "reason": opt.get("tvm_reason") or _short(e)}
+            run, conv = impl_tvm.prepare(case, inp, opt["threads"])
+
+            def call():
+                return run()
+        else:
+            fn = impl_torch.prepare(case, impl, inp)
+            conv = None
+
+            def call():
+                return fn(inp)
+        rec["build_s"] = round(time.perf_counter() - t0, 3)
+        with torch.no_grad():
+            if opt.get("memory"):
+                # In a fresh worker: the peak RSS of the first call above the RSS just before it (after
+                # a compiling first call for torch.compile), so pools that keep their memory across
+                # calls (TVM's allocator) are counted too.
+                if impl in COMPILED:
+                    call()
+                gc.collect()
+                rss0 = _proc_status_kb("VmRSS")
+                if _reset_hwm():
+                    r = call()
+                    hwm = _proc_status_kb("VmHWM")
+                    del r
+                    rec["peak_extra_bytes"] = max(0, hwm - rss0) * 1024
+                    rec["inputs_bytes"] = sum(v.numel() * v.element_size() for v in inp.values())
+                else:
+                    rec["peak_extra_bytes_note"] = "/proc/self/clear_refs not writable"
+            times, first, out = _measure(call, opt["budget"], opt["min_reps"], opt["max_reps"],
+                                         impl in COMPILED)
+            outs = conv(out) if conv else out
+            rec["check"] = _compare(outs, _reference(st, case))
+            del out, outs
+        ms = [t * 1e3 for t in times]
+        rec.update(status="ok", time_ms=statistics.median(ms), min_ms=min(ms), max_ms=max(ms), reps=len(ms),
+                   first_call_s=round(first, 3))
+    except impl_torch.NotExpressed as e:
+        rec = {"status": "not expressed", "reason": str(e)}
+    except Exception as e:  # noqa: BLE001
+        rec = {"status": "failed", "reason": _short(e), "traceback": traceback.format_exc()[-2000:]}
+    return rec
+
+
+def _save_inputs(st, case, seed, d):
+    import numpy as np
+    import torch
+    inp = _case_inputs(st, case, seed)
+    os.makedirs(d, exist_ok=True)
+    for k, v in inp.items():
+        a = v.float() if v.dtype == torch.bfloat16 else v
+        np.save(os.path.join(d, k + ".npy"), a.numpy())
+    return {"status": "ok"}
+
+
+def worker_main(conn, threads, seed, tvm_log):
+    import torch
+    torch.set_num_threads(threads)
+    st = _State()
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        kind = msg[0]
+        if kind == "quit":
+            return
+        try:
+            if kind == "env":
+                conn.send(_env_info(torch, tvm_log))
+            elif kind == "run":
+                conn.send(_run(st, msg[1], msg[2], msg[3]))
+            elif kind == "save":
+                conn.send(_save_inputs(st, msg[1], seed, msg[2]))
+            else:
+                conn.send({"status": "failed", "reason": "unknown message %r" % kind})
+        except Exception as e:  # noqa: BLE001
+            conn.send({"status": "failed", "reason": _short(e)})
+
+
+class Worker:
+    """A spawned worker process with a wall-clock limit per request; restarted when it hangs or dies."""
+
+    def __init__(self, threads, seed, tvm_log):
+        self.args = (threads, seed, tvm_log)
+        self.ctx = mp.get_context("spawn")
+        self.proc = None
+        self.conn = None
+
+    def _start(self):
+        parent, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=worker_main, args=(child,) + self.args, daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+
+    def _stop(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.join()
+        self.proc = None
+
+    def call(self, msg, timeout):
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        try:
+            self.conn.send(msg)
+            if self.conn.poll(timeout):
+                return self.conn.recv()
+        except (EOFError, OSError, BrokenPipeError):
+            code = self.proc.exitcode if self.proc else None
+            self._stop()
+            return {"status": "failed", "reason": "worker process died (exit code %s%s)" % (
+                code, ", killed: out of memory?" if code in (-9, 137) else "")}
+        self._stop()
+        return {"status": "timeout", "reason": "> %d s (measurement abandoned)" % timeout}
+
+    def restart(self):
+        self.close()
+
+    def close(self):
+        if self.proc is not None and self.proc.is_alive():
+            try:
+                self.conn.send(("quit",))
+                self.proc.join(10)
+            except OSError:
+                pass
+        self._stop()
+
+
+# =========================================================================================== driver
+def _fmt_ms(t):
+    return "%.4g ms" % t
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--machine", help="machine_limits JSON (bench/machine); fractions are omitted without")
+    ap.add_argument("--quick", action="store_true", help="small sizes, short budgets")
+    ap.add_argument("--only", default="", help="comma-separated workloads to run")
+    ap.add_argument("--impls", default="", help="comma-separated implementations to run (others omitted)")
+    ap.add_argument("--skip", action="append", default=[],
+                    help="skip 'impl@case-id' containing this substring (recorded as skipped)")
+    ap.add_argument("--budget", type=float, help="seconds of timed calls per measurement")
+    ap.add_argument("--min-reps", type=int, default=3)
+    ap.add_argument("--max-reps", type=int, default=50)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--timeout", type=int, help="wall-clock limit of one measurement (s)")
+    ap.add_argument("--tvm-max-gflop", type=float,
+                    help="skip TVM where the model's GFLOP exceed this (its untuned default pipeline runs "
+                         "GEMMs at 0.4-2 GFLOP/s here); 0 = no limit")
+    ap.add_argument("--tvm-install-log", default="", help="pip log of the apache-tvm install, for the reason")
+    ap.add_argument("--redfuse", help="redfuse executable (default build/redfuse or $REDFUSE)")
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args(argv)
+
+    budget = args.budget if args.budget is not None else (0.3 if args.quick else 1.0)
+    timeout = args.timeout or (180 if args.quick else 400)
+    tvm_max = args.tvm_max_gflop if args.tvm_max_gflop is not None else (0 if args.quick else 10.0)
+    os.makedirs(args.out, exist_ok=True)
+
+    machine = {}
+    if args.machine:
+        with open(args.machine) as f:
+            machine = json.load(f)
+    limits = machine.get("limits", {})
+
+    cases = workloads.cases(quick=args.quick)
+    if args.only:
+        want = set(args.only.split(","))
+        unknown = want - {c["workload"] for c in cases}
+        if unknown:
+            ap.error("unknown workload(s): %s" % ", ".join(sorted(unknown)))
+        cases = [c for c in cases if c["workload"] in want]
+    impl_filter = set(args.impls.split(",")) if args.impls else None
+
+    os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+    hook = Redfuse(exe=args.redfuse, outdir=args.out, timeout=timeout, threads=args.threads)
+    worker = Worker(args.threads, args.seed, args.tvm_install_log)
+    started = time.time()
+    print("peers: starting the worker (imports torch and TVM)...", flush=True)
+    env = worker.call(("env",), 600)
+    env["redfuse"] = hook.status()
+    tvm_reason = env.get("tvm", "") if str(env.get("tvm", "")).startswith("unavailable") else ""
+    print("peers: python %s, torch %s, tvm %s; redfuse: %s" % (
+        env.get("python"), env.get("torch"), env.get("tvm"),
+        "available" if hook.available else hook.reason), flush=True)
+
+    results = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "load_avg_start": [round(x, 2) for x in os.getloadavg()],
+        "host": socket.gethostname(),
+        "quick": args.quick,
+        "machine": machine,
+        "env": env,
+        "config": {"budget_s": budget, "min_reps": args.min_reps, "max_reps": args.max_reps,
+                   "threads": args.threads, "timeout_s": timeout, "tvm_max_gflop": tvm_max, "seed": args.seed},
+        "records": [],
+    }
+    results["impl_notes"] = dict(workloads.IMPL_NOTES)
+
+    input_dir = None  # the peers' inputs of the current case, for `redfuse bench --load`
+    total = sum(len([i for i in c["impls"] if impl_filter is None or i in impl_filter]) for c in cases)
+    n = 0
+    for case in cases:
+        impls = [i for i in case["impls"] if impl_filter is None or i in impl_filter]
+        base = {"workload": case["workload"], "case": case["id"], "sizes": case["sizes"],
+                "dtype": case["dtype"], "variant": case["variant"]}
+        m = model.model(case)
+        rf_impls = [i for i in impls if i.startswith("redfuse")]
+        rf = {}
+        if rf_impls:
+            load_dir = None
+            if hook.wants_inputs():
+                if input_dir is None:
+                    input_dir = tempfile.mkdtemp(prefix="redfuse-bench-inputs-")
+                load_dir = os.path.join(input_dir, "case")
+                shutil.rmtree(load_dir, ignore_errors=True)
+                worker.call(("save", case, load_dir), timeout)
+            rf = hook.run(case, rf_impls, load_dir)
+        for impl in impls:
+            n += 1
+            key = "%s@%s" % (impl, case["id"])
+            if impl in rf:
+                rec = dict(rf[impl])
+            elif any(s in key for s in args.skip):
+                rec = {"status": "skipped", "reason": "--skip on the command line"}
+            elif impl == "tvm" and tvm_reason:
+                rec = {"status": "unavailable", "reason": tvm_reason[len("unavailable: "):]}
+            elif impl == "tvm" and tvm_max and m["flops"] / 1e9 > tvm_max:
+                rec = {"status": "skipped",
+                       "reason": "%.0f GFLOP: TVM's untuned default pipeline runs at 0.4-2 GFLOP/s here, "
+                                 "minutes per call (limit --tvm-max-gflop %g)" % (m["flops"] / 1e9, tvm_max)}
+            else:
+                mem = case["workload"] == "linear_cross_entropy"
+                if mem:
+                    worker.restart()  # a fresh process: nothing freed earlier is reused by this impl
+                opt = {"budget": budget, "min_reps": args.min_reps, "max_reps": args.max_reps,
+                       "threads": args.threads, "seed": args.seed,
+                       "memory": mem,
+                       "tvm_reason": tvm_reason}
+                rec = worker.call(("run", case, impl, opt), timeout)
+            rec = dict(base, impl=impl, **rec)
+            rec["load_avg_1min"] = round(os.getloadavg()[0], 2)
+            if rec.get("status") == "ok" and rec.get("time_ms"):
+                rec.update(model.derived(case, rec["time_ms"], limits))
+            results["records"].append(rec)
+            if rec["status"] == "unavailable" and impl.startswith("redfuse") and rec.get("reason") == hook.reason:
+                continue  # said once at the start
+            line = "[%d/%d] %-52s %-20s " % (n, total, case["id"], impl)
+            if rec["status"] == "ok":
+                line += "%12s" % _fmt_ms(rec["time_ms"])
+                if "roofline" in rec:
+                    line += "  %5.1f%% of floor" % (100 * rec["roofline"])
+                chk = rec.get("check", {})
+                if chk.get("max_rel_err") is not None:
+                    line += "  err %.1e" % chk["max_rel_err"]
+                if "peak_extra_bytes" in rec:
+                    line += "  peak +%.0f MiB" % (rec["peak_extra_bytes"] / 2**20)
+            else:
+                line += "%s: %s" % (rec["status"], (rec.get("reason") or "")[:90])
+            print(line, flush=True)
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
+    worker.close()
+    if input_dir:
+        shutil.rmtree(input_dir, ignore_errors=True)
+    results["elapsed_s"] = round(time.time() - started, 1)
+    results["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+    import report
+    report.write_all(results, args.out)
+    print("peers: wrote %s/{results.json,table.md,chart.png} in %.0f s" % (args.out, results["elapsed_s"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
