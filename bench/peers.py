@@ -183,6 +183,9 @@ def _case_inputs(st, case, seed):
     import impl_torch
     if st.case_id != case["id"]:
         st.inp = st.ref = None
+        # Each case compiles afresh: the eager functions are shared code objects (closures), and
+        # Dynamo's per-code-object recompile limit would otherwise send later shapes to eager.
+        torch._dynamo.reset()
         gc.collect()
         gen = torch.Generator().manual_seed(seed + zlib.crc32(case["id"].encode()))
         st.inp = impl_torch.inputs(case, gen)
@@ -269,6 +272,10 @@ def _save_inputs(st, case, seed, d):
 def worker_main(conn, threads, seed, tvm_log):
     import torch
     torch.set_num_threads(threads)
+    import torch._dynamo
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 256)
     st = _State()
     while True:
         try:

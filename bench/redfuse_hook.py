@@ -137,7 +137,8 @@ class Redfuse:
         src = os.path.join(REPO, "examples", case["spec"])
         rel = os.path.relpath(src, REPO)
         try:
-            text = open(src).read()
+            with open(src) as f:
+                text = f.read()
         except OSError as e:
             return src, "%s (unreadable: %s)" % (rel, e)
         changes = []

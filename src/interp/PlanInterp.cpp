@@ -554,11 +554,9 @@ private:
         if (!sel) return u;
         Evaluator ev(env(&st, &mem, false));
         ev.bind(a.u_sym, u);
-        if (a.phi_literal) {
-            // φ as written keeps the masked-row conventions: exp(-inf - (-inf)) / 0 = 0, not NaN.
-            bind_point(ev, m, extra);
-            return ev.eval(a.phi_literal);
-        }
+        bind_point(ev, m, extra);  // φ may read inputs at the row (a bias, a nested max over another axis)
+        // φ as written keeps the masked-row conventions: exp(-inf - (-inf)) / 0 = 0, not NaN.
+        if (a.phi_literal) return ev.eval(a.phi_literal);
         std::vector<double> d = deltas(st, mem, k, extra, false, false);
         for (size_t i = 0; i < d.size(); i++) ev.bind(a.delta_syms[i], d[i]);
         return ev.eval(a.phi);

@@ -59,3 +59,22 @@ output O : bf16
     SizeBinding sizes = bind_sizes(c->program, {});
     for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
 }
+
+TEST(FuzzRegression, PhiReadsInputsAtTheRow) {
+    // φ of an additive top-k reads a nested max over another axis at the row: the row must be bound
+    // when φ is applied (also when φ has no literal form).
+    ArenaScope arena;
+    auto c = test::compile(R"(
+size T = 3, E = 12, K = 4
+input X[T, E] : bf16
+input b[E]
+n[t] = sum(e: X[t, e] * X[t, e])
+W[t:T, r], I[t:T, r] = topk(e, K: X[t, e] + sqrt(n[t]) + b[e] - max(c: X[t, c]))
+V[t, q], J[t, q] = topk(e, 1: -X[t, e])
+g[t, r] = W[t, r] * select(I[t, r] < 3, 1, 0) + argmin(e: X[t, e])
+output W, I, g, J : i64
+)");
+    EXPECT_EQ(test::verdict(*c, "W")->relation, Relation::Additive);
+    SizeBinding sizes = bind_sizes(c->program, {});
+    for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
+}
