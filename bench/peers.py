@@ -20,6 +20,11 @@ How it measures
   least --min-reps and the --budget seconds are spent (at most --max-reps); the median is reported
   (min and max kept). When one warm call already takes longer than the budget, that call is the only
   sample (reps = 1).
+- Allocation: the peers allocate their outputs and temporaries on every call. With glibc's defaults a
+  buffer over 32 MiB is mmapped and unmapped each time, and on this VM (4 KiB pages; transparent huge
+  pages only on madvise) page-faulting a fresh 64 MB output costs ~18 ms, more than the softmax
+  itself. The worker therefore runs with MALLOC_MMAP_MAX_=0 and a huge MALLOC_TRIM_THRESHOLD_: freed
+  memory stays in the heap and is reused, as a caching allocator would (--no-malloc-cache: defaults).
 - Check: every output is compared with the eager math run on float32 copies of the inputs
   (max |out - ref| / max |ref|; top-k indices as the fraction that match).
 - Peak memory (linear + cross-entropy, where it is the point): each implementation runs in a fresh
@@ -57,6 +62,7 @@ import workloads  # noqa: E402
 from redfuse_hook import Redfuse  # noqa: E402
 
 COMPILED = ("torch-compile", "torch-3pass-compile", "torch-flex")
+MALLOC_CACHE_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 
 
 # =========================================================================================== worker
@@ -66,6 +72,14 @@ def _proc_status_kb(key):
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def _malloc_trim():
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _reset_hwm():
@@ -234,6 +248,7 @@ def _run(st, case, impl, opt):
                 if impl in COMPILED:
                     call()
                 gc.collect()
+                _malloc_trim()  # free heap pages go back to the OS, so the call's own pages are counted
                 rss0 = _proc_status_kb("VmRSS")
                 if _reset_hwm():
                     r = call()
@@ -373,6 +388,9 @@ def main(argv=None):
     ap.add_argument("--tvm-install-log", default="", help="pip log of the apache-tvm install, for the reason")
     ap.add_argument("--redfuse", help="redfuse executable (default build/redfuse or $REDFUSE)")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--no-malloc-cache", action="store_true",
+                    help="run the peers with glibc's default malloc (large buffers mmapped and unmapped on "
+                         "every call: the peers then pay page faults for each output, ~18 ms per 64 MB here)")
     args = ap.parse_args(argv)
 
     budget = args.budget if args.budget is not None else (0.3 if args.quick else 1.0)
@@ -396,6 +414,11 @@ def main(argv=None):
     impl_filter = set(args.impls.split(",")) if args.impls else None
 
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+    if not args.no_malloc_cache:
+        # Inherited by the spawned worker (glibc reads these at start-up): every buffer comes from the
+        # heap and freed memory stays there, so a peer's per-call outputs are recycled as by a caching
+        # allocator instead of being mmapped, page-faulted and unmapped on every call.
+        os.environ.update(MALLOC_CACHE_ENV)
     hook = Redfuse(exe=args.redfuse, outdir=args.out, timeout=timeout, threads=args.threads)
     worker = Worker(args.threads, args.seed, args.tvm_install_log)
     started = time.time()
@@ -414,7 +437,7 @@ def main(argv=None):
         "quick": args.quick,
         "machine": machine,
         "env": env,
-        "config": {"budget_s": budget, "min_reps": args.min_reps, "max_reps": args.max_reps,
+        "config": {"malloc_cache": None if args.no_malloc_cache else MALLOC_CACHE_ENV, "budget_s": budget, "min_reps": args.min_reps, "max_reps": args.max_reps,
                    "threads": args.threads, "timeout_s": timeout, "tvm_max_gflop": tvm_max, "seed": args.seed},
         "records": [],
     }
@@ -449,9 +472,10 @@ def main(argv=None):
             elif impl == "tvm" and tvm_reason:
                 rec = {"status": "unavailable", "reason": tvm_reason[len("unavailable: "):]}
             elif impl == "tvm" and tvm_max and m["flops"] / 1e9 > tvm_max:
+                g = m["flops"] / 1e9
                 rec = {"status": "skipped",
                        "reason": "%.0f GFLOP: TVM's untuned default pipeline runs at 0.4-2 GFLOP/s here, "
-                                 "minutes per call (limit --tvm-max-gflop %g)" % (m["flops"] / 1e9, tvm_max)}
+                                 "~%.0f-%.0f s per call (limit --tvm-max-gflop %g)" % (g, g / 2, g / 0.4, tvm_max)}
             else:
                 mem = case["workload"] == "linear_cross_entropy"
                 if mem:

@@ -108,8 +108,10 @@ def machine_lines(res):
                        "/".join(map(str, la)), "/".join(map(str, lb or []))))
     c = res.get("config") or {}
     out.append("- Timing: median of at least %s calls and %s s per measurement (first call and one warm-up "
-               "excluded), %s threads; seed %s." % (c.get("min_reps"), c.get("budget_s"), c.get("threads"),
-                                                      c.get("seed")))
+               "excluded), %s threads; seed %s; %s." % (
+                   c.get("min_reps"), c.get("budget_s"), c.get("threads"), c.get("seed"),
+                   "peers' buffers recycled by malloc (MALLOC_MMAP_MAX_=0: no page faults per call)"
+                   if c.get("malloc_cache") else "glibc malloc defaults (large outputs page-faulted on every call)"))
     return out
 
 
@@ -267,7 +269,8 @@ def chart(res, path):
                       fontsize=8)
         ax.set_yscale("log")
         if have_floor:
-            ax.set_ylim(1e-3, max(1.5, max((r.get("roofline") or 0) for r in rs) * 1.5))
+            vals = [r["roofline"] for r in rs if r.get("roofline")]
+            ax.set_ylim(min([1e-3] + [v / 2 for v in vals]), max([1.5] + [v * 1.5 for v in vals]))
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
         ax.legend(fontsize=7, ncol=4, loc="upper right")
         ax.grid(axis="y", alpha=0.3)
