@@ -47,6 +47,7 @@ struct MemberAnalysis {
      *  there as written: evaluating it keeps the masked-row conventions (exp(-inf - -inf) = 0) that
      *  the canonical φ loses. Null when the core only exists after simplification. */
     Expr phi_literal = nullptr;
+    Expr Gsel_literal = nullptr;  ///< Gsel as written in the body (keeps 0/0 = 0), when it appears there
 
     // Polynomial (shift form): F = Σ_α D_α(x, c) (δ - c)^α exactly, for |α| <= degree.
     int degree = 0;

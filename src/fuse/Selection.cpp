@@ -136,12 +136,18 @@ int monotonicity(Expr e, Expr u, const Facts &facts) {
     }
 }
 
-/** The literal body with the sub-expression that simplifies to the core replaced by u. */
-Expr literal_phi(const Body &b, Expr core, Expr u) {
+/** The sub-expression of the literal body that simplifies to the core, or null. */
+Expr literal_core(const Body &b, Expr core) {
     Expr found = nullptr;
     visit(b.literal, [&](Expr n) {
         if (!found && depends_on_x(b, n) && simplify(n) == core) found = n;
     });
+    return found;
+}
+
+/** The literal body with the sub-expression that simplifies to the core replaced by u. */
+Expr literal_phi(const Body &b, Expr core, Expr u) {
+    Expr found = literal_core(b, core);
     if (!found) return nullptr;
     Expr phi = substitute(b.literal, found, u);
     return depends_on_x(b, phi) ? nullptr : phi;
@@ -163,6 +169,7 @@ bool derive_selection(const Body &b, MemberAnalysis &m, std::string &reason) {
         m.increasing = true;
         m.H = rest;
         m.phi_literal = literal_phi(b, core, u);
+        m.Gsel_literal = literal_core(b, core);
         m.relation = Relation::Additive;
         m.preconditions.push_back("F = G + H(d)");
         return true;
@@ -185,6 +192,7 @@ bool derive_selection(const Body &b, MemberAnalysis &m, std::string &reason) {
     m.phi = phi;
     m.u_sym = u;
     m.phi_literal = literal_phi(b, core, u);
+    m.Gsel_literal = literal_core(b, core);
     m.relation = Relation::Monotone;
     m.preconditions.push_back(std::string("dF/dG = ") + shown(dphi) + (m.increasing ? " > 0" : " < 0"));
     return true;

@@ -121,7 +121,7 @@ private:
 
     /** The environment: sizes, materialized tensors, and (when state is given) running values of
      *  pass members, or their estimates of the final value when `estimate` is set. */
-    EvalEnv env(const State *st, const std::vector<MemberRt> *mem, bool estimate) {
+    EvalEnv env(const State *st, const std::vector<MemberRt> *mem, bool estimate, bool sanitize = false) {
         EvalEnv e;
         e.f32 = opts_.f32;
         e.var_value = [this](Expr v) -> double {
@@ -129,13 +129,16 @@ private:
             RF_INTERNAL_ASSERT(it != sizes_.end()) << "unbound variable " << v->name;
             return static_cast<double>(it->second);
         };
-        e.load_value = [this, st, mem, estimate](Expr l, const int64_t *idx) -> double {
+        e.load_value = [this, st, mem, estimate, sanitize](Expr l, const int64_t *idx) -> double {
             if (st && mem && !final_mode_) {
                 for (size_t k = 0; k < mem->size(); k++) {
                     const MemberRt &m = (*mem)[k];
                     bool values = l->name == m.def->name, indices = m.def->is_topk() && l->name == m.def->index_name;
                     if (!values && !indices) continue;
-                    return member_value(*st, *mem, k, idx, indices, estimate);
+                    double v = member_value(*st, *mem, k, idx, indices, estimate);
+                    // A running value that is not finite yet (the max of a masked prefix) is used as 0,
+                    // consistently in δ, the tags and the update terms (see deltas()).
+                    return (sanitize && !std::isfinite(v)) ? 0.0 : v;
                 }
             }
             auto it = t_.find(l->name);
@@ -267,7 +270,7 @@ private:
     std::vector<double> deltas(const State &st, const std::vector<MemberRt> &mem, size_t k, int64_t extra,
                                bool estimate, bool sanitize) {
         const MemberRt &m = mem[k];
-        Evaluator ev(env(&st, &mem, estimate));
+        Evaluator ev(env(&st, &mem, estimate, sanitize));
         bind_point(ev, m, extra);
         std::vector<double> d;
         for (Expr e : m.a->delta_exprs) {
@@ -353,7 +356,7 @@ private:
                 case Relation::Additive:
                 case Relation::Monotone: {
                     bool sel = a.relation == Relation::Additive || a.relation == Relation::Monotone;
-                    Expr body = sel ? a.Gsel : m.def->body->body();
+                    Expr body = sel ? (a.Gsel_literal ? a.Gsel_literal : a.Gsel) : m.def->body->body();
                     ReduceOp op = sel ? m.sel_op : a.op;
                     if (op == ReduceOp::Sum) {
                         // A plain sum is kept relative to a reference point (its first finite term):
@@ -388,9 +391,26 @@ private:
                         e.acc = rnd(e.acc * (a.op == ReduceOp::Prod ? std::pow(al, static_cast<double>(n_old)) : al));
                     }
                     for (size_t i = 0; i < d.size(); i++) ev.bind(a.delta_syms[i], d[i]);
+                    // The update term U = G·H_run is the body itself divided by the deferred factors:
+                    // evaluating the body as written keeps the spec's own conventions (0/0 = 0) that the
+                    // canonical U may not; it falls back to U where H_def is 0 or not finite.
+                    Evaluator lit(env(&st, &mem, false, true));
+                    bind_point(lit, m, x);
+                    double inv_hdef = 1;
+                    if (!a.H_def->is_const(1)) {
+                        for (size_t i = 0; i < d.size(); i++) lit.bind(a.delta_syms[i], d[i]);
+                        inv_hdef = 1.0 / lit.eval(a.H_def);
+                    }
+                    bool literal = std::isfinite(inv_hdef) && inv_hdef != 0;
                     for (int64_t j = from; j < to; j++) {
                         bind_axis(ev, m, j);
-                        double u = ev.eval(a.U);
+                        double u;
+                        if (literal) {
+                            bind_axis(lit, m, j);
+                            u = rnd(lit.eval(m.def->body->body()) * inv_hdef);
+                        } else {
+                            u = ev.eval(a.U);
+                        }
                         e.acc = a.op == ReduceOp::Prod ? rnd(e.acc * u) : rnd(e.acc + u);
                     }
                     e.tag = d;

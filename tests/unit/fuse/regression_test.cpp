@@ -78,3 +78,23 @@ output W, I, g, J : i64
     SizeBinding sizes = bind_sizes(c->program, {});
     for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
 }
+
+TEST(FuzzRegression, UpdateTermsKeepTheSpecsZeroOverZero) {
+    // slope * (j / -i) at i = j = 0 is 0/0 = 0 in the spec; the canonical j * slope * i^-1 is 0 * inf.
+    // The update evaluates the body as written, so the plan keeps the spec's convention.
+    ArenaScope arena;
+    auto c = test::compile(R"(
+size B = 2, H = 3, N = 11, D = 5
+input Q[B, H, N, D] : bf16
+input K[B, H, N, D] : bf16
+input V[B, H, N, D] : bf16
+input slope[H] : f32
+S[b,h,i,j] = select(j <= i, sum(d: Q[b,h,i,d] * K[b,h,j,d]) / sqrt(D) + slope[h] * (j / -i), -inf)
+m[b,h,i]   = max(j: S[b,h,i,j])
+l[b,h,i]   = sum(j: exp(S[b,h,i,j] - m[b,h,i]))
+O[b,h,i,e] = sum(j: exp(S[b,h,i,j] - m[b,h,i]) * V[b,0,j,e]) / l[b,h,i]
+output O : bf16
+)");
+    SizeBinding sizes = bind_sizes(c->program, {});
+    for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
+}
