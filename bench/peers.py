@@ -203,6 +203,7 @@ def _case_inputs(st, case, seed):
         # Dynamo's per-code-object recompile limit would otherwise send later shapes to eager.
         torch._dynamo.reset()
         gc.collect()
+        _malloc_trim()  # the heap keeps freed memory (MALLOC_TRIM_THRESHOLD_): hand it back between cases
         gen = torch.Generator().manual_seed(seed + zlib.crc32(case["id"].encode()))
         st.inp = impl_torch.inputs(case, gen)
         st.case_id = case["id"]
@@ -436,6 +437,11 @@ def main(argv=None):
         env.get("python"), env.get("torch"), env.get("tvm"),
         "available" if hook.available else hook.reason), flush=True)
 
+    la = os.getloadavg()[0]
+    if la > 0.5 * args.threads:
+        print("peers: warning: load average %.2f on %d cores: other processes are running, times will be "
+              "noisy (each case keeps its fastest round; see load_avg_1min in results.json)" % (la, args.threads),
+              flush=True)
     results = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "load_avg_start": [round(x, 2) for x in os.getloadavg()],
