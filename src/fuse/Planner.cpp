@@ -212,6 +212,22 @@ Plan make_plan(const Program &p, const PlanOptions &opts) {
         reds.push_back(r);
     }
     size_t n = reds.size();
+    // Transitive dependences between reductions (through element-wise definitions too, which are
+    // already inlined): closure[j] holds every reduction j depends on.
+    std::vector<std::set<size_t>> closure(n);
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < j; i++)
+            if (reads(*reds[j].def, *reds[i].def)) {
+                closure[j].insert(i);
+                closure[j].insert(closure[i].begin(), closure[i].end());
+            }
+    // Two reductions may share a chain only if no third one sits between them (i -> k -> j): that k
+    // would need i's final value and feed j, so the chains would depend on each other in a cycle.
+    auto separated = [&](size_t i, size_t j) {
+        for (size_t k : closure[j])
+            if (k != i && closure[k].count(i)) return true;
+        return false;
+    };
     std::vector<size_t> parent(n);
     std::iota(parent.begin(), parent.end(), 0);
     std::function<size_t(size_t)> find = [&](size_t x) { return parent[x] == x ? x : parent[x] = find(parent[x]); };
@@ -221,6 +237,7 @@ Plan make_plan(const Program &p, const PlanOptions &opts) {
             if (a.extents.size() != b.extents.size() || !same_exprs(a.extents, b.extents, a.extents.size())) continue;
             size_t rows = std::min(a.outer.size(), b.outer.size());
             if (!same_exprs(outer_extents(*a.def), outer_extents(*b.def), rows)) continue;
+            if (separated(i, j)) continue;
             if ((reads(*b.def, *a.def) && data_connected(a, b, rows)) || input_connected(a, b, rows))
                 parent[find(i)] = find(j);
         }

@@ -82,21 +82,50 @@ public:
                                             ", expected " + shape_to_string(input_shape(in, sizes_)));
             t_[in.name] = round_output(it->second, in.dtype);
         }
-        std::map<std::string, const ChainPlan *> chain_at;  // last member -> chain
+        // Run whatever is ready: a definition outside the chains (a prologue) once the tensors it
+        // reads exist, a chain once everything its members read from outside it exists. The order of
+        // definitions in the spec need not be an order of the chains.
         std::set<std::string> in_chain;
-        for (const ChainPlan &c : plan_.chains) {
-            chain_at[c.members.back()] = &c;
-            for (const std::string &m : c.members) in_chain.insert(m);
-        }
-        std::vector<const TensorDef *> elementwise;
-        for (const TensorDef &d : p_.defs) {
-            if (!d.is_reduction()) {
-                elementwise.push_back(&d);
-                continue;
+        for (const ChainPlan &c : plan_.chains)
+            for (const std::string &m : c.members) {
+                in_chain.insert(m);
+                if (const TensorDef *d = p_.find_def(m); d && d->is_topk()) in_chain.insert(d->index_name);
             }
-            auto it = chain_at.find(d.name);
-            if (it != chain_at.end()) run_chain(*it->second);
-            else if (!in_chain.count(d.name)) eval_literal(d);
+        auto reads_ready = [&](const TensorDef &d, const std::set<std::string> &own) {
+            return !any_of(d.body, [&](Expr e) {
+                return e->kind == Kind::Load && !own.count(e->name) && !t_.count(e->name);
+            });
+        };
+        std::vector<const TensorDef *> elementwise, literal;
+        for (const TensorDef &d : p_.defs) {
+            if (!d.is_reduction()) elementwise.push_back(&d);
+            else if (!in_chain.count(d.name)) literal.push_back(&d);
+        }
+        std::vector<const ChainPlan *> chains;
+        for (const ChainPlan &c : plan_.chains) chains.push_back(&c);
+        while (!literal.empty() || !chains.empty()) {
+            bool progress = false;
+            for (size_t i = 0; i < literal.size(); i++)
+                if (reads_ready(*literal[i], {})) {
+                    eval_literal(*literal[i]);
+                    literal.erase(literal.begin() + static_cast<long>(i--));
+                    progress = true;
+                }
+            for (size_t i = 0; i < chains.size() && !progress; i++) {
+                std::set<std::string> own;
+                for (const std::string &m : chains[i]->members) {
+                    own.insert(m);
+                    if (const TensorDef *d = p_.find_def(m); d->is_topk()) own.insert(d->index_name);
+                }
+                bool ready = true;
+                for (const std::string &m : chains[i]->members) ready = ready && reads_ready(*p_.find_def(m), own);
+                if (ready) {
+                    run_chain(*chains[i]);
+                    chains.erase(chains.begin() + static_cast<long>(i));
+                    progress = true;
+                }
+            }
+            RF_INTERNAL_ASSERT(progress) << "the plan's chains depend on each other in a cycle";
         }
         for (const TensorDef *d : elementwise) eval_literal(*d);
         return t_;

@@ -98,3 +98,23 @@ output O : bf16
     SizeBinding sizes = bind_sizes(c->program, {});
     for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
 }
+
+TEST(FuzzRegression, ReductionsWithAnotherBetweenThemDoNotShareAChain) {
+    // l reads Q along the same axis as QKᵀ (so they look input-connected), but l also reads m, which
+    // needs QKᵀ: grouping l with QKᵀ would make the two chains wait on each other.
+    ArenaScope arena;
+    auto c = test::compile(R"(
+size B = 1, H = 3, N = 11, D = 5
+input Q[B, H, N, D] : bf16
+input K[B, H, N, D] : bf16
+input V[B, H, N, D] : bf16
+S[b,h,i,j] = select(j <= i, sum(d: Q[b,h,i,d] * K[b,h,j,d]) / sqrt(D), -inf)
+m[b,h,i]   = max(j: S[b,h,i,j])
+l[b,h,i]   = sum(j: exp(Q[b,h,i,j] / -m[b,h,i]))
+O[b,h,i,e] = sum(j: exp(S[b,h,i,j] - m[b,h,i]) * V[b,h,j,e]) / l[b,h,i]
+output O : bf16
+)");
+    EXPECT_EQ(test::chain_of(*c, "S.sum"), nullptr);  // still the prologue of m's chain
+    SizeBinding sizes = bind_sizes(c->program, {});
+    for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
+}
