@@ -111,24 +111,16 @@ double narrowest_rounding_epsilon(const Program &p) {
     double eps = 0;
     for (const TensorDef &d : p.defs)
         visit(d.body, [&](Expr e) {
-            if (e->kind == Kind::Cast && e->dtype != DType::f64 && e->dtype != DType::f32)
-                eps = std::max(eps, is_int(e->dtype) ? 0.5 / 127 : dtype_epsilon(e->dtype));
-            if (e->kind == Kind::Call && (e->func == Func::round || e->func == Func::floor || e->func == Func::ceil))
-                eps = std::max(eps, 0.5 / 127);
+            if (!is_rounding(e)) return;
+            eps = std::max(eps, e->kind == Kind::Cast && !is_int(e->dtype) ? dtype_epsilon(e->dtype) : 0.5 / 127);
         });
     return eps;
 }
 
-/** The spec in exact arithmetic: every rounding (narrow casts, round, floor, ceil) removed. */
+/** The spec in exact arithmetic: every rounding removed. */
 Program without_rounding(const Program &p) {
     Program q = p;
-    std::function<Expr(Expr)> strip = [&](Expr n) -> Expr {
-        bool narrow_cast = n->kind == Kind::Cast && n->dtype != DType::f64 && n->dtype != DType::f32;
-        bool rounding = n->kind == Kind::Call && (n->func == Func::round || n->func == Func::floor || n->func == Func::ceil);
-        if (narrow_cast || rounding) return substitute(n->args[0], strip);
-        return nullptr;
-    };
-    for (TensorDef &d : q.defs) d.body = substitute(d.body, strip);
+    for (TensorDef &d : q.defs) d.body = strip_rounding(d.body);
     return q;
 }
 

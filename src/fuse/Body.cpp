@@ -82,18 +82,7 @@ std::string shown(Expr e) {
     return s;
 }
 
-bool is_rounding(Expr n) {
-    if (n->kind == Kind::Cast) return n->dtype != DType::f64 && n->dtype != DType::f32;
-    return n->kind == Kind::Call && (n->func == Func::round || n->func == Func::floor || n->func == Func::ceil);
-}
 
-Expr strip_rounding(Expr e) {
-    std::function<Expr(Expr)> go = [&](Expr n) -> Expr {
-        if (n->kind == Kind::Cast || is_rounding(n)) return substitute(n->args[0], go);
-        return nullptr;
-    };
-    return substitute(e, go);
-}
 
 std::optional<Body> make_body(const TensorDef &def, const AnalysisContext &ctx, std::string &reason) {
     Body b;
@@ -244,3 +233,20 @@ std::vector<Expr> collect_atoms(const std::vector<Expr> &es) {
 }
 
 }  // namespace rf::fuse_detail
+
+namespace rf {
+
+bool is_rounding(Expr n) {
+    if (n->kind == Kind::Cast) return n->dtype != DType::f64 && n->dtype != DType::f32;
+    return n->kind == Kind::Call && (n->func == Func::round || n->func == Func::floor || n->func == Func::ceil);
+}
+
+Expr strip_rounding(Expr e) {
+    std::function<Expr(Expr)> go = [&](Expr n) -> Expr {
+        if (n->kind == Kind::Cast || is_rounding(n)) return substitute(n->args[0], go);
+        return nullptr;
+    };
+    return substitute(e, go);
+}
+
+}  // namespace rf

@@ -60,10 +60,6 @@ struct Valuation {
 /** to_string(e), shortened to at most 160 characters for messages. */
 std::string shown(Expr e);
 
-/** Removes rounding (narrow casts, round/floor/ceil) everywhere in e. */
-Expr strip_rounding(Expr e);
-/** True for a node that rounds its argument: a cast to a type narrower than f32, round, floor, ceil. */
-bool is_rounding(Expr n);
 
 /** The atoms (Vars and Loads, outside reduction binders) of the given expressions. */
 std::vector<Expr> collect_atoms(const std::vector<Expr> &es);

@@ -72,6 +72,11 @@ struct AnalysisContext {
  *  reason); throws InternalError when a derived form fails its numeric re-check. */
 MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx);
 
+/** True for a node that rounds its argument: a cast to a type narrower than f32, round, floor, ceil. */
+bool is_rounding(Expr n);
+/** e in exact arithmetic: every cast and every rounding (round, floor, ceil) removed. */
+Expr strip_rounding(Expr e);
+
 /** Maps δ and u symbols back to their expressions for display: `exp(-m[r])`, not `exp(δ0)`. */
 Expr restore_deltas(const MemberAnalysis &m, Expr e);
 
