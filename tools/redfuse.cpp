@@ -67,8 +67,8 @@ int main(int argc, char **argv) {
     analyze->add_option("SPEC", spec, "Spec file (.rf)")->required();
     analyze->add_flag("--json", json, "Print one JSON object (brief §5.2)");
     analyze->add_option("--size", size_items, "Sizes for the cost model: N=V,M=W");
-    analyze->add_option("--emit", emit_stage, "Dump a stage instead: ir | graph | plan")
-        ->check(CLI::IsMember({"ir", "graph", "plan"}));
+    analyze->add_option("--emit", emit_stage, "Dump a stage instead: ir | graph | plan | tile | cpp")
+        ->check(CLI::IsMember({"ir", "graph", "plan", "tile", "cpp"}));
     analyze->add_flag("--approx", approx, "Fuse through rounding casts with the running value (inexact)");
     std::string model_target = "gpu";
     analyze->add_option("--target", model_target, "Machine model for the strategy: gpu (default) | cpu (this host)")
@@ -76,7 +76,11 @@ int main(int argc, char **argv) {
 
     auto *run = app.add_subcommand("run", "Run a spec on random or saved inputs");
     run->add_option("SPEC", spec, "Spec file (.rf)")->required();
-    run->add_option("--target", target, "interp | interp-f32 (cpu, cuda, opencl: later)");
+    run->add_option("--target", target, "cpu | interp | interp-f32 (cuda, opencl: later)");
+    int threads = 0;
+    bool unfused = false;
+    run->add_option("--threads", threads, "cpu: worker threads (default: all)");
+    run->add_flag("--unfused", unfused, "cpu: run the unfused plan (one kernel per definition)");
     run->add_option("--size", size_items, "Sizes: N=V,M=W (defaults from the spec)");
     run->add_flag("--check", check, "Compare every output with the float64 reference interpreter");
     run->add_option("--seed", seed, "Seed of the random inputs and of the random tiling");
@@ -121,6 +125,7 @@ int main(int argc, char **argv) {
                 if (emit_stage == "ir") std::cout << rf::to_string(c->program);
                 else if (emit_stage == "graph") std::cout << rf::to_string(rf::dependence_graph(c->program), c->program);
                 else if (emit_stage == "plan") std::cout << rf::plan_dump(*c);
+                else if (emit_stage == "tile" || emit_stage == "cpp") std::cout << rf::backend_dump(*c, emit_stage);
                 else if (json) std::cout << rf::analysis_json(*c).dump(2) << "\n";
                 else std::cout << rf::analysis_text(*c);
                 return 0;
@@ -136,6 +141,8 @@ int main(int argc, char **argv) {
             ro.dist = dist;
             ro.scale = scale;
             ro.approx = approx;
+            ro.threads = threads;
+            ro.unfused = unfused;
             rf::RunReport r = rf::run_compiled(*c, ro);
             if (json) std::cout << r.json.dump(2) << "\n";
             else std::cout << r.text;

@@ -17,6 +17,8 @@
 #include "interp/Npy.h"
 #include "interp/PlanInterp.h"
 #include "interp/Reference.h"
+#include "codegen/CodeGen_CPU.h"
+#include "runtime/CpuBackend.h"
 #include "runtime/CpuFeatures.h"
 #include "spec/Frontend.h"
 
@@ -131,13 +133,24 @@ bool is_index_output(const Program &p, const std::string &name) {
 
 }  // namespace
 
+std::string backend_dump(const Compilation &c, const std::string &stage) {
+    tile::LowerOptions lo;
+    for (const SizeDecl &s : c.program.sizes)
+        if (s.default_value) lo.sizes[s.name] = *s.default_value;
+    tile::Module m = tile::lower_plan(c.plan, lo);
+    tile::verify(m);
+    if (stage == "tile") return tile::to_string(m);
+    return generate_cpu(m);
+}
+
 RunReport run_compiled(const Compilation &c, const RunOptions &o) {
     RunReport rep;
     const Program &p = c.program;
     SizeBinding sizes = bind_sizes(p, o.sizes);
-    if (o.target != "interp" && o.target != "interp-f32")
-        throw UserError({}, "target '" + o.target + "' is not available yet (this build has: interp)");
-    bool f32 = o.f32 || o.target == "interp-f32";
+    bool cpu = o.target == "cpu";
+    if (o.target != "interp" && o.target != "interp-f32" && !cpu)
+        throw UserError({}, "target '" + o.target + "' is not available yet (this build has: cpu, interp, interp-f32)");
+    bool f32 = o.f32 || o.target == "interp-f32" || cpu;
     // The interpreters hold every tensor as doubles: refuse sizes that would not fit in memory rather
     // than be killed by it.
     const double kMaxElements = double(1 << 27);
@@ -152,7 +165,7 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
         for (int64_t e : def_shape(d, sizes)) n *= static_cast<double>(e);
         elements += n;
     }
-    if (elements > kMaxElements)
+    if (elements > kMaxElements && (!cpu || o.check))
         throw UserError({}, "these sizes need " + std::to_string(static_cast<long long>(elements)) +
                                 " tensor elements; the interpreters are for checking at small sizes (at most " +
                                 std::to_string(static_cast<long long>(kMaxElements)) + ")");
@@ -160,24 +173,40 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
     std::map<std::string, Tensor> inputs =
         o.load_dir.empty() ? make_random_inputs(p, sizes, o.seed, parse_dist(o.dist), o.scale) : load_dir(o.load_dir, p, sizes);
 
-    // Re-plan at the bound sizes so the strategy matches what runs.
-    PlanOptions po;
+    // Re-plan at the bound sizes so the strategy matches what runs (and the machine it runs on).
+    PlanOptions po = plan_options_for(cpu ? "cpu" : "gpu");
     po.sizes = &sizes;
     po.approx = o.approx;
     Plan plan = make_plan(p, po);
     plan.program = &p;
 
-    PlanInterpOptions pio;
-    pio.f32 = f32;
-    pio.seed = o.seed;
-    auto t0 = std::chrono::steady_clock::now();
-    std::map<std::string, Tensor> results = run_plan(plan, sizes, inputs, pio);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-
-    std::map<std::string, Tensor> outputs;
-    for (const OutputDecl &out : p.outputs) outputs[out.name] = round_output(results.at(out.name), out.dtype);
-
+    std::map<std::string, Tensor> results, outputs;
+    double ms = 0;
     nlohmann::json j;
+    if (cpu) {
+        CpuOptions co;
+        co.threads = o.threads;
+        co.unfused = o.unfused;
+        std::unique_ptr<CpuProgram> prog = compile_cpu(plan, sizes, co);
+        CpuBuffers bufs(p, sizes, inputs);
+        auto t0 = std::chrono::steady_clock::now();
+        bufs.run(*prog, o.threads);
+        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        outputs = bufs.outputs();
+        j["compile_ms"] = prog->compile_ms;
+        j["jit_cached"] = prog->from_cache;
+        j["kernels"] = prog->module.kernels.size();
+        for (const InputDecl &in : p.inputs) results[in.name] = round_output(inputs.at(in.name), in.dtype);
+    } else {
+        PlanInterpOptions pio;
+        pio.f32 = f32;
+        pio.seed = o.seed;
+        auto t0 = std::chrono::steady_clock::now();
+        results = run_plan(plan, sizes, inputs, pio);
+        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        for (const OutputDecl &out : p.outputs) outputs[out.name] = round_output(results.at(out.name), out.dtype);
+    }
+
     j["target"] = o.target;
     j["time_ms"] = ms;
     j["sizes"] = sizes;
@@ -257,7 +286,8 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
     rep.ok = ok;
     rep.json = j;
     std::ostringstream head;
-    head << c.file << ": ran on " << o.target << (f32 ? " (float32)" : " (float64)") << " in " << ms << " ms\n";
+    head << c.file << ": ran on " << o.target << (cpu ? (o.unfused ? " (generated C++, unfused plan)" : " (generated C++)") : (f32 ? " (float32)" : " (float64)"))
+         << " in " << ms << " ms\n";
     rep.text = head.str() + text.str() + (o.check ? (ok ? "check: ok\n" : "check: FAILED\n") : "");
     return rep;
 }

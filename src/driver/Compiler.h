@@ -44,6 +44,8 @@ nlohmann::json analysis_json(const Compilation &c);
 std::string analysis_text(const Compilation &c);
 /** The `--emit plan` dump: passes, members and their derived parts. */
 std::string plan_dump(const Compilation &c);
+/** `--emit tile` (the tile IR module) or `--emit cpp` (the generated C++) at the compilation's sizes. */
+std::string backend_dump(const Compilation &c, const std::string &stage);
 
 struct RunOptions {
     std::string target = "interp";
@@ -55,6 +57,8 @@ struct RunOptions {
     std::string dist = "normal";
     double scale = 1.0;
     bool approx = false;  ///< run the approximate incremental plan through rounding casts (brief §1.4)
+    int threads = 0;      ///< cpu: worker threads (0: all)
+    bool unfused = false; ///< cpu: run the in-house unfused plan instead of the fused one
 };
 
 struct RunReport {

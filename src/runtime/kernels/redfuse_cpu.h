@@ -12,17 +12,39 @@
 #include <cstring>
 #include <limits>
 
+// The vector variants of exp/log in glibc's libmvec: declared here so that `omp simd` loops call
+// them (GCC only declares them under -ffast-math, which would also break inf/NaN semantics).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
+extern "C" {
+__attribute__((simd("notinbranch"))) float expf(float) noexcept;
+__attribute__((simd("notinbranch"))) float logf(float) noexcept;
+__attribute__((simd("notinbranch"))) double exp(double) noexcept;
+__attribute__((simd("notinbranch"))) double log(double) noexcept;
+}
+#endif
+
 namespace rfk {
 
+// Written without branches so that `omp simd` loops vectorize them (selects, not jumps).
 // (-inf) - (-inf) = -inf and (+inf) - (+inf) = +inf: a fully masked row stays masked.
 template <typename T> static inline T sub(T a, T b) {
-    if (std::isinf(a) && std::isinf(b) && (a > 0) == (b > 0)) return a;
-    return a - b;
+    T d = a - b;
+    return (a == b && std::fabs(a) == std::numeric_limits<T>::infinity()) ? a : d;
 }
 // 0 / 0 = 0: normalizing an empty row gives 0.
-template <typename T> static inline T div(T a, T b) { return (a == 0 && b == 0) ? T(0) : a / b; }
-template <typename T> static inline T max(T a, T b) { return (a != a || b != b) ? std::numeric_limits<T>::quiet_NaN() : (a > b ? a : b); }
-template <typename T> static inline T min(T a, T b) { return (a != a || b != b) ? std::numeric_limits<T>::quiet_NaN() : (a < b ? a : b); }
+template <typename T> static inline T div(T a, T b) {
+    T q = a / b;
+    return (a == T(0) && b == T(0)) ? T(0) : q;
+}
+// NaN-propagating: a NaN operand gives NaN (a + b is NaN then).
+template <typename T> static inline T max(T a, T b) {
+    T r = a > b ? a : b;
+    return (a != a || b != b) ? a + b : r;
+}
+template <typename T> static inline T min(T a, T b) {
+    T r = a < b ? a : b;
+    return (a != a || b != b) ? a + b : r;
+}
 template <typename T> static inline T sigmoid(T x) { return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)); }
 template <typename T> static inline T rsqrt(T x) { return T(1) / std::sqrt(x); }
 template <typename T> static inline T round_even(T x) { return std::nearbyint(x); }
@@ -69,6 +91,102 @@ static inline double cast_f8e5m2(double v) { return round_float(v, 2, -14, 57344
 static inline double cast_i8(double v) { return round_int(v, -128, 127); }
 static inline double cast_i32(double v) { return round_int(v, -2147483648.0, 2147483647.0); }
 static inline double cast_i64(double v) { return round_int(v, -9223372036854775808.0, 9223372036854774784.0); }
+
+// ---- Storage formats: loads widen to float, stores round like rf::round_to_dtype.
+static inline float bf16_to_float(uint16_t b) {
+    uint32_t u = static_cast<uint32_t>(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+// A float format with `mbits` mantissa bits, `ebits` exponent bits and bias; `fn` = no infinities,
+// only the all-ones pattern is NaN (e4m3fn).
+static inline float decode_small_float(uint32_t bits, int mbits, int ebits, int bias, bool fn) {
+    uint32_t sign = bits >> (mbits + ebits), e = (bits >> mbits) & ((1u << ebits) - 1), m = bits & ((1u << mbits) - 1);
+    float v;
+    if (e == (1u << ebits) - 1 && !fn) v = m ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+    else if (fn && e == (1u << ebits) - 1 && m == (1u << mbits) - 1) v = std::numeric_limits<float>::quiet_NaN();
+    else if (e == 0) v = std::ldexp(static_cast<float>(m), 1 - bias - mbits);
+    else v = std::ldexp(static_cast<float>(m | (1u << mbits)), static_cast<int>(e) - bias - mbits);
+    return sign ? -v : v;
+}
+static inline float f16_to_float(uint16_t b) { return decode_small_float(b, 10, 5, 15, false); }
+static inline float f8e4m3_to_float(uint8_t b) { return decode_small_float(b, 3, 4, 7, true); }
+static inline float f8e5m2_to_float(uint8_t b) { return decode_small_float(b, 2, 5, 15, false); }
+// Encodes a value already representable in the format (after round_float).
+static inline uint32_t encode_small_float(double v, int mbits, int ebits, int bias, bool fn) {
+    uint32_t sign = std::signbit(v) ? 1u << (mbits + ebits) : 0u;
+    if (std::isnan(v)) return sign | (fn ? ((1u << (mbits + ebits)) - 1) : (((1u << ebits) - 1) << mbits) | 1u);
+    if (std::isinf(v)) return sign | (((1u << ebits) - 1) << mbits);
+    double a = std::fabs(v);
+    if (a == 0) return sign;
+    int e;
+    std::frexp(a, &e);
+    int exp = e - 1 + bias;
+    if (exp <= 0) return sign | static_cast<uint32_t>(std::ldexp(a, bias - 1 + mbits));  // subnormal
+    uint32_t m = static_cast<uint32_t>(std::ldexp(a, mbits - (e - 1))) & ((1u << mbits) - 1);
+    return sign | (static_cast<uint32_t>(exp) << mbits) | m;
+}
+static inline double store_f64(double v) { return v; }
+static inline float store_f32(double v) { return static_cast<float>(cast_f32(v)); }
+static inline uint16_t store_bf16(double v) {
+    float f = static_cast<float>(cast_bf16(v));
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if (std::isnan(f)) return 0x7FC0;
+    return static_cast<uint16_t>(u >> 16);
+}
+static inline uint16_t store_f16(double v) { return static_cast<uint16_t>(encode_small_float(cast_f16(v), 10, 5, 15, false)); }
+static inline uint8_t store_f8e4m3(double v) { return static_cast<uint8_t>(encode_small_float(cast_f8e4m3(v), 3, 4, 7, true)); }
+static inline uint8_t store_f8e5m2(double v) { return static_cast<uint8_t>(encode_small_float(cast_f8e5m2(v), 2, 5, 15, false)); }
+static inline int8_t store_i8(double v) { return static_cast<int8_t>(cast_i8(v)); }
+static inline int32_t store_i32(double v) { return static_cast<int32_t>(cast_i32(v)); }
+static inline int64_t store_i64(double v) { return static_cast<int64_t>(cast_i64(v)); }
+
+// ---- Running-state helpers of the generated kernels (the plan interpreter's semantics).
+// "a is a better selection than b": larger (want_max) or smaller; NaN ranks first; ties: lower index.
+static inline bool better(bool want_max, double va, double ia, double vb, double ib) {
+    bool na = va != va, nb = vb != vb;
+    if (na != nb) return na;
+    if (!na && va != vb) return want_max ? va > vb : va < vb;
+    return ia < ib;
+}
+// Sorted insertion into a top-k list (values v, indices i, current length *n as a double).
+static inline void topk_insert(double *v, double *i, double *n, int64_t k, double val, double idx) {
+    int64_t len = static_cast<int64_t>(*n);
+    if (len == k && !better(true, val, idx, v[k - 1], i[k - 1])) return;
+    int64_t pos = len < k ? len : k - 1;
+    while (pos > 0 && better(true, val, idx, v[pos - 1], i[pos - 1])) {
+        v[pos] = v[pos - 1];
+        i[pos] = i[pos - 1];
+        pos--;
+    }
+    v[pos] = val;
+    i[pos] = idx;
+    if (len < k) *n = static_cast<double>(len + 1);
+}
+// Shift-form polynomial state: S(c) -> S(c') exactly,
+// S_b(c') = sum_{a >= b} prod_i C(a_i, b_i) (c'_i - c_i)^(a_i - b_i) S_a(c).
+static inline void poly_shift(double *S, int na, int nd, const int *al, const double *from, const double *to) {
+    double out[256];  // at most C(6 + 4, 4) = 210 moments (degree <= 4, <= 6 atoms)
+    for (int b = 0; b < na; b++) {
+        double acc = 0;
+        for (int a = 0; a < na; a++) {
+            double coef = 1;
+            bool ge = true;
+            for (int i = 0; i < nd && ge; i++) {
+                int hi = al[a * nd + i], lo = al[b * nd + i];
+                if (hi < lo) { ge = false; break; }
+                double binom = 1;
+                for (int t = 1; t <= lo; t++) binom = binom * (hi - lo + t) / t;
+                coef *= binom * std::pow(to[i] - from[i], hi - lo);
+            }
+            if (ge) acc += coef * S[a];
+        }
+        out[b] = acc;
+    }
+    for (int b = 0; b < na; b++) S[b] = out[b];
+}
 
 }  // namespace rfk
 

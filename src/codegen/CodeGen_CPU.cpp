@@ -1,0 +1,422 @@
+/** \file CodeGen_CPU.cpp
+ * The tile IR → C++ printer of the CPU backend (see CodeGen_CPU.h for the ABI it exports).
+ */
+#include "codegen/CodeGen_CPU.h"
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "codegen/CodeGen_C.h"
+#include "support/Error.h"
+
+namespace rf {
+
+extern const char *const kEmbeddedCpuHeader;  // generated from src/runtime/kernels/redfuse_cpu.h
+
+const std::string &cpu_runtime_header() {
+    static const std::string text = kEmbeddedCpuHeader;
+    return text;
+}
+
+int abi_dtype_code(DType t) { return static_cast<int>(t); }
+
+namespace {
+
+using namespace tile;
+
+/** Comment text in generated code: printable ASCII only, no comment terminators. */
+std::string safe_comment(const std::string &s) {
+    std::string out;
+    for (char ch : s) out += (ch >= 32 && ch < 127 && ch != '\\') ? ch : '?';
+    size_t at;
+    while ((at = out.find("*/")) != std::string::npos) out.replace(at, 2, "* /");
+    return out;
+}
+
+/** A C string literal for any text: every byte outside [A-Za-z0-9_. ] as an octal escape. */
+std::string c_string(const std::string &s) {
+    std::string out = "\"";
+    for (unsigned char ch : s) {
+        if (std::isalnum(ch) || ch == '_' || ch == '.' || ch == ' ') {
+            out += static_cast<char>(ch);
+        } else {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\%03o", ch);
+            out += buf;
+        }
+    }
+    return out + "\"";
+}
+
+const char *storage_type(DType t) {
+    switch (t) {
+    case DType::f64: return "double";
+    case DType::f32: return "float";
+    case DType::f16: case DType::bf16: return "uint16_t";
+    case DType::f8e4m3: case DType::f8e5m2: return "uint8_t";
+    case DType::i8: return "int8_t";
+    case DType::i32: return "int32_t";
+    default: return "int64_t";
+    }
+}
+
+std::string local_name(const std::string &n) { return c_identifier(n.substr(1), "l_"); }
+
+class KernelPrinter {
+public:
+    KernelPrinter(const Module &m, const Kernel &k, std::ostringstream &os) : m_(m), k_(k), os_(os) {
+        for (const Buffer &b : m.buffers)
+            if (!bufs_.count(b.name) || b.role == Buffer::Role::Temp) bufs_[b.name] = &b;  // reads prefer temporaries
+    }
+
+    void print() {
+        collect_locals(k_.body);
+        os_ << "// " << safe_comment(k_.what) << "\n";
+        os_ << "static void " << k_.name << "(const int64_t *rf_sizes, void *const *rf_bufs, int rf_threads) {\n";
+        for (size_t i = 0; i < m_.sizes.size(); i++)
+            os_ << "    const int64_t " << c_identifier(m_.sizes[i]) << " = rf_sizes[" << i << "]; (void)" << c_identifier(m_.sizes[i]) << ";\n";
+        for (size_t i = 0; i < m_.buffers.size(); i++) {
+            const Buffer &b = m_.buffers[i];
+            std::string id = buf_id(i);
+            os_ << "    " << storage_type(b.dtype) << " *__restrict " << id << " = (" << storage_type(b.dtype) << " *)rf_bufs[" << i
+                << "]; (void)" << id << ";\n";
+            // Row-major strides.
+            for (size_t d = 0; d < b.dims.size(); d++) {
+                std::string st = "1";
+                for (size_t q = d + 1; q < b.dims.size(); q++) st += " * (int64_t)(" + int_expr(b.dims[q]) + ")";
+                os_ << "    const int64_t " << id << "_s" << d << " = " << st << "; (void)" << id << "_s" << d << ";\n";
+            }
+        }
+        top_arrays(k_.body, 1);
+        stmt(k_.body, 1, false);
+        os_ << "}\n\n";
+    }
+
+private:
+    std::string buf_id(size_t i) const { return "rf_b" + std::to_string(i); }
+    size_t buf_index(const Buffer *b) const { return static_cast<size_t>(b - &m_.buffers[0]); }
+
+    void collect_locals(const StmtP &s) {
+        if (s->kind == StmtKind::Decl) locals_[s->name] = s.get();
+        for (const StmtP &c : s->body) collect_locals(c);
+        for (const StmtP &c : s->else_body) collect_locals(c);
+    }
+
+    std::string ctype(LocalClass c) const {
+        switch (c) {
+        case LocalClass::State: return "double";
+        case LocalClass::Index: return "int64_t";
+        default: return compute_type();
+        }
+    }
+    std::string compute_type() const { return m_.compute == DType::f64 ? "double" : "float"; }
+
+    CEmitContext ctx(const std::string &real) {
+        CEmitContext c;
+        c.real = real;
+        c.var = [this](Expr v) -> std::string {
+            if (v->role == VarRole::Size) return c_identifier(v->name);
+            RF_INTERNAL_ASSERT(!v->name.empty() && v->name[0] == '$') << "unbound variable " << v->name << " in " << k_.name;
+            return local_name(v->name);
+        };
+        c.load = [this](Expr l, const std::vector<std::string> &idx) -> std::string {
+            if (!l->name.empty() && l->name[0] == '$') return local_name(l->name) + "[" + idx[0] + "]";
+            auto it = bufs_.find(l->name);
+            RF_INTERNAL_ASSERT(it != bufs_.end()) << "load of unknown buffer " << l->name;
+            const Buffer *b = it->second;
+            std::string at = buf_id(buf_index(b)) + "[" + offset(b, idx) + "]";
+            switch (b->dtype) {
+            case DType::bf16: return "rfk::bf16_to_float(" + at + ")";
+            case DType::f16: return "rfk::f16_to_float(" + at + ")";
+            case DType::f8e4m3: return "rfk::f8e4m3_to_float(" + at + ")";
+            case DType::f8e5m2: return "rfk::f8e5m2_to_float(" + at + ")";
+            default: return at;
+            }
+        };
+        return c;
+    }
+
+    std::string offset(const Buffer *b, const std::vector<std::string> &idx) {
+        if (idx.empty()) return "0";
+        std::string s;
+        for (size_t d = 0; d < idx.size(); d++)
+            s += (d ? " + " : "") + idx[d] + " * " + buf_id(buf_index(b)) + "_s" + std::to_string(d);
+        return s;
+    }
+
+    std::string expr(Expr e, const std::string &real) { return emit_c(e, ctx(real)); }
+    std::string int_expr(Expr e) { return emit_c(e, ctx("double")); }
+
+    /** The C++ type a target (local) holds. */
+    std::string target_type(Expr t) {
+        auto it = locals_.find(t->name);
+        RF_INTERNAL_ASSERT(it != locals_.end()) << "unknown local " << t->name;
+        return ctype(it->second->cls);
+    }
+    std::string lvalue(Expr t) {
+        if (t->kind == Kind::Var) return local_name(t->name);
+        return local_name(t->name) + "[" + int_expr(t->args[0]) + "]";
+    }
+
+    /** Arrays declared directly in the kernel (outside parallel loops) are allocated at its top. */
+    void top_arrays(const StmtP &s, int ind) {
+        if (s->kind == StmtKind::For && s->loop == LoopKind::Parallel) return;
+        if (s->kind == StmtKind::Decl && !s->dims.empty()) alloc(s, ind);
+        for (const StmtP &c : s->body) top_arrays(c, ind);
+        for (const StmtP &c : s->else_body) top_arrays(c, ind);
+    }
+    void arrays_below(const StmtP &s, int ind) {
+        for (const StmtP &c : s->body) {
+            if (c->kind == StmtKind::Decl && !c->dims.empty()) alloc(c, ind);
+            arrays_below(c, ind);
+        }
+        for (const StmtP &c : s->else_body) {
+            if (c->kind == StmtKind::Decl && !c->dims.empty()) alloc(c, ind);
+            arrays_below(c, ind);
+        }
+    }
+    void alloc(const StmtP &d, int ind) {
+        std::string n = local_name(d->name), T = ctype(d->cls);
+        std::string size = "1";
+        for (Expr e : d->dims) size += " * (int64_t)(" + int_expr(e) + ")";
+        pad(ind) << "std::vector<" << T << "> " << n << "_store((size_t)(" << size << ")); " << T << " *__restrict " << n
+                 << " = " << n << "_store.data();\n";
+    }
+
+    std::ostringstream &pad(int ind) {
+        for (int i = 0; i < ind; i++) os_ << "    ";
+        return os_;
+    }
+
+    void body(const std::vector<StmtP> &b, int ind, bool simd) {
+        for (const StmtP &c : b) stmt(c, ind, simd);
+    }
+
+    void stmt(const StmtP &s, int ind, bool simd) {
+        std::string R = simd ? compute_type() : "double";
+        switch (s->kind) {
+        case StmtKind::Block: body(s->body, ind, simd); return;
+        case StmtKind::Comment: pad(ind) << "// " << safe_comment(s->name) << "\n"; return;
+        case StmtKind::For: loop(s, ind); return;
+        case StmtKind::If:
+            pad(ind) << "if (" << expr(s->cond, "double") << ") {\n";
+            body(s->body, ind + 1, simd);
+            if (!s->else_body.empty()) {
+                pad(ind) << "} else {\n";
+                body(s->else_body, ind + 1, simd);
+            }
+            pad(ind) << "}\n";
+            return;
+        case StmtKind::Decl: {
+            std::string T = ctype(s->cls), n = local_name(s->name);
+            if (s->dims.empty()) {
+                pad(ind) << T << " " << n << " = " << (s->value ? cast_to(T, s->value) : T + "()") << ";\n";
+            } else if (s->value) {
+                std::string size = "1";
+                for (Expr e : s->dims) size += " * (int64_t)(" + int_expr(e) + ")";
+                pad(ind) << "for (int64_t q_ = 0; q_ < " << size << "; ++q_) " << n << "[q_] = " << cast_to(T, s->value) << ";\n";
+            }
+            return;
+        }
+        case StmtKind::Assign: {
+            std::string T = target_type(s->target);
+            pad(ind) << lvalue(s->target) << " = " << cast_to(T, s->value, simd) << ";\n";
+            return;
+        }
+        case StmtKind::Accum: {
+            std::string T = target_type(s->target), t = lvalue(s->target), v = cast_to(T, s->value, simd);
+            switch (s->op) {
+            case ReduceOp::Sum: pad(ind) << t << " += " << v << ";\n"; break;
+            case ReduceOp::Prod: pad(ind) << t << " *= " << v << ";\n"; break;
+            default: {
+                bool mx = s->op == ReduceOp::Max;
+                if (simd) {
+                    // A vector max/min reduction ignores NaN; a flag remembers one (NaN propagates).
+                    pad(ind) << "{ " << T << " v_ = " << v << "; " << t << "_nan |= (v_ != v_); " << t << " = (v_ "
+                             << (mx ? ">" : "<") << " " << t << ") ? v_ : " << t << "; }\n";
+                } else {
+                    pad(ind) << t << " = rfk::" << (mx ? "max" : "min") << "<" << T << ">(" << t << ", " << v << ");\n";
+                }
+            }
+            }
+            return;
+        }
+        case StmtKind::ArgSelect: {
+            bool mx = s->op == ReduceOp::ArgMax || s->op == ReduceOp::Max;
+            pad(ind) << "{ double v_ = " << expr(s->value, "double") << "; double i_ = " << expr(s->index, "double")
+                     << "; if (rfk::better(" << (mx ? "true" : "false") << ", v_, i_, " << lvalue(s->target) << ", "
+                     << lvalue(s->target2) << ")) { " << lvalue(s->target) << " = v_; " << lvalue(s->target2) << " = i_; } }\n";
+            return;
+        }
+        case StmtKind::TopKInsert: {
+            std::string n = local_name(s->name);
+            pad(ind) << "rfk::topk_insert(" << n << "_v + " << int_expr(s->args[0]) << ", " << n << "_i + " << int_expr(s->args[0])
+                     << ", &" << n << "_n[" << int_expr(s->args2[0]) << "], " << int_expr(s->k) << ", "
+                     << expr(s->value, "double") << ", (double)(" << int_expr(s->index) << "));\n";
+            return;
+        }
+        case StmtKind::PolyShift: {
+            std::ostringstream al;
+            for (const auto &a : s->alphas)
+                for (int v : a) al << v << ",";
+            std::string from, to;
+            for (size_t i = 0; i < s->args.size(); i++) {
+                from += (i ? ", " : "") + expr(s->args[i], "double");
+                to += (i ? ", " : "") + expr(s->args2[i], "double");
+            }
+            pad(ind) << "{ static const int al_[] = {" << al.str() << "}; const double f_[] = {" << from << "}; const double t_[] = {"
+                     << to << "}; rfk::poly_shift(&" << lvalue(s->target) << ", " << s->alphas.size() << ", "
+                     << s->args.size() << ", al_, f_, t_); }\n";
+            return;
+        }
+        case StmtKind::Gemm: gemm(s, ind); return;
+        case StmtKind::Store: {
+            // Every buffer of the tensor: the float64 temporary and/or the output in its dtype.
+            std::string v = expr(s->value, R);
+            pad(ind) << "{ const " << R << " v_ = " << v << ";";
+            std::vector<std::string> idx;
+            for (Expr a : s->target->args) idx.push_back(int_expr(a));
+            for (const Buffer &b : m_.buffers) {
+                if (b.name != s->target->name || b.role == Buffer::Role::Input) continue;
+                os_ << " " << buf_id(buf_index(&b)) << "[" << offset(&b, idx) << "] = rfk::store_" << dtype_name(b.dtype) << "(v_);";
+            }
+            os_ << " }\n";
+            return;
+        }
+        }
+    }
+
+    std::string cast_to(const std::string &T, Expr v, bool simd = false) {
+        if (T == "int64_t") return "(int64_t)(" + (v->stype == SType::Int ? int_expr(v) : expr(v, "double")) + ")";
+        return "(" + T + ")(" + expr(v, simd ? compute_type() : T) + ")";
+    }
+
+    void loop(const StmtP &s, int ind) {
+        std::string v = local_name(s->var->name);
+        std::string head = "for (int64_t " + v + " = " + int_expr(s->begin) + "; " + v + " < " + int_expr(s->end) + "; ++" + v + ")";
+        if (s->loop == LoopKind::Parallel) {
+            pad(ind) << "{\n";
+            pad(ind + 1) << "const int64_t n_ = " << int_expr(s->end) << " - " << int_expr(s->begin) << ";\n";
+            pad(ind + 1) << "const int nt_ = rf_threads > 0 ? rf_threads : omp_get_max_threads();\n";
+            pad(ind + 1) << "const int64_t chunk_ = n_ / (int64_t)nt_ / 8 > 1 ? n_ / (int64_t)nt_ / 8 : 1; (void)chunk_;\n";
+            pad(ind + 1) << "#pragma omp parallel num_threads(nt_) if (n_ > 1)\n";
+            pad(ind + 1) << "{\n";
+            arrays_below(s, ind + 2);
+            pad(ind + 2) << "#pragma omp for schedule(" << (k_.schedule.strategy == "literal" ? "static" : "dynamic, chunk_") << ")\n";
+            pad(ind + 2) << head << " {\n";
+            body(s->body, ind + 3, false);
+            pad(ind + 2) << "}\n";
+            pad(ind + 1) << "}\n";
+            pad(ind) << "}\n";
+            return;
+        }
+        if (s->loop == LoopKind::Simd) {
+            std::vector<std::string> reds, flags;
+            for (const StmtP &c : s->body) {
+                if (c->kind != StmtKind::Accum) continue;
+                std::string t = lvalue(c->target);
+                switch (c->op) {
+                case ReduceOp::Sum: reds.push_back("reduction(+:" + t + ")"); break;
+                case ReduceOp::Prod: reds.push_back("reduction(*:" + t + ")"); break;
+                case ReduceOp::Max: reds.push_back("reduction(max:" + t + ")"); flags.push_back(t); break;
+                default: reds.push_back("reduction(min:" + t + ")"); flags.push_back(t); break;
+                }
+            }
+            pad(ind) << "{\n";
+            for (const std::string &f : flags) pad(ind + 1) << "int " << f << "_nan = 0;\n";
+            pad(ind + 1) << "#pragma omp simd";
+            for (const std::string &r : reds) os_ << " " << r;
+            for (const std::string &f : flags) os_ << " reduction(|:" << f << "_nan)";
+            os_ << "\n";
+            pad(ind + 1) << head << " {\n";
+            body(s->body, ind + 2, true);
+            pad(ind + 1) << "}\n";
+            for (const std::string &f : flags)
+                pad(ind + 1) << "if (" << f << "_nan) " << f << " = std::numeric_limits<" << compute_type() << ">::quiet_NaN();\n";
+            pad(ind) << "}\n";
+            return;
+        }
+        pad(ind) << head << " {\n";
+        body(s->body, ind + 1, false);
+        pad(ind) << "}\n";
+    }
+
+    void gemm(const StmtP &s, int ind) {
+        const GemmInfo &g = *s->gemm;
+        auto addr = [&](Expr base) {
+            CEmitContext c = ctx("double");
+            std::vector<std::string> idx;
+            for (Expr a : base->args) idx.push_back(int_expr(a));
+            if (!base->name.empty() && base->name[0] == '$') return "&" + local_name(base->name) + "[" + idx[0] + "]";
+            const Buffer *b = bufs_.at(base->name);
+            return "&" + buf_id(buf_index(b)) + "[" + offset(b, idx) + "]";
+        };
+        pad(ind) << "rfk::tile_gemm(" << int_expr(g.M) << ", " << int_expr(g.N) << ", " << int_expr(g.K) << ", (float)("
+                 << expr(g.alpha, "double") << "), " << addr(g.a_base) << ", " << int_expr(g.a_si) << ", " << int_expr(g.a_sk)
+                 << ", " << addr(g.b_base) << ", " << int_expr(g.b_sj) << ", " << int_expr(g.b_sk) << ", " << addr(g.c_base)
+                 << ", " << int_expr(g.c_si) << ", " << (g.accumulate ? "true" : "false") << ");\n";
+    }
+
+    const Module &m_;
+    const Kernel &k_;
+    std::ostringstream &os_;
+    std::map<std::string, const Buffer *> bufs_;
+    std::map<std::string, const Stmt *> locals_;
+};
+
+}  // namespace
+
+std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
+    std::ostringstream os;
+    std::string P = c_identifier(o.symbol_prefix, "");
+    os << "// Generated by redfuse. Do not edit.\n";
+    os << "#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <limits>\n#include <new>\n#include <vector>\n#include <omp.h>\n";
+    if (o.inline_headers) os << cpu_runtime_header() << "\n";
+    else os << "#include \"redfuse_cpu.h\"\n";
+    os << "\nnamespace {\n\n";
+    for (const Kernel &k : m.kernels) KernelPrinter(m, k, os).print();
+    os << "}  // namespace\n\n";
+    // The ABI.
+    std::vector<const Buffer *> user, temps;
+    for (const Buffer &b : m.buffers) (b.role == Buffer::Role::Temp ? temps : user).push_back(&b);
+    CEmitContext ictx;
+    ictx.real = "double";
+    ictx.var = [](Expr v) { return c_identifier(v->name); };
+    os << "extern \"C\" int " << P << "_num_sizes(void) { return " << m.sizes.size() << "; }\n";
+    os << "extern \"C\" const char *" << P << "_size_name(int i) {\n    static const char *const names[] = {";
+    for (const std::string &s : m.sizes) os << c_string(s) << ", ";
+    os << "nullptr};\n    return i >= 0 && i < " << m.sizes.size() << " ? names[i] : nullptr;\n}\n";
+    os << "extern \"C\" int " << P << "_num_buffers(void) { return " << user.size() << "; }\n";
+    os << "extern \"C\" const char *" << P << "_buffer_name(int i) {\n    static const char *const names[] = {";
+    for (const Buffer *b : user) os << c_string(b->name) << ", ";
+    os << "nullptr};\n    return i >= 0 && i < " << user.size() << " ? names[i] : nullptr;\n}\n";
+    os << "extern \"C\" int " << P << "_buffer_dtype(int i) {\n    static const int codes[] = {";
+    for (const Buffer *b : user) os << abi_dtype_code(b->dtype) << ", ";
+    os << "-1};\n    return i >= 0 && i < " << user.size() << " ? codes[i] : -1;\n}\n";
+    os << "extern \"C\" int " << P << "_buffer_is_output(int i) {\n    static const int out[] = {";
+    for (const Buffer *b : user) os << (b->role == Buffer::Role::Output ? 1 : 0) << ", ";
+    os << "-1};\n    return i >= 0 && i < " << user.size() << " ? out[i] : -1;\n}\n";
+    os << "extern \"C\" int " << P << "_run(const int64_t *rf_sizes, void *const *rf_user, int rf_threads) {\n";
+    for (size_t i = 0; i < m.sizes.size(); i++)
+        os << "    const int64_t " << c_identifier(m.sizes[i]) << " = rf_sizes[" << i << "]; (void)" << c_identifier(m.sizes[i]) << ";\n";
+    os << "    try {\n";
+    os << "        void *rf_bufs[" << m.buffers.size() + 1 << "];\n";
+    size_t ui = 0, ti = 0;
+    for (size_t i = 0; i < m.buffers.size(); i++) {
+        const Buffer &b = m.buffers[i];
+        if (b.role != Buffer::Role::Temp) {
+            os << "        rf_bufs[" << i << "] = rf_user[" << ui++ << "];\n";
+            continue;
+        }
+        std::string size = "1";
+        for (Expr e : b.dims) size += " * (int64_t)(" + emit_c(e, ictx) + ")";
+        os << "        std::vector<double> rf_t" << ti << "((size_t)(" << size << "));\n";
+        os << "        rf_bufs[" << i << "] = rf_t" << ti++ << ".data();\n";
+    }
+    for (const Kernel &k : m.kernels) os << "        " << k.name << "(rf_sizes, rf_bufs, rf_threads);\n";
+    os << "    } catch (const std::bad_alloc &) {\n        return 1;\n    }\n    return 0;\n}\n";
+    return os.str();
+}
+
+}  // namespace rf

@@ -1,0 +1,38 @@
+/** \file CodeGen_CPU.h
+ * Prints a tile IR module as one C++ translation unit for the CPU: OpenMP over parallel loops,
+ * `omp simd` vector loops whose exp/log go to the compiler's vector math (glibc libmvec), the
+ * language's semantics through redfuse_cpu.h, and a C entry point (the documented ABI of `emit`).
+ */
+#pragma once
+
+#include <string>
+
+#include "tile/TileIR.h"
+
+namespace rf {
+
+struct CpuCodegenOptions {
+    /** Paste the runtime headers into the source (JIT: one self-contained file whose hash covers
+     *  them) instead of #include-ing them (emit: the headers are written next to the source). */
+    bool inline_headers = true;
+    /** The prefix of the exported C symbols (a C identifier; `emit --name`). */
+    std::string symbol_prefix = "redfuse";
+};
+
+/** The C++ source of a module. Exported (extern "C"):
+ *    int PREFIX_run(const int64_t *sizes, void *const *buffers, int threads);
+ *    int PREFIX_num_sizes(void); const char *PREFIX_size_name(int i);
+ *    int PREFIX_num_buffers(void); const char *PREFIX_buffer_name(int i); int PREFIX_buffer_dtype(int i);
+ *    int PREFIX_buffer_is_output(int i);
+ *  `sizes` in the spec's size order; `buffers` = inputs then outputs in spec order, dense row-major,
+ *  in their declared dtype (bf16/f16 as uint16_t bits, fp8 as uint8_t); threads <= 0: all.
+ *  Returns 0, or 1 when a temporary could not be allocated. */
+std::string generate_cpu(const tile::Module &m, const CpuCodegenOptions &o = {});
+
+/** Text of the runtime headers the generated code uses (for the JIT cache key and for emit). */
+const std::string &cpu_runtime_header();
+
+/** dtype codes of the ABI (PREFIX_buffer_dtype): the order of rf::DType. */
+int abi_dtype_code(DType t);
+
+}  // namespace rf

@@ -1,0 +1,71 @@
+/** \file CpuBackend.h
+ * The CPU backend end to end: plan → tile IR → C++ → JIT-compiled shared object, and running it
+ * on tensors (conversion to and from the declared storage types, outputs poisoned before each run).
+ */
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fuse/Plan.h"
+#include "interp/Tensor.h"
+#include "runtime/CpuFeatures.h"
+#include "runtime/Jit.h"
+#include "tile/Lower.h"
+
+namespace rf {
+
+struct CpuOptions {
+    int threads = 0;                 ///< 0: every usable CPU
+    bool unfused = false;            ///< the in-house unfused baseline (one kernel per definition)
+    std::map<int, tile::Schedule> schedules;  ///< per-chain overrides
+    std::string isa;                 ///< "", "baseline", "avx2" or "avx512": limit the instruction set
+    std::string cache_dir;           ///< JIT cache (empty: the default)
+};
+
+using CpuEntry = int (*)(const int64_t *, void *const *, int);
+
+struct CpuProgram {
+    tile::Module module;
+    std::string source;
+    std::shared_ptr<SharedObject> object;
+    CpuEntry entry = nullptr;
+    double compile_ms = 0;   ///< wall time of lowering + code generation + JIT (0 work if cached)
+    bool from_cache = false;
+    std::vector<std::string> flags;
+};
+
+/** The compiler flags of generated kernels for this host (optionally limited to an ISA level). */
+std::vector<std::string> cpu_jit_flags(const std::string &isa = "");
+
+/** Lowers, prints and compiles. `sizes` pick the schedule; the kernels accept any sizes. */
+std::unique_ptr<CpuProgram> compile_cpu(const Plan &plan, const SizeBinding &sizes, const CpuOptions &o);
+
+/** Inputs and outputs in their storage formats, ready for repeated runs (benchmarks). */
+class CpuBuffers {
+public:
+    CpuBuffers(const Program &p, const SizeBinding &sizes, const std::map<std::string, Tensor> &inputs);
+    /** Fills every output with a poison pattern (NaN, or the most negative integer). */
+    void poison();
+    /** Runs the program once; InternalError when the kernel reports a failure. */
+    void run(const CpuProgram &prog, int threads);
+    std::map<std::string, Tensor> outputs() const;
+    int64_t bytes() const;
+
+private:
+    const Program &p_;
+    std::vector<int64_t> sizes_;
+    std::vector<std::vector<unsigned char>> storage_;
+    std::vector<DType> dtypes_;
+    std::vector<std::vector<int64_t>> shapes_;
+    std::vector<std::string> names_;
+    std::vector<bool> is_output_;
+};
+
+/** Encodes doubles into a dtype's storage bytes (the rounding of rf::round_to_dtype) and back. */
+void encode_storage(const std::vector<double> &v, DType t, unsigned char *out);
+std::vector<double> decode_storage(const unsigned char *in, int64_t n, DType t);
+
+}  // namespace rf

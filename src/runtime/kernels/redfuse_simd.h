@@ -1,0 +1,975 @@
+/** \file redfuse_simd.h
+ * Hot-loop primitives for generated CPU kernels (GEMMs, exp, row reductions), with the code path chosen
+ * at compile time from the -m flags: AVX-512 (+BF16, +VNNI), AVX2+FMA, or portable scalar code.
+ *
+ * Self-contained (no redfuse headers) and C++17, because JIT-compiled kernels include it. Every function
+ * is `static inline`, so translation units built with different -m flags never share a definition.
+ * Scratch memory is thread_local and grows only; no function allocates in the steady state, none uses
+ * OpenMP, all are safe to call from several threads at once. No pointer needs any alignment.
+ */
+#ifndef REDFUSE_SIMD_H
+#define REDFUSE_SIMD_H
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <type_traits>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define RFK_SIMD_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#define RFK_SIMD_AVX2 1
+#endif
+#if defined(RFK_SIMD_AVX512) && defined(__AVX512BF16__)
+#define RFK_SIMD_BF16 1
+#endif
+#if defined(RFK_SIMD_AVX512) && defined(__AVX512VNNI__)
+#define RFK_SIMD_VNNI 1
+#endif
+#if defined(RFK_SIMD_AVX512) || defined(RFK_SIMD_AVX2)
+#define RFK_SIMD_VECTOR 1
+#include <immintrin.h>
+#endif
+
+// GCC 12 reports the self-initialized _mm512_undefined_* inside AVX-512 intrinsics as uninitialized
+// (a false positive, fixed in later GCC); silenced for this header only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#if defined(__GNUC__)
+#define RFK_UNROLL _Pragma("GCC unroll 16")
+#else
+#define RFK_UNROLL
+#endif
+
+namespace rfk {
+
+/** Which code path this translation unit compiled: "avx512", "avx2" or "scalar" (tests check it). */
+static inline const char *simd_level() {
+#if defined(RFK_SIMD_AVX512)
+    return "avx512";
+#elif defined(RFK_SIMD_AVX2)
+    return "avx2";
+#else
+    return "scalar";
+#endif
+}
+
+static inline float bf16_to_f32(uint16_t b) {
+    uint32_t u = uint32_t(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+/** Round to nearest even. A finite value that would round past the largest bf16 saturates to it, as
+ *  rfk::cast_bf16 in redfuse_cpu.h does (the spec's cast semantics); infinities stay, NaN stays NaN. */
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);
+    uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+    bool was_finite = (u & 0x7f800000u) != 0x7f800000u;
+    if (was_finite && (rounded & 0x7f800000u) == 0x7f800000u) return uint16_t(((u >> 16) & 0x8000u) | 0x7f7fu);
+    return uint16_t(rounded >> 16);
+}
+
+namespace simd_detail {
+
+// ---------------------------------------------------------------------------------------------------
+// Scratch: one growing 64-byte-aligned buffer per slot and thread.
+// ---------------------------------------------------------------------------------------------------
+struct ScratchBuffer {
+    void *data = nullptr;
+    size_t bytes = 0;
+    ~ScratchBuffer() { std::free(data); }
+};
+static inline void *scratch(int slot, size_t bytes) {
+    thread_local ScratchBuffer buffers[2];
+    ScratchBuffer &b = buffers[slot];
+    if (b.bytes < bytes) {
+        size_t rounded = (bytes + 63) / 64 * 64;
+        void *p = std::aligned_alloc(64, rounded);
+        if (!p) throw std::bad_alloc();
+        std::free(b.data);
+        b.data = p;
+        b.bytes = rounded;
+    }
+    return b.data;
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+static inline float load_as_f32(const float *p) { return *p; }
+static inline float load_as_f32(const uint16_t *p) { return bf16_to_f32(*p); }
+
+// Calls f(std::integral_constant<int, r>) for a run-time r in [1, R]: row tails reuse the register-blocked
+// kernels at a compile-time height.
+template <int R, typename F>
+static inline void with_rows(int r, F &&f) {
+    if constexpr (R >= 1) {
+        if (r == R) {
+            f(std::integral_constant<int, R>{});
+            return;
+        }
+        with_rows<R - 1>(r, f);
+    }
+}
+
+// Exp constants. exp(x) = 2^n * e^r, n = round(x / ln2), r = x - n ln2 (ln2 in two parts so r is exact to
+// a few bits beyond float), e^r = 1 + r + r^2 q(r) with q a degree-4 Chebyshev fit of (e^r - 1 - r) / r^2
+// on |r| <= 1.02 ln2/2: fit error 1.1e-8 relative, the rest is the final rounding (tests: max 1 ulp).
+constexpr float kLog2e = 1.44269502162933349609375f;
+constexpr float kLn2Hi = 0.693145751953125f;
+constexpr float kLn2Lo = 1.428606765330187045e-06f;
+constexpr float kExpC2 = 0.5f, kExpC3 = 0.1666657030582428f, kExpC4 = 0.04166654497385025f;
+constexpr float kExpC5 = 0.008364380337297916f, kExpC6 = 0.0013927684631198645f;
+// Below -110 every result is 0 and above 90 every result is +inf, and clamping there keeps n in range.
+constexpr float kExpLo = -110.0f, kExpHi = 90.0f;
+
+#if defined(RFK_SIMD_VECTOR)
+// ---------------------------------------------------------------------------------------------------
+// One vector vocabulary per ISA, so the kernels below are written once.
+// ---------------------------------------------------------------------------------------------------
+#if defined(RFK_SIMD_AVX512)
+constexpr int VW = 16;
+using vf = __m512;
+using vmask = __mmask16;
+static inline vmask first_n(int64_t n) { return vmask((1u << n) - 1u); }
+static inline vf vzero() { return _mm512_setzero_ps(); }
+static inline vf vset1(float a) { return _mm512_set1_ps(a); }
+static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
+static inline vf vload_n(const float *p, int64_t n) { return _mm512_maskz_loadu_ps(first_n(n), p); }
+static inline void vstore(float *p, vf v) { _mm512_storeu_ps(p, v); }
+static inline void vstore_n(float *p, vf v, int64_t n) { _mm512_mask_storeu_ps(p, first_n(n), v); }
+static inline vf widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+static inline vf vload(const uint16_t *p) { return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
+static inline vf vload_n(const uint16_t *p, int64_t n) { return widen_bf16(_mm256_maskz_loadu_epi16(first_n(n), p)); }
+static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+// max/min return the second operand when either is NaN: pass the data second to keep its NaN.
+static inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+static inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
+static inline vmask vis_nan(vf a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+static inline vmask veq(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+static inline vmask mnone() { return 0; }
+static inline vmask mor(vmask a, vmask b) { return vmask(a | b); }
+static inline bool many(vmask m) { return m != 0; }
+static inline vf vselect(vmask m, vf if_false, vf if_true) { return _mm512_mask_blend_ps(m, if_false, if_true); }
+static inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
+static inline float vhmax(vf v) { return _mm512_reduce_max_ps(v); }
+static inline vf vround(vf v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+// p * 2^n, rounding once into the subnormal range and overflowing to inf.
+static inline vf vldexp(vf p, vf n) { return _mm512_scalef_ps(p, n); }
+// [sum a, sum b, sum c, sum d] with shuffles instead of four full horizontal reductions.
+static inline __m128 vsum4(vf a, vf b, vf c, vf d) {
+    vf ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    vf cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    vf lanes = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    // 128-bit group g of `lanes` holds four partial sums of operand g; two horizontal adds finish them.
+    __m256 h = _mm256_hadd_ps(_mm512_castps512_ps256(lanes), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lanes), 1)));
+    h = _mm256_hadd_ps(h, h);  // [a c a c | b d b d]
+    return _mm_unpacklo_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+static inline __m128i vsum4(__m512i a, __m512i b, __m512i c, __m512i d) {
+    __m512i ab = _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x44), _mm512_shuffle_i32x4(a, b, 0xEE));
+    __m512i cd = _mm512_add_epi32(_mm512_shuffle_i32x4(c, d, 0x44), _mm512_shuffle_i32x4(c, d, 0xEE));
+    __m512i lanes = _mm512_add_epi32(_mm512_shuffle_i32x4(ab, cd, 0x88), _mm512_shuffle_i32x4(ab, cd, 0xDD));
+    __m256i h = _mm256_hadd_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64(lanes, 1));
+    h = _mm256_hadd_epi32(h, h);
+    return _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+// In-register transpose of a 16x16 block of 32-bit elements (rows in r[0..15]).
+static inline void vtranspose(vf r[16]) {
+    vf t[16];
+    RFK_UNROLL for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    RFK_UNROLL for (int g = 0; g < 16; g += 4) {
+        r[g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[g]), _mm512_castps_pd(t[g + 2])));
+        r[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[g]), _mm512_castps_pd(t[g + 2])));
+        r[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[g + 1]), _mm512_castps_pd(t[g + 3])));
+        r[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[g + 1]), _mm512_castps_pd(t[g + 3])));
+    }
+    // r[4g + e] now holds, in 128-bit lane L, element 4L + e of rows 4g..4g+3.
+    RFK_UNROLL for (int e = 0; e < 4; ++e) {
+        vf ab_lo = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x44), ab_hi = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xEE);
+        vf cd_lo = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x44), cd_hi = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xEE);
+        t[0 + e] = _mm512_shuffle_f32x4(ab_lo, cd_lo, 0x88);
+        t[4 + e] = _mm512_shuffle_f32x4(ab_lo, cd_lo, 0xDD);
+        t[8 + e] = _mm512_shuffle_f32x4(ab_hi, cd_hi, 0x88);
+        t[12 + e] = _mm512_shuffle_f32x4(ab_hi, cd_hi, 0xDD);
+    }
+    RFK_UNROLL for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+#else  // AVX2 + FMA
+constexpr int VW = 8;
+using vf = __m256;
+using vmask = __m256;
+alignas(32) static const int32_t kLaneMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+static inline __m256i first_n(int64_t n) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(kLaneMaskTable + 8 - n)); }
+static inline vf vzero() { return _mm256_setzero_ps(); }
+static inline vf vset1(float a) { return _mm256_set1_ps(a); }
+static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
+static inline vf vload_n(const float *p, int64_t n) { return _mm256_maskload_ps(p, first_n(n)); }
+static inline void vstore(float *p, vf v) { _mm256_storeu_ps(p, v); }
+static inline void vstore_n(float *p, vf v, int64_t n) { _mm256_maskstore_ps(p, first_n(n), v); }
+static inline vf widen_bf16(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
+static inline vf vload(const uint16_t *p) { return widen_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+static inline vf vload_n(const uint16_t *p, int64_t n) {
+    alignas(16) uint16_t tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(tmp, p, size_t(n) * 2);
+    return widen_bf16(_mm_load_si128(reinterpret_cast<const __m128i *>(tmp)));
+}
+static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+static inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+static inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
+static inline vmask vis_nan(vf a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+static inline vmask veq(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+static inline vmask mnone() { return _mm256_setzero_ps(); }
+static inline vmask mor(vmask a, vmask b) { return _mm256_or_ps(a, b); }
+static inline bool many(vmask m) { return _mm256_movemask_ps(m) != 0; }
+static inline vf vselect(vmask m, vf if_false, vf if_true) { return _mm256_blendv_ps(if_false, if_true, m); }
+static inline float vsum(vf v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+static inline float vhmax(vf v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+static inline vf vround(vf v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+// p * 2^n as p * 2^(n/2) * 2^(n - n/2): both factors are normal for |n| <= 252, so the product rounds once.
+static inline vf vldexp(vf p, vf n) {
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i half = _mm256_srai_epi32(ni, 1), rest = _mm256_sub_epi32(ni, half);
+    __m256i bias = _mm256_set1_epi32(127);
+    vf s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+    vf s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(rest, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+static inline __m128 vsum4(vf a, vf b, vf c, vf d) {
+    __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+static inline void vtranspose(vf r[8]) {
+    vf t[8], s[8];
+    RFK_UNROLL for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    RFK_UNROLL for (int g = 0; g < 8; g += 4) {
+        s[g + 0] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+        s[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+        s[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        s[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    RFK_UNROLL for (int e = 0; e < 4; ++e) {
+        r[e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x20);
+        r[4 + e] = _mm256_permute2f128_ps(s[e], s[4 + e], 0x31);
+    }
+}
+#endif
+
+// The vectorized exp: clamp (NaN passes, as the data is the second operand), reduce, polynomial, scale.
+static inline vf vexp(vf x) {
+    x = vmin(vset1(kExpHi), vmax(vset1(kExpLo), x));
+    vf n = vround(vmul(x, vset1(kLog2e)));
+    vf r = vfma(n, vset1(-kLn2Hi), x);
+    r = vfma(n, vset1(-kLn2Lo), r);
+    vf q = vfma(vset1(kExpC6), r, vset1(kExpC5));
+    q = vfma(q, r, vset1(kExpC4));
+    q = vfma(q, r, vset1(kExpC3));
+    q = vfma(q, r, vset1(kExpC2));
+    vf p = vadd(vfma(q, vmul(r, r), r), vset1(1.0f));
+    return vldexp(p, n);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Outer-product GEMM core: an MR x (NV*VW) block of C in registers; per k one broadcast of A[i][k] per row
+// times NV vectors of a row of B laid out with the N dimension contiguous (packed B^T panel, or V rows).
+// ---------------------------------------------------------------------------------------------------
+template <int NV>
+static inline void store_block_row(float *c, const vf *acc, float alpha, bool add, int64_t ncols) {
+    RFK_UNROLL for (int v = 0; v < NV; ++v) {
+        int64_t n = clamp64(ncols - v * VW, 0, VW);
+        if (n == 0) break;
+        vf val = vmul(vset1(alpha), acc[v]);
+        if (n == VW) {
+            vstore(c + v * VW, add ? vadd(val, vload(c + v * VW)) : val);
+        } else {
+            vstore_n(c + v * VW, add ? vadd(val, vload_n(c + v * VW, n)) : val, n);
+        }
+    }
+}
+
+// C[0..MR)[0..ncols) (+)= alpha * A[0..MR)[0..kc) * B, B row k at b + k*ldb, NV*VW floats (zero-padded
+// past ncols when packed).
+template <int MR, int NV>
+static inline void outer_kernel(int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
+                                int64_t ldc, float alpha, bool add, int64_t ncols) {
+    vf acc[MR][NV];
+    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = vzero();
+    for (int64_t k = 0; k < kc; ++k) {
+        vf bv[NV];
+        RFK_UNROLL for (int v = 0; v < NV; ++v) bv[v] = vload(b + k * ldb + v * VW);
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            vf av = vset1(a[i * lda + k]);
+            RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = vfma(av, bv[v], acc[i][v]);
+        }
+    }
+    RFK_UNROLL for (int i = 0; i < MR; ++i) store_block_row<NV>(c + i * ldc, acc[i], alpha, add, ncols);
+}
+
+// Packs rows [0, rows) of a K-contiguous matrix (columns [0, kc)) transposed: out[k*W + j], W = NV*VW,
+// j >= rows zero. B^T panels for the NT GEMMs; bf16 input is widened on the way.
+template <int NV, typename T>
+static inline void pack_transposed(const T *src, int64_t ld, int64_t rows, int64_t kc, float *out) {
+    constexpr int W = NV * VW;
+    for (int h = 0; h < NV; ++h) {
+        int64_t valid = clamp64(rows - h * VW, 0, VW);
+        for (int64_t k0 = 0; k0 < kc; k0 += VW) {
+            int64_t kk = min64(VW, kc - k0);
+            vf r[VW];
+            for (int t = 0; t < VW; ++t) {
+                const T *p = src + (h * VW + t) * ld + k0;
+                r[t] = t >= valid ? vzero() : (kk == VW ? vload(p) : vload_n(p, kk));
+            }
+            vtranspose(r);
+            for (int64_t t = 0; t < kk; ++t) vstore(out + (k0 + t) * W + h * VW, r[t]);
+        }
+    }
+}
+
+// Copies columns [0, cols) of kc rows (N-contiguous) into out[k*W + j], zero-padded: V panels in f32.
+template <int NV, typename T>
+static inline void pack_rows(const T *src, int64_t ld, int64_t kc, int64_t cols, float *out) {
+    constexpr int W = NV * VW;
+    for (int64_t k = 0; k < kc; ++k) {
+        RFK_UNROLL for (int v = 0; v < NV; ++v) {
+            int64_t n = clamp64(cols - v * VW, 0, VW);
+            vf val = n == VW ? vload(src + k * ld + v * VW) : (n == 0 ? vzero() : vload_n(src + k * ld + v * VW, n));
+            vstore(out + k * W + v * VW, val);
+        }
+    }
+}
+
+static inline void widen_row(const uint16_t *src, int64_t n, float *out) {
+    int64_t k = 0;
+    for (; k + VW <= n; k += VW) vstore(out + k, vload(src + k));
+    if (k < n) vstore_n(out + k, vload_n(src + k, n - k), n - k);
+}
+
+// Blocking of the outer-product GEMMs: a B panel (KC x W floats) stays in L1 while MR-row strips of A pass
+// over it; the packed B block (KC x NC) and an A block (MC x KC) share L2.
+#if defined(RFK_SIMD_AVX512)
+constexpr int kMR = 8, kNV = 2, kSmallMR = 4, kSmallNV = 4;
+#else
+constexpr int kMR = 6, kNV = 2, kSmallMR = 3, kSmallNV = 4;
+#endif
+constexpr int64_t kKC = 256, kNC = 512, kMC = 128;
+
+// Runs the register blocks over one packed/unpacked B block of `nc` columns, rows [0, M), kc deep.
+template <int MR, int NV>
+static inline void outer_block(int64_t M, int64_t nc, int64_t kc, const float *a, int64_t lda, const float *b,
+                               int64_t ldb_k, int64_t panel_stride, float *c, int64_t ldc, float alpha, bool add) {
+    constexpr int W = NV * VW;
+    for (int64_t j = 0; j < nc; j += W) {
+        const float *bp = b + (j / W) * panel_stride;
+        int64_t ncols = min64(W, nc - j);
+        int64_t i = 0;
+        for (; i + MR <= M; i += MR) outer_kernel<MR, NV>(kc, a + i * lda, lda, bp, ldb_k, c + i * ldc + j, ldc, alpha, add, ncols);
+        if (i < M)
+            with_rows<MR - 1>(int(M - i), [&](auto rows) {
+                outer_kernel<decltype(rows)::value, NV>(kc, a + i * lda, lda, bp, ldb_k, c + i * ldc + j, ldc, alpha, add, ncols);
+            });
+    }
+}
+
+// NT via packing: C (+)= alpha * A B^T. TA = uint16_t (bf16) widens A blocks into scratch first.
+template <typename TA, typename TB>
+static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
+                             int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    constexpr int W = kNV * VW;
+    float *bpack = static_cast<float *>(scratch(0, size_t(kKC * kNC) * sizeof(float)));
+    for (int64_t pc = 0; pc < K; pc += kKC) {
+        int64_t kc = min64(kKC, K - pc);
+        bool add = accumulate || pc > 0;
+        for (int64_t jc = 0; jc < N; jc += kNC) {
+            int64_t nc = min64(kNC, N - jc);
+            for (int64_t j = 0; j < nc; j += W)
+                pack_transposed<kNV>(B + (jc + j) * ldb + pc, ldb, min64(W, nc - j), kc, bpack + (j / W) * kc * W);
+            for (int64_t ic = 0; ic < M; ic += kMC) {
+                int64_t mc = min64(kMC, M - ic);
+                const float *ablock;
+                int64_t ablock_ld;
+                if constexpr (std::is_same_v<TA, float>) {
+                    ablock = A + ic * lda + pc;
+                    ablock_ld = lda;
+                } else {
+                    float *conv = static_cast<float *>(scratch(1, size_t(kMC * kKC) * sizeof(float)));
+                    for (int64_t i = 0; i < mc; ++i) widen_row(A + (ic + i) * lda + pc, kc, conv + i * kc);
+                    ablock = conv;
+                    ablock_ld = kc;
+                }
+                outer_block<kMR, kNV>(mc, nc, kc, ablock, ablock_ld, bpack, W, kc * W, C + ic * ldc + jc, ldc, alpha, add);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Dot-product GEMM core for small M (or N): MR rows of A against 4 rows of B with vectors along K, reduced
+// at the end. No packing, so decode-sized problems stream B once at memory speed.
+// ---------------------------------------------------------------------------------------------------
+template <int MR, typename TA, typename TB>
+static inline void dot_kernel(int64_t K, const TA *a, int64_t lda, const TB *const *b, float *c, int64_t ldc,
+                              float alpha, bool add, int64_t ncols) {
+    vf acc[MR][4];
+    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vzero();
+    int64_t k = 0;
+    for (; k + VW <= K; k += VW) {
+        vf bv[4];
+        RFK_UNROLL for (int j = 0; j < 4; ++j) bv[j] = vload(b[j] + k);
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            vf av = vload(a + i * lda + k);
+            RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vfma(av, bv[j], acc[i][j]);
+        }
+    }
+    if (k < K) {
+        int64_t n = K - k;
+        vf bv[4];
+        RFK_UNROLL for (int j = 0; j < 4; ++j) bv[j] = vload_n(b[j] + k, n);
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            vf av = vload_n(a + i * lda + k, n);
+            RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vfma(av, bv[j], acc[i][j]);
+        }
+    }
+    RFK_UNROLL for (int i = 0; i < MR; ++i) {
+        alignas(16) float s[4];
+        _mm_store_ps(s, vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+        for (int64_t j = 0; j < ncols; ++j) c[i * ldc + j] = alpha * s[j] + (add ? c[i * ldc + j] : 0.0f);
+    }
+}
+
+// Tiles C into MR x 4 blocks, B rows outermost so each group of 4 B rows is read from memory once. Missing B
+// rows in the last group alias row 0 of the group (valid memory); their sums are not stored.
+template <int MR, typename TA, typename TB, typename Kernel>
+static inline void dot_tiles(int64_t M, int64_t N, const TA *A, int64_t lda, const TB *B, int64_t ldb, float *C,
+                             int64_t ldc, Kernel &&kernel) {
+    for (int64_t j = 0; j < N; j += 4) {
+        int64_t ncols = min64(4, N - j);
+        const TB *rows[4];
+        for (int t = 0; t < 4; ++t) rows[t] = B + (j + (t < ncols ? t : 0)) * ldb;
+        int64_t i = 0;
+        for (; i + MR <= M; i += MR) kernel(std::integral_constant<int, MR>{}, A + i * lda, rows, C + i * ldc + j, ncols);
+        if (i < M)
+            with_rows<MR - 1>(int(M - i), [&](auto r) { kernel(r, A + i * lda, rows, C + i * ldc + j, ncols); });
+    }
+}
+
+template <typename TA, typename TB>
+static inline void nt_dot(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
+                          int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    dot_tiles<4>(M, N, A, lda, B, ldb, C, ldc, [&](auto rows, const TA *a, const TB *const *b, float *c, int64_t ncols) {
+        dot_kernel<decltype(rows)::value>(K, a, lda, b, c, ldc, alpha, accumulate, ncols);
+    });
+}
+
+// Packing B pays off once enough rows of A reuse each panel; below that the dot form wins (bench/micro).
+constexpr int64_t kPackMinM = 8, kPackMinN = 16;
+
+template <typename TA, typename TB>
+static inline void nt_f32_out(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
+                              int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    if (M >= kPackMinM && N >= kPackMinN)
+        nt_packed(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+    else
+        nt_dot(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+// NN accumulate: V rows already have N contiguous. f32 V is used in place; bf16 V and the N tail are
+// packed (widened, zero-padded) per KC x W panel.
+template <int MR, int NV, typename TV>
+static inline void nn_acc(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
+                          float *C, int64_t ldc) {
+    constexpr int W = NV * VW;
+    float *panel = static_cast<float *>(scratch(0, size_t(kKC * W) * sizeof(float)));
+    for (int64_t pc = 0; pc < K; pc += kKC) {
+        int64_t kc = min64(kKC, K - pc);
+        for (int64_t j = 0; j < N; j += W) {
+            int64_t ncols = min64(W, N - j);
+            const float *b = panel;
+            int64_t ldb = W;
+            bool in_place = false;
+            if constexpr (std::is_same_v<TV, float>) {
+                if (ncols == W) {
+                    b = V + pc * ldv + j;
+                    ldb = ldv;
+                    in_place = true;
+                }
+            }
+            if (!in_place) pack_rows<NV>(V + pc * ldv + j, ldv, kc, ncols, panel);
+            outer_block<MR, NV>(M, ncols, kc, P + pc, ldp, b, ldb, 0, C + j, ldc, 1.0f, true);
+        }
+    }
+}
+
+template <typename TV>
+static inline void nn_acc_dispatch(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V,
+                                   int64_t ldv, float *C, int64_t ldc) {
+    // Few rows: a wider block keeps enough independent FMA chains in flight.
+    if (M <= kSmallMR)
+        nn_acc<kSmallMR, kSmallNV>(M, N, K, P, ldp, V, ldv, C, ldc);
+    else
+        nn_acc<kMR, kNV>(M, N, K, P, ldp, V, ldv, C, ldc);
+}
+
+#if defined(RFK_SIMD_BF16)
+// ---------------------------------------------------------------------------------------------------
+// bf16 x bf16 with vdpbf16ps: each 32-bit lane holds a pair of consecutive k. B^T panels of pairs are the
+// f32 transpose applied to 32-bit pair units.
+// ---------------------------------------------------------------------------------------------------
+static inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+// out[p*W + j] = pair (B[j][2p], B[j][2p+1]); a missing odd element and rows >= `rows` are zero.
+template <int NV>
+static inline void pack_pairs(const uint16_t *src, int64_t ld, int64_t rows, int64_t kc, float *out) {
+    constexpr int W = NV * 16;
+    int64_t npairs = (kc + 1) / 2;
+    for (int h = 0; h < NV; ++h) {
+        int64_t valid = clamp64(rows - h * 16, 0, 16);
+        for (int64_t p0 = 0; p0 < npairs; p0 += 16) {
+            int64_t elems = min64(32, kc - 2 * p0);
+            __mmask32 m = __mmask32(elems == 32 ? 0xffffffffu : ((1u << elems) - 1u));
+            vf r[16];
+            for (int t = 0; t < 16; ++t)
+                r[t] = t >= valid ? vzero() : _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, src + (h * 16 + t) * ld + 2 * p0));
+            vtranspose(r);
+            for (int64_t t = 0; t < min64(16, npairs - p0); ++t) vstore(out + (p0 + t) * W + h * 16, r[t]);
+        }
+    }
+}
+
+template <int MR, int NV>
+static inline void bf16_outer_kernel(int64_t kc, const uint16_t *a, int64_t lda, const float *b, float *c,
+                                     int64_t ldc, float alpha, bool add, int64_t ncols) {
+    constexpr int W = NV * 16;
+    vf acc[MR][NV];
+    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = vzero();
+    int64_t full = kc / 2;
+    for (int64_t p = 0; p < full; ++p) {
+        __m512bh bv[NV];
+        RFK_UNROLL for (int v = 0; v < NV; ++v) bv[v] = as_bh(_mm512_castps_si512(vload(b + p * W + v * 16)));
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            int32_t pair;
+            std::memcpy(&pair, a + i * lda + 2 * p, 4);
+            __m512bh av = as_bh(_mm512_set1_epi32(pair));
+            RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
+        }
+    }
+    if (kc & 1) {  // the last k alone: its partner lane is zero in both operands
+        __m512bh bv[NV];
+        RFK_UNROLL for (int v = 0; v < NV; ++v) bv[v] = as_bh(_mm512_castps_si512(vload(b + full * W + v * 16)));
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            __m512bh av = as_bh(_mm512_set1_epi32(int32_t(a[i * lda + kc - 1])));
+            RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
+        }
+    }
+    RFK_UNROLL for (int i = 0; i < MR; ++i) store_block_row<NV>(c + i * ldc, acc[i], alpha, add, ncols);
+}
+
+static inline void bf16_nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
+                                  const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    constexpr int W = kNV * 16;
+    constexpr int64_t KC = 2 * kKC;  // even, so only the last block can hold an odd k
+    float *bpack = static_cast<float *>(scratch(0, size_t(kKC * kNC) * sizeof(float)));
+    for (int64_t pc = 0; pc < K; pc += KC) {
+        int64_t kc = min64(KC, K - pc), npairs = (kc + 1) / 2;
+        bool add = accumulate || pc > 0;
+        for (int64_t jc = 0; jc < N; jc += kNC) {
+            int64_t nc = min64(kNC, N - jc);
+            for (int64_t j = 0; j < nc; j += W)
+                pack_pairs<kNV>(B + (jc + j) * ldb + pc, ldb, min64(W, nc - j), kc, bpack + (j / W) * npairs * W);
+            for (int64_t j = 0; j < nc; j += W) {
+                const float *bp = bpack + (j / W) * npairs * W;
+                int64_t ncols = min64(W, nc - j);
+                float *cj = C + jc + j;
+                int64_t i = 0;
+                for (; i + kMR <= M; i += kMR)
+                    bf16_outer_kernel<kMR, kNV>(kc, A + i * lda + pc, lda, bp, cj + i * ldc, ldc, alpha, add, ncols);
+                if (i < M)
+                    with_rows<kMR - 1>(int(M - i), [&](auto rows) {
+                        bf16_outer_kernel<decltype(rows)::value, kNV>(kc, A + i * lda + pc, lda, bp, cj + i * ldc, ldc, alpha, add, ncols);
+                    });
+            }
+        }
+    }
+}
+
+template <int MR>
+static inline void bf16_dot_kernel(int64_t K, const uint16_t *a, int64_t lda, const uint16_t *const *b, float *c,
+                                   int64_t ldc, float alpha, bool add, int64_t ncols) {
+    vf acc[MR][4];
+    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vzero();
+    for (int64_t k = 0; k < K; k += 32) {
+        int64_t n = min64(32, K - k);
+        __mmask32 m = __mmask32(n == 32 ? 0xffffffffu : ((1u << n) - 1u));
+        __m512bh bv[4];
+        RFK_UNROLL for (int j = 0; j < 4; ++j) bv[j] = as_bh(_mm512_maskz_loadu_epi16(m, b[j] + k));
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            __m512bh av = as_bh(_mm512_maskz_loadu_epi16(m, a + i * lda + k));
+            RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+        }
+    }
+    RFK_UNROLL for (int i = 0; i < MR; ++i) {
+        alignas(16) float s[4];
+        _mm_store_ps(s, vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+        for (int64_t j = 0; j < ncols; ++j) c[i * ldc + j] = alpha * s[j] + (add ? c[i * ldc + j] : 0.0f);
+    }
+}
+#endif  // RFK_SIMD_BF16
+
+// ---------------------------------------------------------------------------------------------------
+// Row primitives.
+// ---------------------------------------------------------------------------------------------------
+// x*scale - m with the spec's subtraction: equal infinities give that infinity (a masked row stays -inf).
+static inline vf shifted(vf x, vf scale, vf m, bool m_is_inf) {
+    vf xs = vmul(x, scale);
+    vf t = vsub(xs, m);
+    return m_is_inf ? vselect(veq(xs, m), t, xs) : t;
+}
+#endif  // RFK_SIMD_VECTOR
+
+}  // namespace simd_detail
+
+// =====================================================================================================
+// Public API.
+// =====================================================================================================
+
+static inline void gemm_nt_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                               const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_VECTOR)
+    simd_detail::nt_f32_out(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            float s = 0;
+            for (int64_t k = 0; k < K; ++k) s += A[i * lda + k] * B[j * ldb + k];
+            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
+        }
+#endif
+}
+
+static inline void gemm_nt_f32_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                                    const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_VECTOR)
+    // A stays f32 (exact products): a caller that wants bf16 activations converts A and calls gemm_nt_bf16.
+    simd_detail::nt_f32_out(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            float s = 0;
+            for (int64_t k = 0; k < K; ++k) s += A[i * lda + k] * bf16_to_f32(B[j * ldb + k]);
+            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
+        }
+#endif
+}
+
+static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
+                                const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_BF16)
+    using namespace simd_detail;
+    if (M >= kPackMinM && N >= kPackMinN) {
+        bf16_nt_packed(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+    } else {
+        dot_tiles<4>(M, N, A, lda, B, ldb, C, ldc, [&](auto rows, const uint16_t *a, const uint16_t *const *b, float *c, int64_t ncols) {
+            bf16_dot_kernel<decltype(rows)::value>(K, a, lda, b, c, ldc, alpha, accumulate, ncols);
+        });
+    }
+#elif defined(RFK_SIMD_VECTOR)
+    simd_detail::nt_f32_out(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            float s = 0;
+            for (int64_t k = 0; k < K; ++k) s += bf16_to_f32(A[i * lda + k]) * bf16_to_f32(B[j * ldb + k]);
+            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
+        }
+#endif
+}
+
+static inline void gemm_nn_acc_f32(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const float *V,
+                                   int64_t ldv, float *C, int64_t ldc) {
+#if defined(RFK_SIMD_VECTOR)
+    simd_detail::nn_acc_dispatch(M, N, K, P, ldp, V, ldv, C, ldc);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k) {
+            float p = P[i * ldp + k];
+            for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += p * V[k * ldv + j];
+        }
+#endif
+}
+
+static inline void gemm_nn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp,
+                                        const uint16_t *V, int64_t ldv, float *C, int64_t ldc) {
+#if defined(RFK_SIMD_VECTOR)
+    simd_detail::nn_acc_dispatch(M, N, K, P, ldp, V, ldv, C, ldc);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k) {
+            float p = P[i * ldp + k];
+            for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += p * bf16_to_f32(V[k * ldv + j]);
+        }
+#endif
+}
+
+namespace simd_detail {
+#if defined(RFK_SIMD_VNNI)
+// vpdpbusd multiplies u8 x s8: A + 128 (a sign-bit flip) is unsigned, and sum_k 128*B[j][k], computed with
+// the same instruction (0x80 bytes times B) on the first row strip, is subtracted. Wrap-around int32
+// arithmetic makes the result exact whenever the true result fits in int32.
+template <int MR, bool kFirstStrip>
+static inline void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, const int8_t *const *b, int32_t *c,
+                                 int64_t ldc, bool add, int64_t ncols, int32_t *bias) {
+    __m512i acc[MR][4], bacc[4];
+    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
+    RFK_UNROLL for (int j = 0; j < 4; ++j) {
+        bacc[j] = _mm512_setzero_si512();
+        RFK_UNROLL for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_setzero_si512();
+    }
+    for (int64_t k = 0; k < K; k += 64) {
+        int64_t n = min64(64, K - k);
+        __mmask64 m = n == 64 ? ~__mmask64(0) : ((__mmask64(1) << n) - 1);
+        __m512i bv[4];
+        RFK_UNROLL for (int j = 0; j < 4; ++j) {
+            bv[j] = _mm512_maskz_loadu_epi8(m, b[j] + k);
+            if constexpr (kFirstStrip) bacc[j] = _mm512_dpbusd_epi32(bacc[j], flip, bv[j]);
+        }
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            __m512i av = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a + i * lda + k), flip);
+            RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, bv[j]);
+        }
+    }
+    if constexpr (kFirstStrip) {
+        alignas(16) int32_t s[4];
+        _mm_store_si128(reinterpret_cast<__m128i *>(s), vsum4(bacc[0], bacc[1], bacc[2], bacc[3]));
+        for (int j = 0; j < 4; ++j) bias[j] = s[j];
+    }
+    RFK_UNROLL for (int i = 0; i < MR; ++i) {
+        alignas(16) int32_t s[4];
+        _mm_store_si128(reinterpret_cast<__m128i *>(s), vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+        for (int64_t j = 0; j < ncols; ++j) {
+            uint32_t v = uint32_t(s[j]) - uint32_t(bias[j]);
+            c[i * ldc + j] = int32_t(add ? uint32_t(c[i * ldc + j]) + v : v);
+        }
+    }
+}
+#elif defined(RFK_SIMD_VECTOR)
+// Without VNNI: widen to int16 and vpmaddwd, exact (|a*b| <= 2^14, a pair sum fits easily).
+template <int MR>
+static inline void s8_dot_kernel_avx2(int64_t K, const int8_t *a, int64_t lda, const int8_t *const *b, int32_t *c,
+                                      int64_t ldc, bool add, int64_t ncols) {
+    __m256i acc[MR][4];
+    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_si256();
+    auto load16 = [](const int8_t *p, int64_t n) {
+        if (n == 16) return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+        alignas(16) int8_t tmp[16] = {};
+        std::memcpy(tmp, p, size_t(n));
+        return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i *>(tmp)));
+    };
+    for (int64_t k = 0; k < K; k += 16) {
+        int64_t n = min64(16, K - k);
+        __m256i bv[4];
+        RFK_UNROLL for (int j = 0; j < 4; ++j) bv[j] = load16(b[j] + k, n);
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            __m256i av = load16(a + i * lda + k, n);
+            RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(av, bv[j]));
+        }
+    }
+    RFK_UNROLL for (int i = 0; i < MR; ++i) {
+        for (int64_t j = 0; j < ncols; ++j) {
+            alignas(32) int32_t lanes[8];
+            _mm256_store_si256(reinterpret_cast<__m256i *>(lanes), acc[i][j]);
+            uint32_t v = 0;
+            for (int l = 0; l < 8; ++l) v += uint32_t(lanes[l]);
+            c[i * ldc + j] = add ? int32_t(uint32_t(c[i * ldc + j]) + v) : int32_t(v);
+        }
+    }
+}
+#endif
+}  // namespace simd_detail
+
+static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,
+                                    int64_t ldb, int32_t *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_VNNI)
+    using namespace simd_detail;
+    for (int64_t j = 0; j < N; j += 4) {
+        int64_t ncols = min64(4, N - j);
+        const int8_t *rows[4];
+        for (int t = 0; t < 4; ++t) rows[t] = B + (j + (t < ncols ? t : 0)) * ldb;
+        int32_t bias[4] = {0, 0, 0, 0};
+        for (int64_t i = 0; i < M; i += 4) {
+            int r = int(min64(4, M - i));
+            with_rows<4>(r, [&](auto mr) {
+                constexpr int MR = decltype(mr)::value;
+                if (i == 0)
+                    s8_dot_kernel<MR, true>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
+                else
+                    s8_dot_kernel<MR, false>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
+            });
+        }
+    }
+#elif defined(RFK_SIMD_VECTOR)
+    using namespace simd_detail;
+    for (int64_t j = 0; j < N; j += 4) {
+        int64_t ncols = min64(4, N - j);
+        const int8_t *rows[4];
+        for (int t = 0; t < 4; ++t) rows[t] = B + (j + (t < ncols ? t : 0)) * ldb;
+        for (int64_t i = 0; i < M; i += 4)
+            with_rows<4>(int(min64(4, M - i)), [&](auto mr) {
+                s8_dot_kernel_avx2<decltype(mr)::value>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols);
+            });
+    }
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            uint32_t s = 0;  // unsigned: wrap-around instead of undefined overflow, like the SIMD paths
+            for (int64_t k = 0; k < K; ++k) s += uint32_t(int32_t(A[i * lda + k]) * int32_t(B[j * ldb + k]));
+            C[i * ldc + j] = int32_t(s + (accumulate ? uint32_t(C[i * ldc + j]) : 0u));
+        }
+#endif
+}
+
+static inline float max_f32(const float *x, int64_t n, float init) {
+    float best = init;
+    bool nan = init != init;
+    int64_t i = 0;
+#if defined(RFK_SIMD_VECTOR)
+    using namespace simd_detail;
+    if (n >= VW) {
+        vf m0 = vset1(init), m1 = m0;
+        vmask bad = mnone();
+        for (; i + 2 * VW <= n; i += 2 * VW) {
+            vf a = vload(x + i), b = vload(x + i + VW);
+            bad = mor(bad, mor(vis_nan(a), vis_nan(b)));
+            m0 = vmax(m0, a);
+            m1 = vmax(m1, b);
+        }
+        if (i + VW <= n) {
+            vf a = vload(x + i);
+            bad = mor(bad, vis_nan(a));
+            m0 = vmax(m0, a);
+            i += VW;
+        }
+        nan = nan || many(bad);
+        float v = vhmax(vmax(m0, m1));
+        best = v > best ? v : best;
+    }
+#endif
+    for (; i < n; ++i) {
+        nan = nan || x[i] != x[i];
+        best = x[i] > best ? x[i] : best;
+    }
+    return nan ? std::numeric_limits<float>::quiet_NaN() : best;
+}
+
+static inline float sum_f32(const float *x, int64_t n) {
+#if defined(RFK_SIMD_VECTOR)
+    using namespace simd_detail;
+    vf s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
+    int64_t i = 0;
+    for (; i + 4 * VW <= n; i += 4 * VW) {
+        s0 = vadd(s0, vload(x + i));
+        s1 = vadd(s1, vload(x + i + VW));
+        s2 = vadd(s2, vload(x + i + 2 * VW));
+        s3 = vadd(s3, vload(x + i + 3 * VW));
+    }
+    for (; i + VW <= n; i += VW) s0 = vadd(s0, vload(x + i));
+    if (i < n) s1 = vadd(s1, vload_n(x + i, n - i));
+    return vsum(vadd(vadd(s0, s1), vadd(s2, s3)));
+#else
+    float s = 0;
+    for (int64_t i = 0; i < n; ++i) s += x[i];
+    return s;
+#endif
+}
+
+static inline float exp_shift_sum_f32(const float *x, int64_t n, float scale, float m, float *y) {
+    bool m_is_inf = std::isinf(m);
+#if defined(RFK_SIMD_VECTOR)
+    using namespace simd_detail;
+    vf vs = vset1(scale), vm = vset1(m), s0 = vzero(), s1 = vzero();
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        vf e0 = vexp(shifted(vload(x + i), vs, vm, m_is_inf));
+        vf e1 = vexp(shifted(vload(x + i + VW), vs, vm, m_is_inf));
+        vstore(y + i, e0);
+        vstore(y + i + VW, e1);
+        s0 = vadd(s0, e0);
+        s1 = vadd(s1, e1);
+    }
+    for (; i < n; i += VW) {
+        int64_t k = min64(VW, n - i);
+        vf e = vexp(shifted(vload_n(x + i, k), vs, vm, m_is_inf));
+        vstore_n(y + i, e, k);
+        s0 = vadd(s0, vload_n(y + i, k));  // reloaded: lanes past the end are zero, not exp(-m)
+    }
+    return vsum(vadd(s0, s1));
+#else
+    float s = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        float xs = x[i] * scale;
+        float t = (m_is_inf && xs == m) ? xs : xs - m;
+        y[i] = std::exp(t);
+        s += y[i];
+    }
+    return s;
+#endif
+}
+
+static inline void exp_f32(const float *x, int64_t n, float *y) {
+#if defined(RFK_SIMD_VECTOR)
+    using namespace simd_detail;
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vstore(y + i, vexp(vload(x + i)));
+    if (i < n) vstore_n(y + i, vexp(vload_n(x + i, n - i)), n - i);
+#else
+    for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+#endif
+}
+
+static inline void scale_f32(float *x, int64_t n, float a) {
+#if defined(RFK_SIMD_VECTOR)
+    using namespace simd_detail;
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vstore(x + i, vmul(vload(x + i), vset1(a)));
+    if (i < n) vstore_n(x + i, vmul(vload_n(x + i, n - i), vset1(a)), n - i);
+#else
+    for (int64_t i = 0; i < n; ++i) x[i] *= a;
+#endif
+}
+
+}  // namespace rfk
+
+#undef RFK_UNROLL
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // REDFUSE_SIMD_H

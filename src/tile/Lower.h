@@ -1,0 +1,43 @@
+/** \file Lower.h
+ * Lowering of a fusion plan to the tile IR (one kernel per chain pass, literal kernels for the rest)
+ * and the passes over the result.
+ */
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "fuse/Plan.h"
+#include "ir/Program.h"
+#include "tile/TileIR.h"
+
+namespace rf::tile {
+
+struct LowerOptions {
+    /** Sizes the schedule is chosen for (tile, segments); the kernels accept any sizes at run time. */
+    SizeBinding sizes;
+    /** Schedule overrides by chain index (from `tune` or the command line). */
+    std::map<int, Schedule> schedules;
+    /** Force every chain to run unfused (one literal kernel per definition): the in-house baseline. */
+    bool unfused = false;
+    /** Worker threads the schedule plans for (0: every usable CPU). */
+    int threads = 0;
+    DType compute = DType::f32;
+};
+
+/** The default schedule of a chain at the given sizes (its plan's strategy and segments, a tile
+ *  that keeps the tile's working set in L1). */
+Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads);
+
+/** Plan → tile IR. InternalError if the plan is inconsistent; UserError for constructs the tile IR
+ *  cannot express yet (named, with the definition's location). */
+Module lower_plan(const Plan &plan, const LowerOptions &opts);
+
+/** Hoists, out of loops over a member's extra axes, the per-tile subexpressions that do not depend
+ *  on them (exp(S - m) shared by every column of the attention output), into tile arrays. */
+Module hoist_invariants(const Module &m);
+
+/** Rewrites recognized tile contractions (Σ_k A[i,k]·B[k,j] over a tile) into Gemm statements. */
+Module recognize_gemm(const Module &m);
+
+}  // namespace rf::tile

@@ -1,0 +1,344 @@
+/** \file LowerPlan.cpp
+ * Plan → tile IR module: the buffers, the order of kernels (chains once what they read exists,
+ * as the plan interpreter does), per-tile prologues, per-row epilogues, one kernel per chain pass
+ * (or one for all passes on chip), and single-definition kernels for everything outside chains.
+ */
+#include <algorithm>
+#include <set>
+
+#include "runtime/CpuFeatures.h"
+#include "support/Error.h"
+#include "tile/Lower.h"
+#include "tile/LowerPass.h"
+
+namespace rf::tile {
+
+Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads) {
+    Schedule s;
+    s.strategy = c.strategy.empty() ? "incremental" : c.strategy;
+    s.threads = threads;
+    s.segments = c.strategy == "multi_segment" ? std::max(1, c.segments) : 1;
+    // A tile of the axis: long enough to amortize the per-tile rescale, short enough that the
+    // tile's values (and a per-tile prologue) stay in L1.
+    s.tile = c.prologue.empty() ? 512 : 64;
+    (void)p;
+    (void)sizes;
+    return s;
+}
+
+namespace {
+
+/** Names every definition reads. */
+std::set<std::string> loads_of(Expr e) {
+    std::set<std::string> out;
+    visit(e, [&](Expr n) {
+        if (n->kind == Kind::Load) out.insert(n->name);
+    });
+    return out;
+}
+
+/** A single-member chain for a reduction that runs on its own (outside every chain, or unfused). */
+ChainPlan single_member_chain(const TensorDef &d) {
+    ChainPlan c;
+    Expr red = d.body;
+    for (size_t i = 0; i < red->num_axes(); i++) {
+        c.axes.push_back(red->axis(i)->name);
+        c.axis_extents.push_back(red->extents[i]);
+    }
+    c.n_row = d.vars.size() - (d.is_topk() ? 1 : 0);
+    c.members = {d.name};
+    MemberAnalysis a;
+    a.name = d.name;
+    a.op = red->rop;
+    a.k = red->k;
+    a.relation = Relation::None;
+    a.reason = "runs on its own";
+    c.verdicts = {a};
+    c.pass_of = {0};
+    PassPlan pp;
+    pp.members = {d.name};
+    pp.members_exec = {a};
+    c.passes = {pp};
+    c.strategy = "multi_pass";
+    c.strategy_reason = "a reduction on its own";
+    return c;
+}
+
+class ModuleLowering {
+public:
+    ModuleLowering(const Plan &plan, const LowerOptions &o) : plan_(plan), p_(*plan.program), o_(o) {}
+
+    Module run() {
+        m_.compute = o_.compute;
+        for (const SizeDecl &s : p_.sizes) m_.sizes.push_back(s.name);
+        std::vector<ChainPlan> chains;
+        if (o_.unfused) {
+            for (const TensorDef &d : p_.defs)
+                if (d.is_reduction()) chains.push_back(single_member_chain(d));
+        } else {
+            chains = plan_.chains;
+            std::set<std::string> in_chain;
+            for (const ChainPlan &c : chains)
+                for (const std::string &n : c.members) in_chain.insert(n);
+            for (const TensorDef &d : p_.defs)
+                if (d.is_reduction() && !in_chain.count(d.name) && !tile_prologue(d.name, chains)) chains.push_back(single_member_chain(d));
+        }
+        choose_prologues(chains);
+        make_buffers(chains);
+        order(chains);
+        return std::move(m_);
+    }
+
+private:
+    // ---- Per-tile prologues: a reduction over another axis read by members at (row, axis) exactly.
+    bool tile_prologue(const std::string &name, const std::vector<ChainPlan> &chains) {
+        for (size_t ci = 0; ci < chains.size(); ci++)
+            if (prologue_ok(name, chains[ci])) {
+                prologue_chain_[name] = ci;
+                return true;
+            }
+        return false;
+    }
+
+    bool prologue_ok(const std::string &name, const ChainPlan &c) {
+        if (std::find(c.prologue.begin(), c.prologue.end(), name) == c.prologue.end()) return false;
+        const TensorDef *d = p_.find_def(name);
+        if (!d || d->is_topk() || d->vars.size() != c.n_row + c.axis_extents.size()) return false;
+        std::set<std::string> members(c.members.begin(), c.members.end());
+        bool read = false;
+        for (const TensorDef &u : p_.defs) {
+            if (u.name == name) continue;
+            bool ok = true;
+            bool is_member = members.count(u.name) > 0;
+            visit(u.body, [&](Expr n) {
+                if (n->kind != Kind::Load || n->name != name) return;
+                read = true;
+                if (!is_member || u.body->kind != Kind::Reduce || u.body->num_axes() != c.axis_extents.size()) {
+                    ok = false;
+                    return;
+                }
+                for (size_t i = 0; i < c.n_row; i++) ok = ok && n->args[i] == u.vars[i];
+                for (size_t i = 0; i < c.axis_extents.size(); i++) ok = ok && n->args[c.n_row + i] == u.body->axis(i);
+            });
+            if (!ok) return false;
+        }
+        for (size_t i = 0; i < c.axis_extents.size(); i++)
+            if (d->extents[c.n_row + i] != c.axis_extents[i]) return false;
+        return read;
+    }
+
+    void choose_prologues(const std::vector<ChainPlan> &chains) {
+        if (o_.unfused) return;
+        for (const ChainPlan &c : chains)
+            for (const std::string &n : c.prologue) tile_prologue(n, chains);
+    }
+
+    // ---- Buffers.
+    void make_buffers(const std::vector<ChainPlan> &chains) {
+        std::set<std::string> read;
+        for (const TensorDef &d : p_.defs)
+            for (const std::string &n : loads_of(d.body)) read.insert(n);
+        for (const InputDecl &in : p_.inputs) m_.buffers.push_back({in.name, Buffer::Role::Input, in.dtype, in.dims});
+        std::set<std::string> outputs;
+        for (const OutputDecl &out : p_.outputs) {
+            const TensorDef *d = p_.find_def(out.name);
+            RF_INTERNAL_ASSERT(d) << "output without definition";
+            m_.buffers.push_back({out.name, Buffer::Role::Output, out.dtype, d->extents});
+            outputs.insert(out.name);
+        }
+        for (const TensorDef &d : p_.defs) {
+            if (prologue_chain_.count(d.name)) continue;
+            for (const std::string &n : {d.name, d.index_name}) {
+                if (n.empty()) continue;
+                if (read.count(n) || !outputs.count(n)) m_.buffers.push_back({n, Buffer::Role::Temp, DType::f64, d.extents});
+            }
+        }
+        (void)chains;
+    }
+
+    // ---- Kernel order.
+    void order(const std::vector<ChainPlan> &chains) {
+        std::set<std::string> done;
+        for (const InputDecl &in : p_.inputs) done.insert(in.name);
+        std::vector<size_t> pending;
+        for (size_t i = 0; i < chains.size(); i++) pending.push_back(i);
+        std::vector<const TensorDef *> elementwise;
+        for (const TensorDef &d : p_.defs)
+            if (!d.is_reduction()) elementwise.push_back(&d);
+        std::set<const TensorDef *> placed;
+        auto ready = [&](const TensorDef &d, const std::set<std::string> &own) {
+            for (const std::string &n : loads_of(d.body))
+                if (!own.count(n) && !done.count(n)) {
+                    // A per-tile prologue is ready once what it reads is.
+                    if (auto it = prologue_chain_.find(n); it != prologue_chain_.end()) {
+                        for (const std::string &q : loads_of(p_.find_def(n)->body))
+                            if (!done.count(q)) return false;
+                        continue;
+                    }
+                    return false;
+                }
+            return true;
+        };
+        while (!pending.empty()) {
+            bool progress = false;
+            for (size_t pi = 0; pi < pending.size() && !progress; pi++) {
+                const ChainPlan &c = chains[pending[pi]];
+                std::set<std::string> own;
+                for (const std::string &n : c.members) {
+                    own.insert(n);
+                    if (const TensorDef *d = p_.find_def(n); d->is_topk()) own.insert(d->index_name);
+                }
+                bool ok = true;
+                for (const std::string &n : c.members) ok = ok && ready(*p_.find_def(n), own);
+                if (!ok) continue;
+                emit_chain(c, pending[pi], done, elementwise, placed);
+                pending.erase(pending.begin() + static_cast<long>(pi));
+                progress = true;
+            }
+            RF_INTERNAL_ASSERT(progress) << "the plan's chains depend on each other in a cycle";
+        }
+        for (const TensorDef *d : elementwise)
+            if (!placed.count(d)) emit_elementwise(*d);
+    }
+
+    /** Element-wise definitions the last kernel of chain c can compute per row. */
+    std::vector<const TensorDef *> row_epilogues(const ChainPlan &c, const std::set<std::string> &done,
+                                                 const std::vector<const TensorDef *> &elementwise,
+                                                 std::set<const TensorDef *> &placed) {
+        std::vector<const TensorDef *> out;
+        if (o_.unfused) return out;
+        const TensorDef *first = p_.find_def(c.members[0]);
+        std::set<std::string> here(c.members.begin(), c.members.end());
+        for (const TensorDef *d : elementwise) {
+            if (placed.count(d)) continue;
+            if (std::find(c.epilogue.begin(), c.epilogue.end(), d->name) == c.epilogue.end()) continue;
+            if (d->vars.size() < c.n_row) continue;
+            bool ok = true;
+            for (size_t i = 0; i < c.n_row; i++) ok = ok && d->extents[i] == first->extents[i];
+            visit(d->body, [&](Expr n) {
+                if (n->kind != Kind::Load || !ok) return;
+                if (here.count(n->name)) {
+                    for (size_t i = 0; i < c.n_row; i++) ok = ok && n->args[i] == d->vars[i];
+                } else if (!done.count(n->name)) {
+                    ok = false;
+                }
+            });
+            if (!ok) continue;
+            out.push_back(d);
+            placed.insert(d);
+            here.insert(d->name);
+        }
+        return out;
+    }
+
+    void emit_chain(const ChainPlan &c, size_t ci, std::set<std::string> &done,
+                    const std::vector<const TensorDef *> &elementwise, std::set<const TensorDef *> &placed) {
+        Schedule s = default_schedule(c, p_, o_.sizes, o_.threads);
+        if (auto it = o_.schedules.find(static_cast<int>(ci)); it != o_.schedules.end()) s = it->second;
+        std::set<std::string> prologues;
+        for (auto &[name, chain] : prologue_chain_)
+            if (chain == ci) prologues.insert(name);
+        std::vector<PassContext> ctxs;
+        for (const PassPlan &pp : c.passes) {
+            PassContext ctx;
+            ctx.program = &p_;
+            ctx.chain = &c;
+            ctx.pass = &pp;
+            ctx.schedule = s;
+            ctx.tile_prologues = prologues;
+            ctxs.push_back(ctx);
+        }
+        std::string what;
+        for (const std::string &n : c.members) what += (what.empty() ? "" : ", ") + n;
+        bool onchip = c.passes.size() > 1 && s.segments <= 1 && s.strategy != "multi_pass";
+        if (onchip) {
+            // Members of the chain are computed before its epilogue.
+            for (const std::string &n : c.members) done.insert(n);
+            ctxs.back().epilogues = row_epilogues(c, done, elementwise, placed);
+            Kernel k;
+            k.name = "k" + std::to_string(m_.kernels.size()) + "_chain_onchip";
+            k.what = "chain [" + what + "], " + std::to_string(c.passes.size()) + " passes on chip" + epilogue_text(ctxs.back());
+            k.schedule = s;
+            k.schedule.strategy = "onchip_multipass";
+            k.body = lower_onchip_rows(ctxs);
+            m_.kernels.push_back(k);
+        } else {
+            for (size_t pi = 0; pi < ctxs.size(); pi++) {
+                for (const std::string &n : c.passes[pi].members) done.insert(n);
+                PassContext &ctx = ctxs[pi];
+                if (pi + 1 == ctxs.size()) {
+                    for (const std::string &n : c.members) done.insert(n);
+                    ctx.epilogues = row_epilogues(c, done, elementwise, placed);
+                }
+                Kernel k;
+                k.name = "k" + std::to_string(m_.kernels.size()) + "_chain_pass" + std::to_string(pi);
+                std::string mem;
+                for (const std::string &n : c.passes[pi].members) mem += (mem.empty() ? "" : ", ") + n;
+                k.what = "chain [" + what + "] pass " + std::to_string(pi) + ": " + mem + epilogue_text(ctx);
+                k.schedule = s;
+                if (s.segments > 1) ctx.scratch_buffer = "%scratch" + std::to_string(m_.kernels.size());
+                PassKernel pk = lower_pass(ctx);
+                if (pk.scratch_elements)
+                    m_.buffers.push_back({ctx.scratch_buffer, Buffer::Role::Temp, DType::f64, {pk.scratch_elements}});
+                k.body = pk.body;
+                m_.kernels.push_back(k);
+            }
+        }
+        for (const std::string &n : c.members)
+            if (const TensorDef *d = p_.find_def(n); d->is_topk()) done.insert(d->index_name);
+        for (const TensorDef *d : ctxs.back().epilogues) done.insert(d->name);
+    }
+
+    std::string epilogue_text(const PassContext &ctx) {
+        if (ctx.epilogues.empty()) return "";
+        std::string s = "; epilogue";
+        for (const TensorDef *d : ctx.epilogues) s += " " + d->name;
+        return s;
+    }
+
+    /** An element-wise definition on its own: parallel over all but the last axis, vector over it. */
+    void emit_elementwise(const TensorDef &d) {
+        Kernel k;
+        k.name = "k" + std::to_string(m_.kernels.size()) + "_elementwise";
+        k.what = "element-wise " + d.name;
+        k.schedule.strategy = "literal";
+        std::vector<Expr> outer(d.extents.begin(), d.extents.end() - (d.extents.empty() ? 0 : 1));
+        Expr inner_ext = d.extents.empty() ? int_c(1) : d.extents.back();
+        Expr o = make_index("$o"), i = make_index("$i");
+        std::vector<Expr> idx;
+        std::map<std::string, Expr> vars;
+        for (size_t q = 0; q < outer.size(); q++) {
+            idx.push_back(unravel(o, outer, q));
+            vars[d.vars[q]->name] = idx.back();
+        }
+        if (!d.extents.empty()) {
+            idx.push_back(i);
+            vars[d.vars.back()->name] = i;
+        }
+        Expr body = substitute(d.body, [&](Expr n) -> Expr {
+            if (n->kind != Kind::Var || n->role != VarRole::Index) return nullptr;
+            auto it = vars.find(n->name);
+            return it == vars.end() ? nullptr : it->second;
+        });
+        StmtP st = store(make_load(d.name, idx, DType::f64, SType::Real), body);
+        StmtP inner = for_loop(i, int_c(0), inner_ext, {st}, LoopKind::Simd);
+        k.body = for_loop(o, int_c(0), product(outer), {inner}, LoopKind::Parallel);
+        m_.kernels.push_back(k);
+    }
+
+    const Plan &plan_;
+    const Program &p_;
+    const LowerOptions &o_;
+    Module m_;
+    std::map<std::string, size_t> prologue_chain_;
+};
+
+}  // namespace
+
+Module lower_plan(const Plan &plan, const LowerOptions &opts) {
+    Module m = ModuleLowering(plan, opts).run();
+    if (verify_each_pass()) verify(m);
+    return m;
+}
+
+}  // namespace rf::tile

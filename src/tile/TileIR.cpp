@@ -1,0 +1,295 @@
+/** \file TileIR.cpp
+ * Builders of tile IR statements and the `--emit tile` printer.
+ */
+#include "tile/TileIR.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "support/Error.h"
+
+namespace rf::tile {
+
+namespace {
+std::shared_ptr<Stmt> make(StmtKind k) {
+    auto s = std::make_shared<Stmt>();
+    s->kind = k;
+    return s;
+}
+}  // namespace
+
+StmtP block(std::vector<StmtP> body) {
+    auto s = make(StmtKind::Block);
+    s->body = std::move(body);
+    return s;
+}
+
+StmtP for_loop(Expr var, Expr begin, Expr end, std::vector<StmtP> body, LoopKind loop) {
+    RF_INTERNAL_ASSERT(var && var->kind == Kind::Var && var->stype == SType::Int) << "loop variable must be an Int Var";
+    auto s = make(StmtKind::For);
+    s->var = var;
+    s->begin = begin;
+    s->end = end;
+    s->loop = loop;
+    s->body = std::move(body);
+    return s;
+}
+
+StmtP if_then(Expr cond, std::vector<StmtP> then_body, std::vector<StmtP> else_body) {
+    RF_INTERNAL_ASSERT(cond && cond->stype == SType::Bool) << "if condition must be Bool";
+    auto s = make(StmtKind::If);
+    s->cond = cond;
+    s->body = std::move(then_body);
+    s->else_body = std::move(else_body);
+    return s;
+}
+
+StmtP decl(const std::string &name, LocalClass cls, std::vector<Expr> dims, Expr init) {
+    RF_INTERNAL_ASSERT(!name.empty() && name[0] == '$') << "local names start with '$': " << name;
+    auto s = make(StmtKind::Decl);
+    s->name = name;
+    s->cls = cls;
+    s->dims = std::move(dims);
+    s->value = init;
+    return s;
+}
+
+StmtP assign(Expr target, Expr value) {
+    auto s = make(StmtKind::Assign);
+    s->target = target;
+    s->value = value;
+    return s;
+}
+
+StmtP accum(ReduceOp op, Expr target, Expr value) {
+    RF_INTERNAL_ASSERT(op == ReduceOp::Sum || op == ReduceOp::Prod || op == ReduceOp::Max || op == ReduceOp::Min)
+        << "accumulate with " << reduce_name(op);
+    auto s = make(StmtKind::Accum);
+    s->op = op;
+    s->target = target;
+    s->value = value;
+    return s;
+}
+
+StmtP arg_select(ReduceOp op, Expr value_target, Expr index_target, Expr value, Expr index) {
+    auto s = make(StmtKind::ArgSelect);
+    s->op = op;
+    s->target = value_target;
+    s->target2 = index_target;
+    s->value = value;
+    s->index = index;
+    return s;
+}
+
+StmtP topk_insert(const std::string &list, Expr offset, Expr count_index, Expr k, ReduceOp op, Expr value, Expr index) {
+    auto s = make(StmtKind::TopKInsert);
+    s->args = {offset};
+    s->args2 = {count_index};
+    s->name = list;
+    s->k = k;
+    s->op = op;
+    s->value = value;
+    s->index = index;
+    return s;
+}
+
+StmtP poly_shift(const std::string &state, std::vector<std::vector<int>> alphas, std::vector<Expr> from,
+                 std::vector<Expr> to) {
+    auto s = make(StmtKind::PolyShift);
+    s->name = state;
+    s->alphas = std::move(alphas);
+    s->args = std::move(from);
+    s->args2 = std::move(to);
+    return s;
+}
+
+StmtP gemm(GemmInfo info) {
+    auto s = make(StmtKind::Gemm);
+    s->gemm = std::make_shared<GemmInfo>(std::move(info));
+    return s;
+}
+
+StmtP store(Expr target, Expr value) {
+    RF_INTERNAL_ASSERT(target && target->kind == Kind::Load) << "store target must be a Load";
+    auto s = make(StmtKind::Store);
+    s->target = target;
+    s->value = value;
+    return s;
+}
+
+StmtP comment(const std::string &text) {
+    auto s = make(StmtKind::Comment);
+    s->name = text;
+    return s;
+}
+
+StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else_body) {
+    auto c = std::make_shared<Stmt>(*s);
+    c->body = std::move(body);
+    c->else_body = std::move(else_body);
+    return c;
+}
+
+StmtP mutate(const StmtP &s, const std::function<Expr(Expr)> &f,
+             const std::function<std::string(const std::string &)> &rename) {
+    auto c = std::make_shared<Stmt>(*s);
+    auto E = [&](Expr e) { return e ? f(e) : e; };
+    if (!c->name.empty() && c->kind != StmtKind::Comment) c->name = rename(c->name);
+    for (Expr *e : {&c->var, &c->begin, &c->end, &c->cond, &c->target, &c->target2, &c->value, &c->index, &c->k}) *e = E(*e);
+    for (Expr &e : c->dims) e = E(e);
+    for (Expr &e : c->args) e = E(e);
+    for (Expr &e : c->args2) e = E(e);
+    if (c->gemm) {
+        auto g = std::make_shared<GemmInfo>(*c->gemm);
+        for (Expr *e : {&g->M, &g->N, &g->K, &g->a_base, &g->b_base, &g->c_base, &g->a_si, &g->a_sk, &g->b_sj, &g->b_sk, &g->c_si, &g->alpha})
+            *e = E(*e);
+        c->gemm = g;
+    }
+    for (StmtP &b : c->body) b = mutate(b, f, rename);
+    for (StmtP &b : c->else_body) b = mutate(b, f, rename);
+    return c;
+}
+
+StmtP rename_locals(const StmtP &s, const std::function<std::string(const std::string &)> &rename) {
+    std::function<Expr(Expr)> go = [&](Expr e) {
+        return substitute(e, [&](Expr n) -> Expr {
+            if ((n->kind != Kind::Var && n->kind != Kind::Load) || n->name.empty() || n->name[0] != '$') return nullptr;
+            if (n->kind == Kind::Var) return make_var(rename(n->name), n->role, n->stype);
+            std::vector<Expr> args;
+            for (Expr a : n->args) args.push_back(go(a));
+            return make_load(rename(n->name), args, n->dtype, n->stype);
+        });
+    };
+    return mutate(s, go, rename);
+}
+
+const Buffer *Module::find(const std::string &name) const {
+    for (const Buffer &b : buffers)
+        if (b.name == name) return &b;
+    return nullptr;
+}
+
+bool verify_each_pass() {
+#ifndef NDEBUG
+    return true;
+#else
+    const char *env = std::getenv("REDFUSE_VERIFY");
+    return env && std::string(env) == "1";
+#endif
+}
+
+// ---- Printer.
+
+namespace {
+
+const char *loop_name(LoopKind k) {
+    switch (k) {
+    case LoopKind::Serial: return "serial";
+    case LoopKind::Parallel: return "parallel";
+    default: return "simd";
+    }
+}
+
+const char *class_name(LocalClass c) {
+    switch (c) {
+    case LocalClass::State: return "state";
+    case LocalClass::Tile: return "tile";
+    default: return "index";
+    }
+}
+
+const char *role_name(Buffer::Role r) {
+    switch (r) {
+    case Buffer::Role::Input: return "input";
+    case Buffer::Role::Output: return "output";
+    default: return "temp";
+    }
+}
+
+std::string list(const std::vector<Expr> &v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); i++) s += (i ? ", " : "") + rf::to_string(v[i]);
+    return s;
+}
+
+void print(std::ostringstream &os, const StmtP &s, int indent) {
+    std::string pad(static_cast<size_t>(indent) * 2, ' ');
+    switch (s->kind) {
+    case StmtKind::Block:
+        for (const StmtP &c : s->body) print(os, c, indent);
+        return;
+    case StmtKind::For:
+        os << pad << "for " << s->var->name << " in [" << rf::to_string(s->begin) << ", " << rf::to_string(s->end)
+           << ") " << loop_name(s->loop) << ":\n";
+        for (const StmtP &c : s->body) print(os, c, indent + 1);
+        return;
+    case StmtKind::If:
+        os << pad << "if " << rf::to_string(s->cond) << ":\n";
+        for (const StmtP &c : s->body) print(os, c, indent + 1);
+        if (!s->else_body.empty()) {
+            os << pad << "else:\n";
+            for (const StmtP &c : s->else_body) print(os, c, indent + 1);
+        }
+        return;
+    case StmtKind::Decl:
+        os << pad << class_name(s->cls) << " " << s->name;
+        if (!s->dims.empty()) os << "[" << list(s->dims) << "]";
+        if (s->value) os << " = " << rf::to_string(s->value);
+        os << "\n";
+        return;
+    case StmtKind::Assign: os << pad << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; return;
+    case StmtKind::Accum:
+        os << pad << rf::to_string(s->target) << " " << reduce_name(s->op) << "= " << rf::to_string(s->value) << "\n";
+        return;
+    case StmtKind::ArgSelect:
+        os << pad << "(" << rf::to_string(s->target) << ", " << rf::to_string(s->target2) << ") " << reduce_name(s->op)
+           << "= (" << rf::to_string(s->value) << ", " << rf::to_string(s->index) << ")\n";
+        return;
+    case StmtKind::TopKInsert:
+        os << pad << s->name << "@" << rf::to_string(s->args[0]) << " topk[" << rf::to_string(s->k) << "] <- (" << rf::to_string(s->value) << ", "
+           << rf::to_string(s->index) << ")\n";
+        return;
+    case StmtKind::PolyShift:
+        os << pad << "shift " << s->name << " (" << s->alphas.size() << " moments) from (" << list(s->args) << ") to ("
+           << list(s->args2) << ")\n";
+        return;
+    case StmtKind::Gemm: {
+        const GemmInfo &g = *s->gemm;
+        os << pad << "gemm " << rf::to_string(g.c_base) << " " << (g.accumulate ? "+=" : "=") << " "
+           << rf::to_string(g.alpha) << " * " << rf::to_string(g.a_base) << " x " << rf::to_string(g.b_base)
+           << (g.trans_b ? "^T" : "") << "  [M=" << rf::to_string(g.M) << " N=" << rf::to_string(g.N)
+           << " K=" << rf::to_string(g.K) << "]\n";
+        return;
+    }
+    case StmtKind::Store: os << pad << "store " << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; return;
+    case StmtKind::Comment: os << pad << "# " << s->name << "\n"; return;
+    }
+}
+
+}  // namespace
+
+std::string to_string(const StmtP &s, int indent) {
+    std::ostringstream os;
+    print(os, s, indent);
+    return os.str();
+}
+
+std::string to_string(const Module &m) {
+    std::ostringstream os;
+    os << "module compute=" << dtype_name(m.compute) << " sizes(";
+    for (size_t i = 0; i < m.sizes.size(); i++) os << (i ? ", " : "") << m.sizes[i];
+    os << ")\n";
+    for (const Buffer &b : m.buffers)
+        os << "  buffer " << b.name << " : " << dtype_name(b.dtype) << "[" << list(b.dims) << "] " << role_name(b.role)
+           << "\n";
+    for (const Kernel &k : m.kernels) {
+        const Schedule &s = k.schedule;
+        os << "kernel " << k.name << "  # " << k.what << "\n  schedule strategy=" << s.strategy << " tile=" << s.tile
+           << " row_block=" << s.row_block << " segments=" << s.segments << " threads=" << s.threads
+           << " level=" << s.fusion_level << "\n";
+        print(os, k.body, 1);
+    }
+    return os.str();
+}
+
+}  // namespace rf::tile

@@ -1,0 +1,151 @@
+/** \file TileIR.h
+ * The tile IR: loop nests over rows, segments and tiles of the cascade axis whose statements hold
+ * scalar expressions (ir/Expr.h). It sits between the fusion plan and the backends: lowering writes
+ * every derived update, merge and epilogue as explicit statements, passes rewrite them (GEMM
+ * recognition, hoisting), and each backend prints the same tree (C++ for the CPU, later OpenCL/CUDA).
+ *
+ * Statements are small immutable nodes shared by pointer; the schedule knobs are data (Schedule),
+ * never separate code paths.
+ */
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/DType.h"
+#include "ir/Expr.h"
+
+namespace rf::tile {
+
+/** The schedule of one kernel, as data. The lowering reads it; `tune` searches it. */
+struct Schedule {
+    std::string strategy = "incremental";  ///< single_pass, incremental, multi_segment, onchip_multipass, multi_pass, literal
+    int64_t tile = 256;       ///< elements of the cascade axis per tile
+    int64_t row_block = 1;    ///< rows (of the innermost row variable) handled together: the GEMM M
+    int64_t segments = 1;     ///< splits of the cascade axis, merged with the derived merge
+    int threads = 0;          ///< worker threads (0: every usable CPU)
+    std::string fusion_level = "row";  ///< where running states live: row (CPU); thread/warp/block (GPU)
+};
+
+/** How a loop runs. Parallel loops are distributed over workers; Simd loops are vector loops whose
+ *  Accum statements are reductions. */
+enum class LoopKind : uint8_t { Serial, Parallel, Simd };
+
+/** Storage class of a local: State values are kept in float64 (they are few and long-lived); Tile
+ *  values are the compute type of the kernel (float32 by default); Index holds integer positions. */
+enum class LocalClass : uint8_t { State, Tile, Index };
+
+enum class StmtKind : uint8_t {
+    Block,       ///< children in order
+    For,         ///< var in [begin, end) step 1; children = body; `loop` says how it runs
+    If,          ///< cond; children = then; else_body
+    Decl,        ///< local `name` of class `cls` with `dims` (empty: scalar), every element = value
+    Assign,      ///< target = value (target: a Var for scalars, a Load of a local for arrays)
+    Accum,       ///< target op= value with op Sum/Prod/Max/Min (inside a Simd loop: a reduction)
+    ArgSelect,   ///< (target, target2) = (value, index) when better under op (NaN first, lower index on ties)
+    TopKInsert,  ///< insert (value, index) into the sorted list `name` (slots at args[0], count at args2[0]) of capacity k
+    PolyShift,   ///< move the shift-form state `name`[α] from reference `args` to reference `args2`
+    Gemm,        ///< C (+)= alpha · A · B or A · Bᵀ over tiles (see GemmInfo)
+    Store,       ///< global tensor element target = value, rounded to the tensor's dtype
+    Comment,     ///< text (already sanitized) kept in dumps and generated code
+};
+
+struct GemmInfo {
+    // C[i][j] (+)= alpha · Σ_k A[i][k] · (transB ? B[j][k] : B[k][j]); each operand is a base element
+    // (a Load whose indices are at i = j = k = 0) plus element strides per axis.
+    Expr M, N, K;                       ///< extents
+    Expr a_base, b_base, c_base;        ///< Loads at the origin
+    Expr a_si, a_sk, b_sj, b_sk, c_si;  ///< strides (elements); C is contiguous along j
+    Expr alpha;
+    bool trans_b = true;
+    bool accumulate = false;
+};
+
+struct Stmt;
+using StmtP = std::shared_ptr<const Stmt>;
+
+struct Stmt {
+    StmtKind kind = StmtKind::Block;
+    LoopKind loop = LoopKind::Serial;
+    LocalClass cls = LocalClass::Tile;
+    ReduceOp op = ReduceOp::Sum;
+    std::string name;               ///< Decl / TopKInsert / PolyShift: the local; Comment: the text
+    Expr var = nullptr, begin = nullptr, end = nullptr;  ///< For
+    Expr cond = nullptr;            ///< If
+    Expr target = nullptr, target2 = nullptr;  ///< Assign / Accum / ArgSelect / Store
+    Expr value = nullptr, index = nullptr;     ///< right-hand sides
+    Expr k = nullptr;               ///< TopKInsert capacity
+    std::vector<Expr> dims;         ///< Decl
+    std::vector<Expr> args, args2;  ///< PolyShift: old and new reference points
+    std::vector<std::vector<int>> alphas;  ///< PolyShift multi-indices
+    std::shared_ptr<const GemmInfo> gemm;
+    std::vector<StmtP> body, else_body;
+};
+
+// ---- Builders (the only way passes create statements).
+StmtP block(std::vector<StmtP> body);
+StmtP for_loop(Expr var, Expr begin, Expr end, std::vector<StmtP> body, LoopKind loop = LoopKind::Serial);
+StmtP if_then(Expr cond, std::vector<StmtP> then_body, std::vector<StmtP> else_body = {});
+StmtP decl(const std::string &name, LocalClass cls, std::vector<Expr> dims, Expr init);
+StmtP assign(Expr target, Expr value);
+StmtP accum(ReduceOp op, Expr target, Expr value);
+StmtP arg_select(ReduceOp op, Expr value_target, Expr index_target, Expr value, Expr index);
+/** Inserts into the list whose slots start at `offset` (elements) of locals list_v / list_i, count list_n[count_index]. */
+StmtP topk_insert(const std::string &list, Expr offset, Expr count_index, Expr k, ReduceOp op, Expr value, Expr index);
+StmtP poly_shift(const std::string &state, std::vector<std::vector<int>> alphas, std::vector<Expr> from, std::vector<Expr> to);
+StmtP gemm(GemmInfo info);
+StmtP store(Expr target, Expr value);
+StmtP comment(const std::string &text);
+/** A copy of s with new children. */
+StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else_body = {});
+
+/** Rewrites every expression of s (and below) with f, and every local name (declarations, loop
+ *  variables, top-k lists, shift states) with rename. The default of both is the identity. */
+StmtP mutate(const StmtP &s, const std::function<Expr(Expr)> &f, const std::function<std::string(const std::string &)> &rename);
+/** Renames the locals of s (Var and Load nodes whose names start with '$'). */
+StmtP rename_locals(const StmtP &s, const std::function<std::string(const std::string &)> &rename);
+
+/** A global buffer of a kernel: an input, an output, or a float64 temporary between kernels. */
+struct Buffer {
+    enum class Role : uint8_t { Input, Output, Temp };
+    std::string name;     ///< the tensor's name in the spec (printers sanitize it)
+    Role role = Role::Input;
+    DType dtype = DType::f32;  ///< element type in memory (Temp: f64)
+    std::vector<Expr> dims;    ///< extents over size variables
+};
+
+/** One kernel: a loop nest over the global buffers, all sizes run-time arguments. */
+struct Kernel {
+    std::string name;    ///< a C identifier chosen by the lowering (never user text)
+    std::string what;    ///< one line for dumps: which members / definitions it computes
+    Schedule schedule;
+    StmtP body;
+};
+
+/** Everything a spec compiles to: buffers shared by kernels run in order. */
+struct Module {
+    std::vector<Buffer> buffers;           ///< inputs (spec order), outputs (spec order), temporaries
+    std::vector<std::string> sizes;        ///< size names in spec order: the run-time arguments
+    std::vector<Kernel> kernels;           ///< in execution order
+    DType compute = DType::f32;            ///< the compute type of tile values
+    const Buffer *find(const std::string &name) const;
+};
+
+/** `--emit tile`: a stable, indented text form of a module. */
+std::string to_string(const Module &m);
+std::string to_string(const StmtP &s, int indent = 0);
+
+/** Checks structural invariants (every local declared before use and once per scope, loop
+ *  variables bound, loads of known buffers with the right rank, Accum in scope of its target, ...).
+ *  Throws InternalError naming the kernel and the statement. Run after every pass in debug builds
+ *  and always in tests. */
+void verify(const Module &m);
+
+/** True in builds that verify after every pass (debug builds, or REDFUSE_VERIFY=1). */
+bool verify_each_pass();
+
+}  // namespace rf::tile
