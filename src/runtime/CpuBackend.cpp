@@ -4,7 +4,10 @@
 #include "runtime/CpuBackend.h"
 
 #include <chrono>
+#include <dlfcn.h>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "codegen/CodeGen_CPU.h"
 #include "interp/Reference.h"
@@ -19,10 +22,25 @@ std::vector<std::string> cpu_jit_flags(const std::string &isa) {
     std::vector<std::string> flags{"-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-fno-semantic-interposition"};
     for (const std::string &m : march_flags(f)) flags.push_back(m);
     if (best_isa(f) == IsaLevel::Avx512) flags.push_back("-mprefer-vector-width=512");
+    // Extra flags for debugging generated kernels (e.g. "-g -O0"); they are part of the cache key.
+    if (const char *extra = std::getenv("REDFUSE_JIT_FLAGS")) {
+        std::istringstream is(extra);
+        for (std::string w; is >> w;) flags.push_back(w);
+    }
     return flags;
 }
 
+namespace {
+/** Keeps the OpenMP runtime loaded for the life of the process: its worker threads outlive every
+ *  kernel, and unloading it with the last kernel's shared object would pull their code away. */
+void pin_openmp_runtime() {
+    static void *handle = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
+    (void)handle;
+}
+}  // namespace
+
 std::unique_ptr<CpuProgram> compile_cpu(const Plan &plan, const SizeBinding &sizes, const CpuOptions &o) {
+    pin_openmp_runtime();
     auto t0 = std::chrono::steady_clock::now();
     auto prog = std::make_unique<CpuProgram>();
     tile::LowerOptions lo;

@@ -141,7 +141,9 @@ private:
     Expr idx(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_idx"), x); }
     Expr seen(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_seen"), x); }
     Expr tag(const std::string &P, const MemberInfo &m, Expr x, size_t i) {
-        return local_at(field(P, m.k, "_tag"), add_i(mul_i(x, int_c(static_cast<int64_t>(m.nd))), int_c(static_cast<int64_t>(i))));
+        // A shifted sum keeps its reference point in slot 0 (nd = 0): one slot per x at least.
+        int64_t width = static_cast<int64_t>(std::max<size_t>(1, m.nd));
+        return local_at(field(P, m.k, "_tag"), add_i(mul_i(x, int_c(width)), int_c(static_cast<int64_t>(i))));
     }
     Expr count(const std::string &P) { return local_var(P + "_n", SType::Int); }
     Expr seen_b(const std::string &P, const MemberInfo &m, Expr x) { return make_cmp(CmpOp::NE, seen(P, m, x), real_c(0)); }

@@ -375,6 +375,11 @@ static inline void widen_row(const uint16_t *src, int64_t n, float *out) {
     if (k < n) vstore_n(out + k, vload_n(src + k, n - k), n - k);
 }
 
+// K = 0 leaves nothing to accumulate: C = alpha * 0, or unchanged when accumulating.
+static inline void clear_rows(int64_t M, int64_t N, float *C, int64_t ldc) {
+    for (int64_t i = 0; i < M; ++i) std::memset(C + i * ldc, 0, size_t(N) * sizeof(float));
+}
+
 // Blocking of the outer-product GEMMs: a B panel (KC x W floats) stays in L1 while MR-row strips of A pass
 // over it; the packed B block (KC x NC) and an A block (MC x KC) share L2.
 #if defined(RFK_SIMD_AVX512)
@@ -497,7 +502,9 @@ constexpr int64_t kPackMinM = 8, kPackMinN = 16;
 template <typename TA, typename TB>
 static inline void nt_f32_out(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
                               int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    if (M >= kPackMinM && N >= kPackMinN)
+    if (K == 0) {
+        if (!accumulate) clear_rows(M, N, C, ldc);
+    } else if (M >= kPackMinM && N >= kPackMinN)
         nt_packed(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
     else
         nt_dot(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
@@ -695,7 +702,9 @@ static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, co
                                 const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
 #if defined(RFK_SIMD_BF16)
     using namespace simd_detail;
-    if (M >= kPackMinM && N >= kPackMinN) {
+    if (K == 0) {
+        if (!accumulate) clear_rows(M, N, C, ldc);
+    } else if (M >= kPackMinM && N >= kPackMinN) {
         bf16_nt_packed(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
     } else {
         dot_tiles<4>(M, N, A, lda, B, ldb, C, ldc, [&](auto rows, const uint16_t *a, const uint16_t *const *b, float *c, int64_t ncols) {

@@ -1,0 +1,614 @@
+/** \file simd_kernels_test.cpp
+ * redfuse_simd.h against double-precision references: every GEMM over many shapes (0, 1, primes, tails,
+ * padded leading dimensions, block boundaries), exact int8, exp within 2 ulp, row reductions with NaN and
+ * -inf, bf16 casts as rfk::cast_bf16. The in-process tests exercise the path of the default flags (scalar);
+ * the same checks are compiled again with AVX-512 and AVX2 flags by the system compiler (this file with
+ * RFK_SIMD_DRIVER defined) and run as a child process.
+ *
+ * Inputs sit in buffers that end at an inaccessible page and have NaN (or garbage) in their row padding, so
+ * a read past a row or past the end shows up as a crash or a wrong value; outputs start as NaN when
+ * `accumulate` is false and keep a sentinel in their padding, so a read of C or a stray store shows too.
+ */
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/kernels/redfuse_cpu.h"
+#include "runtime/kernels/redfuse_simd.h"
+
+extern char **environ;
+
+namespace simd_check {
+
+#if defined(RFK_SIMD_DRIVER)
+constexpr bool kThorough = true;  // -O2 child process: the full shape set and a denser exp scan
+#else
+constexpr bool kThorough = false;  // may run at -O0 under sanitizers
+#endif
+
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+const float kInf = std::numeric_limits<float>::infinity();
+const double kEps = std::ldexp(1.0, -24);
+
+/** Failure messages, the first few kept in full. */
+struct Failures {
+    int count = 0;
+    std::string text;
+    void add(const std::string &what) {
+        if (++count <= 12) text += what + "\n";
+    }
+};
+
+/** A buffer of n elements that ends exactly at a PROT_NONE page. */
+template <typename T>
+class Guarded {
+public:
+    explicit Guarded(size_t n) {
+        size_t page = size_t(sysconf(_SC_PAGESIZE)), bytes = n * sizeof(T);
+        size_t data_pages = (bytes + page - 1) / page;
+        len_ = (data_pages + 1) * page;
+        void *base = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED) std::abort();
+        base_ = static_cast<char *>(base);
+        mprotect(base_ + data_pages * page, page, PROT_NONE);
+        data_ = reinterpret_cast<T *>(base_ + data_pages * page - bytes);
+    }
+    ~Guarded() { munmap(base_, len_); }
+    Guarded(const Guarded &) = delete;
+    Guarded &operator=(const Guarded &) = delete;
+    T *data() { return data_; }
+    T &operator[](size_t i) { return data_[i]; }
+
+private:
+    char *base_;
+    size_t len_;
+    T *data_;
+};
+
+/** splitmix64: deterministic and fast at -O0. */
+struct Rng {
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed) {}
+    uint64_t next() {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    float uniform(float lo, float hi) { return lo + (hi - lo) * float(next() >> 40) * 0x1p-24f; }
+    int64_t below(int64_t n) { return int64_t(next() % uint64_t(n)); }
+};
+
+std::string describe(const char *fn, int64_t M, int64_t N, int64_t K, bool acc) {
+    std::ostringstream s;
+    s << fn << " M=" << M << " N=" << N << " K=" << K << " accumulate=" << acc << " (" << rfk::simd_level() << ")";
+    return s.str();
+}
+
+struct Shape {
+    int64_t M, N, K;
+};
+
+/** The cross product of edge sizes plus shapes that cross the kernels' block sizes (KC, NC, MC). */
+std::vector<Shape> gemm_shapes() {
+    std::vector<int64_t> sizes = kThorough ? std::vector<int64_t>{0, 1, 3, 7, 16, 17, 33, 65, 130}
+                                           : std::vector<int64_t>{0, 1, 3, 7, 17, 33};
+    std::vector<Shape> out;
+    for (int64_t m : sizes)
+        for (int64_t n : sizes)
+            for (int64_t k : sizes) out.push_back({m, n, k});
+    std::vector<Shape> extra = {{65, 130, 16}, {16, 65, 130}, {130, 17, 65}, {8, 64, 256}, {9, 40, 600},
+                                {20, 600, 7},  {200, 20, 9},  {64, 64, 64},  {4, 70, 513}, {64, 128, 128}};
+    if (kThorough) extra.insert(extra.end(), {{140, 530, 300}, {1, 1000, 128}, {128, 256, 64}, {5, 64, 1100}});
+    out.insert(out.end(), extra.begin(), extra.end());
+    return out;
+}
+
+// ------------------------------------------------------------------------------------------------------
+// Float-output GEMMs.
+// ------------------------------------------------------------------------------------------------------
+enum class Gemm { NtF32, NtBf16, NtF32Bf16, NnF32, NnF32Bf16 };
+
+const char *gemm_name(Gemm g) {
+    switch (g) {
+    case Gemm::NtF32: return "gemm_nt_f32";
+    case Gemm::NtBf16: return "gemm_nt_bf16";
+    case Gemm::NtF32Bf16: return "gemm_nt_f32_bf16";
+    case Gemm::NnF32: return "gemm_nn_acc_f32";
+    case Gemm::NnF32Bf16: return "gemm_nn_acc_f32_bf16";
+    }
+    return "?";
+}
+
+/** A row-major rows x cols operand with leading dimension ld (padding NaN), in f32 or bf16 storage;
+ *  `value` holds what the kernel must see (bf16-rounded when stored as bf16). */
+struct Operand {
+    int64_t rows, cols, ld;
+    bool bf16;
+    Guarded<float> f32;
+    Guarded<uint16_t> b16;
+    std::vector<double> value;
+    Operand(Rng &rng, int64_t rows_, int64_t cols_, bool bf16_)
+        : rows(rows_), cols(cols_), ld(cols_ + rng.below(4)), bf16(bf16_), f32(size_t(rows_ * ld)),
+          b16(size_t(rows_ * ld)), value(size_t(rows_ * cols_)) {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < ld; ++c) {
+                float v = c < cols ? rng.uniform(-1.0f, 1.0f) : kNaN;
+                uint16_t h = rfk::f32_to_bf16(v);
+                if (bf16) v = rfk::bf16_to_f32(h);
+                f32[size_t(r * ld + c)] = v;
+                b16[size_t(r * ld + c)] = h;
+                if (c < cols) value[size_t(r * cols + c)] = v;
+            }
+    }
+    double at(int64_t r, int64_t c) const { return value[size_t(r * cols + c)]; }
+};
+
+void check_float_gemm(Gemm g, Failures &f) {
+    Rng rng(uint64_t(g) * 1000 + 17);
+    const float alphas[] = {1.0f, 0.5f, -1.25f};
+    const float sentinel = 777.0f;
+    bool nn = g == Gemm::NnF32 || g == Gemm::NnF32Bf16;
+    int case_index = 0;
+    for (const Shape &s : gemm_shapes()) {
+        for (int variant = 0; variant < 2; ++variant) {
+            int64_t M = s.M, N = s.N, K = s.K;
+            bool accumulate = nn || variant == 1;
+            float alpha = nn ? 1.0f : alphas[case_index++ % 3];
+            bool a_bf16 = g == Gemm::NtBf16, b_bf16 = g == Gemm::NtBf16 || g == Gemm::NtF32Bf16 || g == Gemm::NnF32Bf16;
+            Operand A(rng, M, K, a_bf16);
+            Operand B(rng, nn ? K : N, nn ? N : K, b_bf16);
+            int64_t ldc = N + rng.below(3);
+            Guarded<float> C(size_t(M * ldc));
+            std::vector<float> c_old(size_t(M * ldc));
+            for (int64_t i = 0; i < M * ldc; ++i)
+                C[size_t(i)] = c_old[size_t(i)] = (i % ldc) >= N ? sentinel : (accumulate ? rng.uniform(-2.0f, 2.0f) : kNaN);
+
+            switch (g) {
+            case Gemm::NtF32: rfk::gemm_nt_f32(M, N, K, alpha, A.f32.data(), A.ld, B.f32.data(), B.ld, C.data(), ldc, accumulate); break;
+            case Gemm::NtBf16: rfk::gemm_nt_bf16(M, N, K, alpha, A.b16.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc, accumulate); break;
+            case Gemm::NtF32Bf16: rfk::gemm_nt_f32_bf16(M, N, K, alpha, A.f32.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc, accumulate); break;
+            case Gemm::NnF32: rfk::gemm_nn_acc_f32(M, N, K, A.f32.data(), A.ld, B.f32.data(), B.ld, C.data(), ldc); break;
+            case Gemm::NnF32Bf16: rfk::gemm_nn_acc_f32_bf16(M, N, K, A.f32.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc); break;
+            }
+
+            int bad = 0;
+            for (int64_t i = 0; i < M && bad == 0; ++i)
+                for (int64_t j = 0; j < ldc && bad == 0; ++j) {
+                    float got = C[size_t(i * ldc + j)], old = c_old[size_t(i * ldc + j)];
+                    if (j >= N) {
+                        if (std::memcmp(&got, &sentinel, 4) != 0) {
+                            f.add(describe(gemm_name(g), M, N, K, accumulate) + ": wrote padding column " + std::to_string(j));
+                            ++bad;
+                        }
+                        continue;
+                    }
+                    double dot = 0, mag = 0;
+                    for (int64_t k = 0; k < K; ++k) {
+                        double p = A.at(i, k) * (nn ? B.at(k, j) : B.at(j, k));
+                        dot += p;
+                        mag += std::fabs(p);
+                    }
+                    double ref = double(alpha) * dot + (accumulate ? double(old) : 0.0);
+                    // Float accumulation in any order: <= (K + 2) eps per unit of magnitude, doubled for slack.
+                    double tol = 2 * kEps * ((double(K) + 2) * std::fabs(alpha) * mag + (accumulate ? std::fabs(double(old)) : 0.0));
+                    if (!(std::fabs(double(got) - ref) <= tol)) {
+                        std::ostringstream m;
+                        m << describe(gemm_name(g), M, N, K, accumulate) << ": C[" << i << "][" << j << "] = " << got
+                          << ", reference " << ref << " (tolerance " << tol << ")";
+                        f.add(m.str());
+                        ++bad;
+                    }
+                }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// int8 GEMM: exact.
+// ------------------------------------------------------------------------------------------------------
+void check_s8_gemm(Failures &f) {
+    Rng rng(99);
+    std::vector<Shape> shapes = gemm_shapes();
+    shapes.insert(shapes.end(), {{2, 5, 4096}, {16, 9, 1000}, {3, 3, 63}, {3, 3, 64}, {3, 3, 65}});
+    int case_index = 0;
+    for (const Shape &s : shapes) {
+        for (int variant = 0; variant < 2; ++variant) {
+            int64_t M = s.M, N = s.N, K = s.K;
+            bool accumulate = variant == 1;
+            // Every third case uses only the extremes, where the unsigned shift of A and its correction
+            // are largest.
+            bool extremes = case_index++ % 3 == 2;
+            auto draw = [&]() { return extremes ? int8_t(rng.below(2) ? 127 : -128) : int8_t(rng.below(256) - 128); };
+            int64_t lda = K + rng.below(5), ldb = K + rng.below(5), ldc = N + rng.below(3);
+            Guarded<int8_t> A(size_t(M * lda)), B(size_t(N * ldb));
+            for (int64_t i = 0; i < M * lda; ++i) A[size_t(i)] = draw();  // padding too: garbage must be ignored
+            for (int64_t i = 0; i < N * ldb; ++i) B[size_t(i)] = draw();
+            Guarded<int32_t> C(size_t(M * ldc));
+            std::vector<int32_t> c_old(size_t(M * ldc));
+            for (int64_t i = 0; i < M * ldc; ++i) C[size_t(i)] = c_old[size_t(i)] = int32_t(rng.next());
+            rfk::gemm_nt_s8s8_s32(M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, accumulate);
+            int bad = 0;
+            for (int64_t i = 0; i < M && bad == 0; ++i)
+                for (int64_t j = 0; j < ldc && bad == 0; ++j) {
+                    int64_t want = c_old[size_t(i * ldc + j)];
+                    if (j < N) {
+                        int64_t dot = 0;
+                        for (int64_t k = 0; k < K; ++k) dot += int64_t(A[size_t(i * lda + k)]) * B[size_t(j * ldb + k)];
+                        want = int64_t(int32_t(uint32_t(int64_t(accumulate ? want : 0) + dot)));
+                    }
+                    if (C[size_t(i * ldc + j)] != want) {
+                        std::ostringstream m;
+                        m << describe("gemm_nt_s8s8_s32", M, N, K, accumulate) << ": C[" << i << "][" << j
+                          << "] = " << C[size_t(i * ldc + j)] << ", want " << want;
+                        f.add(m.str());
+                        ++bad;
+                    }
+                }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// exp and the row primitives.
+// ------------------------------------------------------------------------------------------------------
+/** |got - exact| in units of the float spacing at `exact` (2^-149 below the normal range); a result that
+ *  must overflow has to be +inf. */
+double ulp_error(float got, double exact) {
+    if (std::isnan(exact)) return std::isnan(got) ? 0 : 1e30;
+    if (std::isnan(got)) return 1e30;
+    if (exact >= 0x1p128) return got == kInf ? 0 : 1e30;
+    double g = std::isinf(got) ? std::copysign(0x1p128, double(got)) : double(got);
+    int e;
+    std::frexp(std::fabs(exact), &e);
+    double ulp = std::fabs(exact) < 0x1p-126 ? 0x1p-149 : std::ldexp(1.0, e - 24);
+    return std::fabs(g - exact) / ulp;
+}
+
+/** Sample points for exp: a dense sweep of [-110, 92] and every special value. */
+std::vector<float> exp_inputs() {
+    std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, kInf, -kInf, kNaN, -kNaN, 88.72283f, 88.7228394f, 88.72284f,
+                             89.0f, 100.0f, 1e30f, std::numeric_limits<float>::max(), -87.33654f, -87.3366f,
+                             -103.27893f, -103.972f, -103.973f, -104.0f, -110.0f, -1e30f,
+                             -std::numeric_limits<float>::max(), 1e-45f, -1e-45f, 1e-38f, 0.34657359f, -0.34657359f};
+    int steps = kThorough ? 2000000 : 100000;
+    for (int i = 0; i <= steps; ++i) xs.push_back(-110.0f + 202.0f * float(i) / float(steps));
+    for (int i = 0; i <= 20000; ++i) xs.push_back(std::ldexp(1.0f, -30) * float(i));  // near zero
+    return xs;
+}
+
+void check_exp(Failures &f) {
+    std::vector<float> xs = exp_inputs();
+    Guarded<float> x(xs.size()), y(xs.size());
+    std::memcpy(x.data(), xs.data(), xs.size() * 4);
+    rfk::exp_f32(x.data(), int64_t(xs.size()), y.data());
+    double worst = 0;
+    float worst_x = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+        double err = ulp_error(y[i], std::exp(double(xs[i])));
+        if (err > worst) worst = err, worst_x = xs[i];
+    }
+    if (worst > 2.0) {
+        std::ostringstream m;
+        m << "exp_f32 (" << rfk::simd_level() << "): " << worst << " ulp at x = " << worst_x;
+        f.add(m.str());
+    }
+    // Every length up to a few vectors, so each tail size runs against the guard page.
+    Rng rng(5);
+    for (int64_t n = 0; n <= 70; ++n) {
+        Guarded<float> xn{size_t(n)}, yn{size_t(n)};
+        for (int64_t i = 0; i < n; ++i) xn[size_t(i)] = rng.uniform(-20.0f, 20.0f);
+        rfk::exp_f32(xn.data(), n, yn.data());
+        for (int64_t i = 0; i < n; ++i)
+            if (ulp_error(yn[size_t(i)], std::exp(double(xn[size_t(i)]))) > 2.0) {
+                f.add("exp_f32 n=" + std::to_string(n) + ": element " + std::to_string(i));
+                break;
+            }
+    }
+}
+
+/** The reference of exp_shift_sum_f32's argument: x*scale and the spec's subtraction, each rounded to float. */
+float shifted_ref(float x, float scale, float m) {
+    volatile float xs = x * scale;  // volatile: no contraction into an fma
+    float xsv = xs;
+    return (std::isinf(m) && xsv == m) ? xsv : xsv - m;
+}
+
+void check_exp_shift_sum(Failures &f) {
+    Rng rng(11);
+    struct Case {
+        int64_t n;
+        float scale, m;
+        int special;  // 0 random, 1 fully masked row, 2 some -inf with m = -inf, 3 a NaN, 4 m = +inf rows
+    };
+    std::vector<Case> cases;
+    for (int64_t n : {0, 1, 5, 15, 16, 17, 31, 32, 33, 47, 100, 1000, 8193}) {
+        cases.push_back({n, 0.125f, 0.0f, 0});
+        cases.push_back({n, 1.0f, 3.5f, 0});
+        cases.push_back({n, 1.0f, -kInf, 1});
+        cases.push_back({n, 1.0f, -kInf, 2});
+        cases.push_back({n, 0.5f, 1.0f, 3});
+        cases.push_back({n, 1.0f, kInf, 4});
+    }
+    for (const Case &c : cases) {
+        Guarded<float> x(size_t(c.n)), y(size_t(c.n));
+        for (int64_t i = 0; i < c.n; ++i) {
+            float v = rng.uniform(-12.0f, 12.0f);
+            if (c.special == 1 || (c.special == 2 && i % 3 == 0)) v = -kInf;
+            if (c.special == 3 && i == c.n / 2) v = kNaN;
+            if (c.special == 4 && i % 2 == 0) v = kInf;
+            x[size_t(i)] = v;
+        }
+        float sum = rfk::exp_shift_sum_f32(x.data(), c.n, c.scale, c.m, y.data());
+        double ref_sum = 0;
+        bool has_nan = false, bad = false;
+        for (int64_t i = 0; i < c.n && !bad; ++i) {
+            float t = shifted_ref(x[size_t(i)], c.scale, c.m);
+            double want = std::exp(double(t));
+            has_nan = has_nan || std::isnan(want);
+            ref_sum += want;
+            if (ulp_error(y[size_t(i)], want) > 2.0) {
+                std::ostringstream m;
+                m << "exp_shift_sum_f32 (" << rfk::simd_level() << ") n=" << c.n << " special=" << c.special << ": y[" << i
+                  << "] = " << y[size_t(i)] << " for x = " << x[size_t(i)] << ", want " << want;
+                f.add(m.str());
+                bad = true;
+            }
+        }
+        bool sum_ok = has_nan ? std::isnan(sum)
+                    : std::isinf(ref_sum) ? sum == kInf
+                                          : std::fabs(double(sum) - ref_sum) <= (double(c.n) + 4) * 2 * kEps * ref_sum;
+        if (!sum_ok && !bad) {
+            std::ostringstream m;
+            m << "exp_shift_sum_f32 (" << rfk::simd_level() << ") n=" << c.n << " special=" << c.special << ": sum " << sum
+              << ", want " << ref_sum;
+            f.add(m.str());
+        }
+    }
+}
+
+void check_rows(Failures &f) {
+    Rng rng(23);
+    for (int64_t n = 0; n <= 100; n += (n < 40 ? 1 : 13)) {
+        for (int variant = 0; variant < 5; ++variant) {
+            Guarded<float> x{size_t(n)};
+            for (int64_t i = 0; i < n; ++i) x[size_t(i)] = variant == 3 ? -kInf : rng.uniform(-50.0f, 50.0f);
+            int64_t nan_at = variant == 1 && n > 0 ? rng.below(n) : -1;
+            if (nan_at >= 0) x[size_t(nan_at)] = kNaN;
+            const float inits[] = {-kInf, 0.0f, 60.0f, kNaN, -kInf};
+            float init = inits[variant];
+            // max: exact, and NaN anywhere (or as init) gives NaN.
+            float want_max = init;
+            bool nan = std::isnan(init);
+            for (int64_t i = 0; i < n; ++i) {
+                nan = nan || std::isnan(x[size_t(i)]);
+                if (x[size_t(i)] > want_max) want_max = x[size_t(i)];
+            }
+            float got_max = rfk::max_f32(x.data(), n, init);
+            if (nan ? !std::isnan(got_max) : got_max != want_max) {
+                std::ostringstream m;
+                m << "max_f32 (" << rfk::simd_level() << ") n=" << n << " variant " << variant << ": " << got_max << ", want "
+                  << (nan ? kNaN : want_max);
+                f.add(m.str());
+            }
+            // sum: within n eps of the magnitude.
+            double want_sum = 0, mag = 0;
+            for (int64_t i = 0; i < n; ++i) want_sum += x[size_t(i)], mag += std::fabs(double(x[size_t(i)]));
+            float got_sum = rfk::sum_f32(x.data(), n);
+            bool sum_ok = std::isnan(want_sum) ? std::isnan(got_sum)
+                        : std::isinf(want_sum) ? got_sum == float(want_sum)
+                                               : std::fabs(double(got_sum) - want_sum) <= (double(n) + 2) * kEps * mag;
+            if (!sum_ok) f.add("sum_f32 (" + std::string(rfk::simd_level()) + ") n=" + std::to_string(n));
+            // scale: one rounding per element, bit-exact; must not touch past n (guard page).
+            std::vector<float> before(x.data(), x.data() + n);
+            rfk::scale_f32(x.data(), n, -0.3f);
+            for (int64_t i = 0; i < n; ++i) {
+                float want = before[size_t(i)] * -0.3f;
+                if (std::memcmp(&want, &x[size_t(i)], 4) != 0 && !(std::isnan(want) && std::isnan(x[size_t(i)]))) {
+                    f.add("scale_f32 (" + std::string(rfk::simd_level()) + ") n=" + std::to_string(n) + " element " + std::to_string(i));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+void check_bf16_casts(Failures &f) {
+    for (uint32_t h = 0; h < 65536; ++h) {
+        float v = rfk::bf16_to_f32(uint16_t(h));
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        if (bits != h << 16) {
+            f.add("bf16_to_f32(" + std::to_string(h) + ") is not exact");
+            break;
+        }
+    }
+    // f32 -> bf16 must agree with the spec's cast (round to nearest even, saturating finite overflow) on a
+    // sweep of all bit patterns and on the rounding boundaries of random ones.
+    Rng rng(3);
+    std::vector<uint32_t> patterns = {0x7f7fffffu, 0xff7fffffu, 0x7f7f7fffu, 0x7f7f8000u, 0x7f800000u, 0x7fc00001u,
+                                      0xff800001u, 0x00000001u, 0x00008000u, 0x00018000u, 0x80000000u};
+    for (uint64_t b = 0; b < (uint64_t(1) << 32); b += kThorough ? 4099 : 65537) patterns.push_back(uint32_t(b));
+    for (int i = 0; i < 20000; ++i) {
+        uint32_t hi = uint32_t(rng.next()) & 0xffff0000u;
+        for (uint32_t lo : {0x7fffu, 0x8000u, 0x8001u, 0x0000u}) patterns.push_back(hi | lo);
+    }
+    for (uint32_t p : patterns) {
+        float v;
+        std::memcpy(&v, &p, 4);
+        uint16_t got = rfk::f32_to_bf16(v);
+        double want = rfk::cast_bf16(double(v));
+        double got_v = double(rfk::bf16_to_f32(got));
+        bool ok = std::isnan(want) ? std::isnan(got_v) : (got_v == want && std::signbit(got_v) == std::signbit(want));
+        if (!ok) {
+            std::ostringstream m;
+            m << std::hex << "f32_to_bf16(0x" << p << ") = 0x" << got << std::dec << " (" << got_v << "), cast_bf16 gives " << want;
+            f.add(m.str());
+            break;
+        }
+    }
+}
+
+void check_all(Failures &f) {
+    check_bf16_casts(f);
+    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16}) check_float_gemm(g, f);
+    check_s8_gemm(f);
+    check_exp(f);
+    check_exp_shift_sum(f);
+    check_rows(f);
+}
+
+}  // namespace simd_check
+
+#if defined(RFK_SIMD_DRIVER)
+
+int main() {
+    simd_check::Failures f;
+    simd_check::check_all(f);
+    if (f.count) {
+        std::printf("%d failures\n%s", f.count, f.text.c_str());
+        return 1;
+    }
+    std::printf("ok %s\n", rfk::simd_level());
+    return 0;
+}
+
+#else
+
+#include <gtest/gtest.h>
+
+#include "TempDir.h"
+
+namespace {
+
+using simd_check::Failures;
+
+TEST(SimdKernels, Bf16Casts) {
+    Failures f;
+    simd_check::check_bf16_casts(f);
+    EXPECT_EQ(f.count, 0) << f.text;
+}
+
+TEST(SimdKernels, FloatGemmsMatchReference) {
+    using simd_check::Gemm;
+    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16}) {
+        Failures f;
+        simd_check::check_float_gemm(g, f);
+        EXPECT_EQ(f.count, 0) << simd_check::gemm_name(g) << "\n" << f.text;
+    }
+}
+
+TEST(SimdKernels, Int8GemmIsExact) {
+    Failures f;
+    simd_check::check_s8_gemm(f);
+    EXPECT_EQ(f.count, 0) << f.text;
+}
+
+TEST(SimdKernels, ExpWithinTwoUlp) {
+    Failures f;
+    simd_check::check_exp(f);
+    simd_check::check_exp_shift_sum(f);
+    EXPECT_EQ(f.count, 0) << f.text;
+}
+
+TEST(SimdKernels, RowPrimitives) {
+    Failures f;
+    simd_check::check_rows(f);
+    EXPECT_EQ(f.count, 0) << f.text;
+}
+
+/** The CPU flags the host must have for a build with `flags` to run. */
+bool host_has(const std::vector<std::string> &needed) {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(cpuinfo, line)) {
+        if (line.rfind("flags", 0) != 0) continue;
+        std::istringstream words(line.substr(line.find(':') + 1));
+        std::vector<std::string> have;
+        for (std::string w; words >> w;) have.push_back(w);
+        for (const std::string &n : needed)
+            if (std::find(have.begin(), have.end(), n) == have.end()) return false;
+        return true;
+    }
+    return false;
+}
+
+/** Runs argv (looked up on PATH, no shell) with stdout and stderr to `log`; the exit status, -1 if it
+ *  could not start. */
+int run(const std::vector<std::string> &argv, const std::string &log) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<char *> args;
+    for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) return -1;
+    int status = 0;
+    if (waitpid(pid, &status, 0) < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+std::string slurp(const std::string &path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+/** Compiles this file as the child driver with the generated kernels' flags and checks it prints "ok <level>". */
+void check_compiled_path(const std::vector<std::string> &flags, const std::vector<std::string> &cpu_flags,
+                         const std::string &level) {
+    if (!host_has(cpu_flags)) GTEST_SKIP() << "the host CPU lacks the flags for the " << level << " path";
+    rf::test::TempDir dir;
+    std::string exe = dir.path() + "/simd_driver", log = dir.path() + "/log.txt";
+    std::vector<std::string> argv = {"c++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-DRFK_SIMD_DRIVER",
+                                     "-I" REDFUSE_SOURCE_DIR "/src"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), {REDFUSE_SOURCE_DIR "/tests/unit/runtime/simd_kernels_test.cpp", "-o", exe});
+    int rc = run(argv, log);
+    if (rc == -1) GTEST_SKIP() << "no c++ on PATH";
+    ASSERT_EQ(rc, 0) << "compiling the driver failed:\n" << slurp(log);
+    std::string compile_log = slurp(log);
+    EXPECT_EQ(compile_log.find("warning"), std::string::npos) << compile_log;
+    rc = run({exe}, log);
+    std::string out = slurp(log);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_EQ(out, "ok " + level + "\n");
+}
+
+TEST(SimdKernels, Avx512PathMatchesReference) {
+    check_compiled_path({"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mavx512vnni", "-mfma",
+                         "-mavx2", "-mf16c"},
+                        {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_vnni", "fma", "avx2", "f16c"},
+                        "avx512");
+}
+
+TEST(SimdKernels, Avx512WithoutBf16OrVnniMatchesReference) {
+    check_compiled_path({"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mavx2", "-mf16c"},
+                        {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "avx2", "f16c"}, "avx512");
+}
+
+TEST(SimdKernels, Avx2PathMatchesReference) {
+    check_compiled_path({"-mavx2", "-mfma", "-mf16c"}, {"fma", "avx2", "f16c"}, "avx2");
+}
+
+}  // namespace
+
+#endif
