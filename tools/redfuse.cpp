@@ -81,6 +81,10 @@ int main(int argc, char **argv) {
     bool unfused = false;
     run->add_option("--threads", threads, "cpu: worker threads (default: all)");
     run->add_flag("--unfused", unfused, "cpu: run the unfused plan (one kernel per definition)");
+    int64_t tile = 0, segments = 0;
+    run->add_option("--tile", tile, "cpu: tile length along the cascade axis (default: chosen)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    run->add_option("--segments", segments, "cpu: split the cascade axis into this many segments, merged with the derived merge")
+        ->check(CLI::Range(int64_t(1), int64_t(4096)));
     run->add_option("--size", size_items, "Sizes: N=V,M=W (defaults from the spec)");
     run->add_flag("--check", check, "Compare every output with the float64 reference interpreter");
     run->add_option("--seed", seed, "Seed of the random inputs and of the random tiling");
@@ -143,6 +147,8 @@ int main(int argc, char **argv) {
             ro.approx = approx;
             ro.threads = threads;
             ro.unfused = unfused;
+            ro.tile = tile;
+            ro.segments = segments;
             rf::RunReport r = rf::run_compiled(*c, ro);
             if (json) std::cout << r.json.dump(2) << "\n";
             else std::cout << r.text;

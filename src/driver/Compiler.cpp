@@ -187,6 +187,8 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
         CpuOptions co;
         co.threads = o.threads;
         co.unfused = o.unfused;
+        co.tile = o.tile;
+        co.segments = o.segments;
         std::unique_ptr<CpuProgram> prog = compile_cpu(plan, sizes, co);
         CpuBuffers bufs(p, sizes, inputs);
         auto t0 = std::chrono::steady_clock::now();

@@ -48,6 +48,8 @@ std::unique_ptr<CpuProgram> compile_cpu(const Plan &plan, const SizeBinding &siz
     lo.unfused = o.unfused;
     lo.threads = o.threads;
     lo.schedules = o.schedules;
+    lo.force_tile = o.tile;
+    lo.force_segments = o.segments;
     prog->module = tile::lower_plan(plan, lo);
     prog->source = generate_cpu(prog->module);
     JitOptions jo;

@@ -23,6 +23,7 @@ struct CpuOptions {
     std::map<int, tile::Schedule> schedules;  ///< per-chain overrides
     std::string isa;                 ///< "", "baseline", "avx2" or "avx512": limit the instruction set
     std::string cache_dir;           ///< JIT cache (empty: the default)
+    int64_t tile = 0, segments = 0;  ///< force these schedule knobs on every chain (0: the default)
 };
 
 using CpuEntry = int (*)(const int64_t *, void *const *, int);

@@ -23,6 +23,8 @@ struct LowerOptions {
     /** Worker threads the schedule plans for (0: every usable CPU). */
     int threads = 0;
     DType compute = DType::f32;
+    /** Knobs applied to every chain when non-zero (after overrides): tile length, axis segments. */
+    int64_t force_tile = 0, force_segments = 0;
 };
 
 /** The default schedule of a chain at the given sizes (its plan's strategy and segments, a tile

@@ -235,6 +235,9 @@ private:
                     const std::vector<const TensorDef *> &elementwise, std::set<const TensorDef *> &placed) {
         Schedule s = default_schedule(c, p_, o_.sizes, o_.threads);
         if (auto it = o_.schedules.find(static_cast<int>(ci)); it != o_.schedules.end()) s = it->second;
+        if (o_.force_tile > 0) s.tile = o_.force_tile;
+        if (o_.force_segments > 0) s.segments = o_.force_segments;
+        if (s.segments > 1) s.strategy = "multi_segment";
         std::set<std::string> prologues;
         for (auto &[name, chain] : prologue_chain_)
             if (chain == ci) prologues.insert(name);
