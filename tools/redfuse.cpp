@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "driver/Bench.h"
 #include "driver/Compiler.h"
 #include "fuse/Graph.h"
 #include "support/Error.h"
@@ -62,6 +63,9 @@ int main(int argc, char **argv) {
     std::string emit_stage, target = "interp", save_dir, load_dir, dist = "normal", out_file;
     uint64_t seed = 1;
     double scale = 1.0;
+    int threads = 0;
+    bool unfused = false;
+    int64_t tile = 0, segments = 0;
 
     auto *analyze = app.add_subcommand("analyze", "Prove which reductions fuse and show the derived algorithm");
     analyze->add_option("SPEC", spec, "Spec file (.rf)")->required();
@@ -77,11 +81,8 @@ int main(int argc, char **argv) {
     auto *run = app.add_subcommand("run", "Run a spec on random or saved inputs");
     run->add_option("SPEC", spec, "Spec file (.rf)")->required();
     run->add_option("--target", target, "cpu | interp | interp-f32 (cuda, opencl: later)");
-    int threads = 0;
-    bool unfused = false;
     run->add_option("--threads", threads, "cpu: worker threads (default: all)");
     run->add_flag("--unfused", unfused, "cpu: run the unfused plan (one kernel per definition)");
-    int64_t tile = 0, segments = 0;
     run->add_option("--tile", tile, "cpu: tile length along the cascade axis (default: chosen)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     run->add_option("--segments", segments, "cpu: split the cascade axis into this many segments, merged with the derived merge")
         ->check(CLI::Range(int64_t(1), int64_t(4096)));
@@ -96,14 +97,36 @@ int main(int argc, char **argv) {
     run->add_option("--scale", scale, "Multiply random inputs by this (large values test exp overflow)");
     run->add_flag("--approx", approx, "Run the approximate incremental plan through rounding casts; --check reports its error");
 
-    for (const char *name : {"emit", "bench", "tune"}) {
-        auto *sub = app.add_subcommand(name, std::string(name) + ": needs a code generator (CPU backend, not in this build yet)");
-        sub->add_option("SPEC", spec, "Spec file (.rf)");
-        sub->add_option("--target", target, "cpu | cuda | opencl");
-        sub->add_option("--size", size_items, "Sizes");
-        sub->add_option("-o", out_file, "Output");
-        sub->add_flag("--json", json, "JSON output");
+    std::string emit_name = "redfuse", strategy;
+    double budget = 1.0;
+    bool no_unfused = false, retune = false, no_tuned = false;
+    auto *emit = app.add_subcommand("emit", "Write the generated kernels as standalone C++ with a C ABI");
+    emit->add_option("SPEC", spec, "Spec file (.rf)")->required();
+    emit->add_option("--target", target, "cpu (cuda, opencl: later)")->check(CLI::IsMember({"cpu"}));
+    emit->add_option("--size", size_items, "Sizes the schedule is chosen for (the code accepts any)");
+    emit->add_option("-o", out_file, "Output directory")->required();
+    emit->add_option("--name", emit_name, "Prefix of the exported C symbols and of the file names");
+    emit->add_flag("--approx", approx, "Fuse through rounding casts (inexact)");
+
+    auto *bench = app.add_subcommand("bench", "Time the fused kernel and the unfused plan against this machine's limits");
+    auto *tune = app.add_subcommand("tune", "Search tile sizes, segments and strategy; keep the best in the cache");
+    for (CLI::App *sub : {bench, tune}) {
+        sub->add_option("SPEC", spec, "Spec file (.rf)")->required();
+        sub->add_option("--target", target, "cpu")->check(CLI::IsMember({"cpu"}));
+        sub->add_option("--size", size_items, "Sizes: N=V,M=W (defaults from the spec)");
+        sub->add_flag("--json", json, "Print one JSON object");
+        sub->add_option("--threads", threads, "Worker threads (default: all)");
+        sub->add_option("--seed", seed, "Seed of the random inputs");
+        sub->add_option("--budget", budget, "Seconds of timing per variant (default 1)");
     }
+    bench->add_option("--strategy", strategy, "Force a strategy: unfused | multi_pass | onchip_multipass | multi_segment")
+        ->check(CLI::IsMember({"unfused", "multi_pass", "onchip_multipass", "multi_segment", "single_pass", "incremental"}));
+    bench->add_option("--load", load_dir, "Read the inputs from .npy files in DIR");
+    bench->add_option("--tile", tile, "Tile length along the cascade axis");
+    bench->add_option("--segments", segments, "Segments of the cascade axis");
+    bench->add_flag("--no-unfused", no_unfused, "Do not time the unfused plan");
+    bench->add_flag("--no-tuned", no_tuned, "Ignore a cached `tune` result");
+    tune->add_flag("--retune", retune, "Ignore a cached result and search again");
 
     try {
         app.parse(argc, argv);
@@ -114,11 +137,6 @@ int main(int argc, char **argv) {
 
     try {
         rf::ArenaScope arena;
-        if (app.got_subcommand("emit") || app.got_subcommand("bench") || app.got_subcommand("tune")) {
-            std::cerr << "redfuse: this build has no code generator yet; only 'analyze' and 'run --target interp' "
-                         "are available\n";
-            return 2;
-        }
         rf::CompileOptions co;
         co.approx = approx;
         if (app.got_subcommand("analyze")) co.target = model_target;
@@ -132,6 +150,37 @@ int main(int argc, char **argv) {
                 else if (emit_stage == "tile" || emit_stage == "cpp") std::cout << rf::backend_dump(*c, emit_stage);
                 else if (json) std::cout << rf::analysis_json(*c).dump(2) << "\n";
                 else std::cout << rf::analysis_text(*c);
+                return 0;
+            }
+            if (app.got_subcommand("emit")) {
+                std::vector<std::string> files = rf::emit_cpu(*c, out_file, emit_name);
+                for (const std::string &f : files) std::cout << "wrote " << f << "\n";
+                return 0;
+            }
+            if (app.got_subcommand("bench") || app.got_subcommand("tune")) {
+                rf::BenchOptions bo;
+                bo.sizes = co.sizes;
+                bo.threads = threads;
+                bo.strategy = strategy;
+                bo.load_dir = load_dir;
+                bo.seed = seed;
+                bo.budget_s = budget;
+                bo.unfused_too = !no_unfused;
+                bo.use_tuned = !no_tuned;
+                bo.tile = tile;
+                bo.segments = segments;
+                rf::BenchReport r;
+                if (app.got_subcommand("tune")) {
+                    rf::TuneOptions to;
+                    to.bench = bo;
+                    to.retune = retune;
+                    to.progress = [](const std::string &line) { std::cerr << line << std::endl; };
+                    r = rf::tune_compiled(*c, to);
+                } else {
+                    r = rf::bench_compiled(*c, bo);
+                }
+                if (json) std::cout << r.json.dump(2) << "\n";
+                else std::cout << r.text;
                 return 0;
             }
             rf::RunOptions ro;

@@ -44,6 +44,10 @@ nlohmann::json analysis_json(const Compilation &c);
 std::string analysis_text(const Compilation &c);
 /** The `--emit plan` dump: passes, members and their derived parts. */
 std::string plan_dump(const Compilation &c);
+/** `emit --target cpu -o DIR`: writes DIR/NAME.h (the C ABI), DIR/NAME.cpp and DIR/redfuse_cpu.h;
+ *  returns the paths written. */
+std::vector<std::string> emit_cpu(const Compilation &c, const std::string &dir, const std::string &name);
+
 /** `--emit tile` (the tile IR module) or `--emit cpp` (the generated C++) at the compilation's sizes. */
 std::string backend_dump(const Compilation &c, const std::string &stage);
 

@@ -30,14 +30,10 @@ std::vector<std::string> cpu_jit_flags(const std::string &isa) {
     return flags;
 }
 
-namespace {
-/** Keeps the OpenMP runtime loaded for the life of the process: its worker threads outlive every
- *  kernel, and unloading it with the last kernel's shared object would pull their code away. */
 void pin_openmp_runtime() {
     static void *handle = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
     (void)handle;
 }
-}  // namespace
 
 std::unique_ptr<CpuProgram> compile_cpu(const Plan &plan, const SizeBinding &sizes, const CpuOptions &o) {
     pin_openmp_runtime();
@@ -50,6 +46,7 @@ std::unique_ptr<CpuProgram> compile_cpu(const Plan &plan, const SizeBinding &siz
     lo.schedules = o.schedules;
     lo.force_tile = o.tile;
     lo.force_segments = o.segments;
+    lo.force_strategy = o.strategy;
     prog->module = tile::lower_plan(plan, lo);
     prog->source = generate_cpu(prog->module);
     JitOptions jo;

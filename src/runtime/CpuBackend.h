@@ -24,6 +24,7 @@ struct CpuOptions {
     std::string isa;                 ///< "", "baseline", "avx2" or "avx512": limit the instruction set
     std::string cache_dir;           ///< JIT cache (empty: the default)
     int64_t tile = 0, segments = 0;  ///< force these schedule knobs on every chain (0: the default)
+    std::string strategy;            ///< force a strategy on every chain (see tile::LowerOptions)
 };
 
 using CpuEntry = int (*)(const int64_t *, void *const *, int);
@@ -37,6 +38,11 @@ struct CpuProgram {
     bool from_cache = false;
     std::vector<std::string> flags;
 };
+
+/** Keeps the OpenMP runtime loaded for the life of the process: its worker threads outlive every
+ *  kernel, and unloading it with the last kernel's shared object would pull their code away. Call
+ *  before running any JIT-compiled code that uses OpenMP. */
+void pin_openmp_runtime();
 
 /** The compiler flags of generated kernels for this host (optionally limited to an ISA level). */
 std::vector<std::string> cpu_jit_flags(const std::string &isa = "");

@@ -25,6 +25,9 @@ struct LowerOptions {
     DType compute = DType::f32;
     /** Knobs applied to every chain when non-zero (after overrides): tile length, axis segments. */
     int64_t force_tile = 0, force_segments = 0;
+    /** A strategy forced on every chain: "" (the plan's), multi_pass (one kernel per pass),
+     *  onchip_multipass (all passes per row), multi_segment (segments = 2 x threads unless forced). */
+    std::string force_strategy;
 };
 
 /** The default schedule of a chain at the given sizes (its plan's strategy and segments, a tile

@@ -235,6 +235,11 @@ private:
                     const std::vector<const TensorDef *> &elementwise, std::set<const TensorDef *> &placed) {
         Schedule s = default_schedule(c, p_, o_.sizes, o_.threads);
         if (auto it = o_.schedules.find(static_cast<int>(ci)); it != o_.schedules.end()) s = it->second;
+        if (!o_.force_strategy.empty()) {
+            s.strategy = o_.force_strategy;
+            if (s.strategy == "multi_segment" && s.segments <= 1) s.segments = 2 * std::max(1, o_.threads > 0 ? o_.threads : static_cast<int>(host_cpu().usable_cpus));
+            if (s.strategy != "multi_segment") s.segments = 1;
+        }
         if (o_.force_tile > 0) s.tile = o_.force_tile;
         if (o_.force_segments > 0) s.segments = o_.force_segments;
         if (s.segments > 1) s.strategy = "multi_segment";
@@ -253,7 +258,7 @@ private:
         }
         std::string what;
         for (const std::string &n : c.members) what += (what.empty() ? "" : ", ") + n;
-        bool onchip = c.passes.size() > 1 && s.segments <= 1 && s.strategy != "multi_pass";
+        bool onchip = c.passes.size() > 1 && s.segments <= 1 && s.strategy != "multi_pass" && s.strategy != "exact_prepass_multi_pass";
         if (onchip) {
             // Members of the chain are computed before its epilogue.
             for (const std::string &n : c.members) done.insert(n);

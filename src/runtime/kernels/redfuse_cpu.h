@@ -129,6 +129,9 @@ static inline uint32_t encode_small_float(double v, int mbits, int ebits, int bi
 }
 static inline double store_f64(double v) { return v; }
 static inline float store_f32(double v) { return static_cast<float>(cast_f32(v)); }
+// A float is already an f32: no rounding, and the store stays vectorizable.
+static inline float store_f32(float v) { return v; }
+static inline double store_f64(float v) { return v; }
 static inline uint16_t store_bf16(double v) {
     float f = static_cast<float>(cast_bf16(v));
     uint32_t u;

@@ -1,0 +1,363 @@
+/** \file Bench.cpp
+ * Timing of generated kernels against the machine's measured limits, and the schedule tuner.
+ */
+#include "driver/Bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "interp/Inputs.h"
+#include "interp/Npy.h"
+#include "interp/Reference.h"
+#include "runtime/CpuBackend.h"
+#include "runtime/Sha256.h"
+#include "support/Error.h"
+
+namespace rf {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int usable_threads(int threads) {
+    if (threads > 0) return threads;
+    const CpuFeatures &f = host_cpu();
+    return static_cast<int>(std::max(1u, f.usable_cpus ? f.usable_cpus : f.logical_cpus));
+}
+
+// The probes: STREAM "add" (c = a + b, 3 arrays far beyond the caches) and independent vector FMA
+// chains (enough of them to cover the FMA latency), both over every thread.
+const char *kProbeSource = R"(
+#include <cstdint>
+#include <omp.h>
+extern "C" void rf_probe_add(float *c, const float *a, const float *b, int64_t n, int threads) {
+    #pragma omp parallel for simd num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; i++) c[i] = a[i] + b[i];
+}
+extern "C" double rf_probe_fma(int64_t iters, int threads) {
+    double total = 0;
+    #pragma omp parallel num_threads(threads) reduction(+:total)
+    {
+        float acc[16][16];
+        for (int r = 0; r < 16; r++) for (int l = 0; l < 16; l++) acc[r][l] = 1.0f + 1e-3f * (r + l + omp_get_thread_num());
+        const float m = 0.9999f, a = 1e-4f;
+        for (int64_t it = 0; it < iters; it++) {
+            #pragma GCC unroll 16
+            for (int r = 0; r < 16; r++) {
+                #pragma omp simd
+                for (int l = 0; l < 16; l++) acc[r][l] = acc[r][l] * m + a;
+            }
+        }
+        float s = 0;
+        for (int r = 0; r < 16; r++) for (int l = 0; l < 16; l++) s += acc[r][l];
+        total += s;
+    }
+    return total;
+}
+)";
+
+}  // namespace
+
+MachineLimits machine_limits(int threads, bool remeasure) {
+    threads = usable_threads(threads);
+    std::filesystem::path dir = default_cache_dir();
+    std::string key = sha256_hex(host_cpu().brand + "|" + std::to_string(threads)).substr(0, 16);
+    std::filesystem::path cached = dir / ("machine-" + key + ".json");
+    if (!remeasure) {
+        std::ifstream in(cached);
+        if (in) {
+            try {
+                nlohmann::json j = nlohmann::json::parse(in);
+                MachineLimits m;
+                m.bandwidth_gbs = j.at("bandwidth_gbs");
+                m.fp32_gflops = j.at("fp32_gflops");
+                m.threads = j.at("threads");
+                m.source = "cached: " + cached.string();
+                if (m.bandwidth_gbs > 0 && m.fp32_gflops > 0) return m;
+            } catch (const std::exception &) {
+                // A damaged entry is measured again.
+            }
+        }
+    }
+    pin_openmp_runtime();
+    JitOptions jo;
+    jo.flags = cpu_jit_flags();
+    auto so = jit_compile(kProbeSource, jo);
+    auto add = so->function<void (*)(float *, const float *, const float *, int64_t, int)>("rf_probe_add");
+    auto fma = so->function<double (*)(int64_t, int)>("rf_probe_fma");
+    MachineLimits m;
+    m.threads = threads;
+    {
+        const int64_t n = int64_t(1) << 25;  // 128 MiB per array
+        std::vector<float> a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n), 2.0f), c(static_cast<size_t>(n), 0.0f);
+        add(c.data(), a.data(), b.data(), n, threads);
+        double best = 1e30;
+        for (int r = 0; r < 5; r++) {
+            auto t0 = Clock::now();
+            add(c.data(), a.data(), b.data(), n, threads);
+            best = std::min(best, seconds_since(t0));
+        }
+        m.bandwidth_gbs = 3.0 * 4.0 * static_cast<double>(n) / best / 1e9;
+    }
+    {
+        const int64_t iters = 2000000;
+        fma(1000, threads);
+        double best = 1e30;
+        for (int r = 0; r < 3; r++) {
+            auto t0 = Clock::now();
+            volatile double sink = fma(iters, threads);
+            (void)sink;
+            best = std::min(best, seconds_since(t0));
+        }
+        m.fp32_gflops = 2.0 * 256.0 * static_cast<double>(iters) * threads / best / 1e9;
+    }
+    m.source = "measured";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    std::ofstream out(cached);
+    out << nlohmann::json{{"bandwidth_gbs", m.bandwidth_gbs}, {"fp32_gflops", m.fp32_gflops}, {"threads", threads},
+                          {"cpu", host_cpu().brand}}.dump(2);
+    return m;
+}
+
+WorkloadCost workload_cost(const Program &p, const SizeBinding &sizes) {
+    WorkloadCost c;
+    for (const InputDecl &in : p.inputs) {
+        double n = 1;
+        for (int64_t d : input_shape(in, sizes)) n *= static_cast<double>(d);
+        c.bytes += n * dtype_bytes(in.dtype);
+    }
+    for (const OutputDecl &out : p.outputs) {
+        double n = 1;
+        for (int64_t d : def_shape(*p.find_def(out.name), sizes)) n *= static_cast<double>(d);
+        c.bytes += n * dtype_bytes(out.dtype);
+    }
+    // FLOPs: arithmetic nodes of each definition's body, times the points they are evaluated at.
+    std::function<double(Expr)> ops = [&](Expr e) -> double {
+        switch (e->kind) {
+        case Kind::Const: case Kind::Var: case Kind::Load: return 0;
+        case Kind::Reduce: {
+            double len = 1;
+            for (Expr x : e->extents) len *= static_cast<double>(eval_int(x, sizes));
+            return len * (ops(e->body()) + 1);
+        }
+        default: {
+            if (e->stype == SType::Int) return 0;
+            double n = e->kind == Kind::Add || e->kind == Kind::Mul ? static_cast<double>(e->args.size() - 1) : 1;
+            for (Expr a : e->args) n += ops(a);
+            return n;
+        }
+        }
+    };
+    for (const TensorDef &d : p.defs) {
+        double pts = 1;
+        for (int64_t x : def_shape(d, sizes)) pts *= static_cast<double>(x);
+        if (d.is_topk()) pts /= static_cast<double>(std::max<int64_t>(1, def_shape(d, sizes).back()));
+        c.flops += pts * ops(d.body);
+    }
+    return c;
+}
+
+namespace {
+
+struct Timing {
+    double median_ms = 0, min_ms = 0;
+    int reps = 0;
+};
+
+Timing time_program(const CpuProgram &prog, CpuBuffers &bufs, int threads, double budget_s, int min_reps) {
+    bufs.run(prog, threads);  // warm-up: page faults, thread pool start
+    std::vector<double> ms;
+    auto start = Clock::now();
+    while (static_cast<int>(ms.size()) < min_reps || seconds_since(start) < budget_s) {
+        auto t0 = Clock::now();
+        bufs.run(prog, threads);
+        ms.push_back(seconds_since(t0) * 1e3);
+        if (ms.size() > 10000) break;
+    }
+    std::sort(ms.begin(), ms.end());
+    return {ms[ms.size() / 2], ms.front(), static_cast<int>(ms.size())};
+}
+
+std::string tune_key(const Compilation &c, const SizeBinding &sizes, int threads) {
+    std::ostringstream k;
+    k << c.source << "|threads=" << threads << "|cpu=" << host_cpu().brand;
+    for (auto &[n, v] : sizes) k << "|" << n << "=" << v;
+    return sha256_hex(k.str()).substr(0, 24);
+}
+
+std::filesystem::path tune_path(const std::string &key) {
+    return std::filesystem::path(default_cache_dir()) / "tune" / (key + ".json");
+}
+
+struct Variant {
+    std::string strategy;
+    int64_t tile = 0, segments = 0;
+    std::string label() const {
+        std::ostringstream s;
+        s << (strategy.empty() ? "plan" : strategy) << " tile=" << (tile ? std::to_string(tile) : "auto")
+          << " segments=" << (segments ? std::to_string(segments) : "auto");
+        return s.str();
+    }
+};
+
+CpuOptions cpu_options(const BenchOptions &o, const Variant &v) {
+    CpuOptions co;
+    co.threads = o.threads;
+    co.strategy = v.strategy == "unfused" ? "" : v.strategy;
+    co.unfused = v.strategy == "unfused";
+    co.tile = v.tile;
+    co.segments = v.segments;
+    return co;
+}
+
+}  // namespace
+
+BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
+    const Program &p = c.program;
+    SizeBinding sizes = bind_sizes(p, o.sizes);
+    int threads = usable_threads(o.threads);
+    PlanOptions po = plan_options_for("cpu");
+    po.sizes = &sizes;
+    Plan plan = make_plan(p, po);
+    plan.program = &p;
+    std::map<std::string, Tensor> inputs = o.load_dir.empty() ? make_random_inputs(p, sizes, o.seed) : load_dir(o.load_dir, p, sizes);
+    CpuBuffers bufs(p, sizes, inputs);
+    MachineLimits lim = machine_limits(o.threads);
+    WorkloadCost cost = workload_cost(p, sizes);
+
+    Variant fused{o.strategy, o.tile, o.segments};
+    std::string tuned_from;
+    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments) {
+        std::ifstream in(tune_path(tune_key(c, sizes, threads)));
+        if (in) {
+            try {
+                nlohmann::json t = nlohmann::json::parse(in);
+                fused = {t.at("best").at("strategy"), t.at("best").at("tile"), t.at("best").at("segments")};
+                tuned_from = tune_path(tune_key(c, sizes, threads)).string();
+            } catch (const std::exception &) {
+                fused = {o.strategy, o.tile, o.segments};
+            }
+        }
+    }
+    auto prog = compile_cpu(plan, sizes, cpu_options(o, fused));
+    Timing tf = time_program(*prog, bufs, o.threads, o.budget_s, o.min_reps);
+    nlohmann::json j;
+    j["spec"] = c.file;
+    j["sizes"] = sizes;
+    j["threads"] = threads;
+    j["time_ms"] = tf.median_ms;
+    j["min_ms"] = tf.min_ms;
+    j["reps"] = tf.reps;
+    j["variant"] = fused.label();
+    std::string strategy;
+    for (const tile::Kernel &k : prog->module.kernels) strategy += (strategy.empty() ? "" : "+") + k.schedule.strategy;
+    j["strategy"] = strategy;
+    j["kernels"] = prog->module.kernels.size();
+    if (!tuned_from.empty()) j["tuned"] = tuned_from;
+    j["bytes"] = cost.bytes;
+    j["flops"] = cost.flops;
+    j["gbps"] = cost.bytes / (tf.median_ms * 1e-3) / 1e9;
+    j["gflops"] = cost.flops / (tf.median_ms * 1e-3) / 1e9;
+    j["machine"] = {{"bandwidth_gbs", lim.bandwidth_gbs}, {"fp32_gflops", lim.fp32_gflops}, {"source", lim.source}};
+    double floor_ms = std::max(cost.bytes / (lim.bandwidth_gbs * 1e9), cost.flops / (lim.fp32_gflops * 1e9)) * 1e3;
+    j["floor_ms"] = floor_ms;
+    j["fraction_of_floor"] = floor_ms / tf.median_ms;
+    j["fraction_of_bandwidth"] = j["gbps"].get<double>() / lim.bandwidth_gbs;
+    j["fraction_of_fp32_peak"] = j["gflops"].get<double>() / lim.fp32_gflops;
+    j["compile_ms"] = prog->compile_ms;
+    std::ostringstream text;
+    text.setf(std::ios::fixed);
+    text.precision(3);
+    text << c.file << " at";
+    for (auto &[n, v] : sizes) text << " " << n << "=" << v;
+    text << " (" << threads << " threads; machine: " << lim.bandwidth_gbs << " GB/s, " << lim.fp32_gflops << " GFLOP/s fp32, "
+         << lim.source << ")\n";
+    text << "  floor " << floor_ms << " ms (" << cost.bytes / 1e6 << " MB, " << cost.flops / 1e9 << " GFLOP)\n";
+    text << "  fused   " << tf.median_ms << " ms  " << j["gbps"].get<double>() << " GB/s  " << j["gflops"].get<double>()
+         << " GFLOP/s  " << 100 * floor_ms / tf.median_ms << "% of floor  [" << fused.label() << "; " << strategy << "]\n";
+    if (o.unfused_too) {
+        auto un = compile_cpu(plan, sizes, cpu_options(o, {"unfused", 0, 0}));
+        Timing tu = time_program(*un, bufs, o.threads, o.budget_s, o.min_reps);
+        j["unfused_time_ms"] = tu.median_ms;
+        j["unfused"] = {{"time_ms", tu.median_ms}, {"reps", tu.reps}, {"kernels", un->module.kernels.size()}};
+        j["speedup_vs_unfused"] = tu.median_ms / tf.median_ms;
+        text << "  unfused " << tu.median_ms << " ms  (" << un->module.kernels.size() << " kernels)  fused is "
+             << tu.median_ms / tf.median_ms << "x faster\n";
+    }
+    return {j, text.str()};
+}
+
+BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
+    const Program &p = c.program;
+    SizeBinding sizes = bind_sizes(p, o.bench.sizes);
+    int threads = usable_threads(o.bench.threads);
+    std::string key = tune_key(c, sizes, threads);
+    std::filesystem::path path = tune_path(key);
+    if (!o.retune) {
+        std::ifstream in(path);
+        if (in) {
+            try {
+                nlohmann::json j = nlohmann::json::parse(in);
+                j["cached"] = path.string();
+                return {j, "cached tuning result: " + path.string() + "\n  best: " + j.at("best").at("label").get<std::string>() + "\n"};
+            } catch (const std::exception &) {
+                // Tune again.
+            }
+        }
+    }
+    PlanOptions po = plan_options_for("cpu");
+    po.sizes = &sizes;
+    Plan plan = make_plan(p, po);
+    plan.program = &p;
+    CpuBuffers bufs(p, sizes, make_random_inputs(p, sizes, o.bench.seed));
+    std::vector<Variant> variants;
+    for (const char *s : {"", "multi_pass", "onchip_multipass"})
+        for (int64_t tile : {64, 256, 1024}) variants.push_back({s, tile, 1});
+    for (int64_t seg : {2 * threads, 8 * threads}) variants.push_back({"multi_segment", 256, seg});
+    variants.push_back({"unfused", 0, 0});
+    nlohmann::json tried = nlohmann::json::array();
+    double best = 1e300;
+    Variant best_v;
+    for (const Variant &v : variants) {
+        auto prog = compile_cpu(plan, sizes, cpu_options(o.bench, v));
+        Timing t = time_program(*prog, bufs, o.bench.threads, std::min(o.bench.budget_s, 0.3), 3);
+        tried.push_back({{"label", v.label()}, {"time_ms", t.median_ms}});
+        if (o.progress) {
+            std::ostringstream line;
+            line << "  " << v.label() << ": " << t.median_ms << " ms" << (t.median_ms < best ? "  (best so far)" : "");
+            o.progress(line.str());
+        }
+        if (t.median_ms < best && v.strategy != "unfused") {
+            best = t.median_ms;
+            best_v = v;
+        }
+    }
+    nlohmann::json j;
+    j["spec"] = c.file;
+    j["sizes"] = sizes;
+    j["threads"] = threads;
+    j["tried"] = tried;
+    j["best"] = {{"strategy", best_v.strategy}, {"tile", best_v.tile}, {"segments", best_v.segments}, {"label", best_v.label()},
+                 {"time_ms", best}};
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    std::string tmp = path.string() + ".tmp" + std::to_string(::getpid());
+    {
+        std::ofstream out(tmp);
+        out << j.dump(2);
+    }
+    std::filesystem::rename(tmp, path, ec);
+    j["saved"] = path.string();
+    return {j, "best: " + best_v.label() + " (" + std::to_string(best) + " ms), saved to " + path.string() + "\n"};
+}
+
+}  // namespace rf

@@ -1,0 +1,63 @@
+/** \file Bench.h
+ * `redfuse bench` and `redfuse tune`: time the fused kernel and the unfused plan on the same
+ * inputs, report achieved GB/s and GFLOP/s as fractions of this machine's measured limits, and
+ * search the schedule knobs (results cached next to the JIT cache).
+ */
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "driver/Compiler.h"
+
+namespace rf {
+
+struct MachineLimits {
+    double bandwidth_gbs = 0;  ///< STREAM-add style, all threads
+    double fp32_gflops = 0;    ///< vector FMA peak, all threads
+    int threads = 0;
+    std::string source;        ///< "measured" or "cached: PATH"
+};
+
+/** Measures (once per cache directory and thread count; kept as JSON) the machine's memory
+ *  bandwidth and FP32 FMA peak with JIT-compiled probes. */
+MachineLimits machine_limits(int threads, bool remeasure = false);
+
+/** Bytes a workload must move (every input read once, every output written once) and FLOPs of
+ *  its definitions as written (each reduction term's operations times its domain). */
+struct WorkloadCost {
+    double bytes = 0, flops = 0;
+};
+WorkloadCost workload_cost(const Program &p, const SizeBinding &sizes);
+
+struct BenchOptions {
+    std::map<std::string, int64_t> sizes;
+    int threads = 0;
+    std::string strategy;     ///< "" (the plan's / tuned), unfused, multi_pass, onchip_multipass, multi_segment
+    std::string load_dir;
+    uint64_t seed = 1;
+    double budget_s = 1.0;    ///< time per measured variant (at least min_reps runs)
+    int min_reps = 5;
+    bool unfused_too = true;  ///< also time the unfused plan
+    bool use_tuned = true;    ///< apply a cached `tune` result when one exists
+    int64_t tile = 0, segments = 0;
+};
+
+/** The bench JSON (see bench/README.md for the fields the harness reads) and a text table. */
+struct BenchReport {
+    nlohmann::json json;
+    std::string text;
+};
+BenchReport bench_compiled(const Compilation &c, const BenchOptions &o);
+
+struct TuneOptions {
+    BenchOptions bench;
+    bool retune = false;  ///< ignore a cached result
+    std::function<void(const std::string &)> progress;  ///< one line per tried variant
+};
+BenchReport tune_compiled(const Compilation &c, const TuneOptions &o);
+
+}  // namespace rf
