@@ -147,7 +147,7 @@ private:
         case Kind::Call: {
             std::string x = as_real(a[0]);
             switch (e->func) {
-            case Func::exp: return "std::exp(" + x + ")";
+            case Func::exp: return "rfk::exp_f(" + x + ")";  // inline and vectorizable in float
             case Func::exp2: return "std::exp2(" + x + ")";
             case Func::log: return "std::log(" + x + ")";
             case Func::log2: return "std::log2(" + x + ")";

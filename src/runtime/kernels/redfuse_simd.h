@@ -290,6 +290,15 @@ static inline void vtranspose(vf r[8]) {
 }
 #endif
 
+// Loads once into a register: left alone, GCC folds a load into every FMA that uses it (4x the loads).
+template <typename V>
+static inline V in_register(V v) {
+#if defined(__GNUC__)
+    __asm__("" : "+v"(v));
+#endif
+    return v;
+}
+
 // The vectorized exp: clamp (NaN passes, as the data is the second operand), reduce, polynomial, scale.
 static inline vf vexp(vf x) {
     x = vmin(vset1(kExpHi), vmax(vset1(kExpLo), x));
@@ -414,19 +423,23 @@ static inline void outer_block(int64_t M, int64_t nc, int64_t kc, const float *a
     }
 }
 
-// NT via packing: C (+)= alpha * A B^T. TA = uint16_t (bf16) widens A blocks into scratch first.
+// NT via packing: C (+)= alpha * A B^T. TA = uint16_t (bf16) widens A blocks into scratch first. With a
+// single M block each B panel is packed right before its strips run (still in L1); with several, the
+// whole NC block is packed once and reused by all of them.
 template <typename TA, typename TB>
 static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
                              int64_t ldb, float *C, int64_t ldc, bool accumulate) {
     constexpr int W = kNV * VW;
     float *bpack = static_cast<float *>(scratch(0, size_t(kKC * kNC) * sizeof(float)));
+    bool panel_at_a_time = M <= kMC;
     for (int64_t pc = 0; pc < K; pc += kKC) {
         int64_t kc = min64(kKC, K - pc);
         bool add = accumulate || pc > 0;
         for (int64_t jc = 0; jc < N; jc += kNC) {
             int64_t nc = min64(kNC, N - jc);
-            for (int64_t j = 0; j < nc; j += W)
-                pack_transposed<kNV>(B + (jc + j) * ldb + pc, ldb, min64(W, nc - j), kc, bpack + (j / W) * kc * W);
+            if (!panel_at_a_time)
+                for (int64_t j = 0; j < nc; j += W)
+                    pack_transposed<kNV>(B + (jc + j) * ldb + pc, ldb, min64(W, nc - j), kc, bpack + (j / W) * kc * W);
             for (int64_t ic = 0; ic < M; ic += kMC) {
                 int64_t mc = min64(kMC, M - ic);
                 const float *ablock;
@@ -440,7 +453,16 @@ static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const
                     ablock = conv;
                     ablock_ld = kc;
                 }
-                outer_block<kMR, kNV>(mc, nc, kc, ablock, ablock_ld, bpack, W, kc * W, C + ic * ldc + jc, ldc, alpha, add);
+                float *cblock = C + ic * ldc + jc;
+                if (!panel_at_a_time) {
+                    outer_block<kMR, kNV>(mc, nc, kc, ablock, ablock_ld, bpack, W, kc * W, cblock, ldc, alpha, add);
+                    continue;
+                }
+                for (int64_t j = 0; j < nc; j += W) {
+                    int64_t ncols = min64(W, nc - j);
+                    pack_transposed<kNV>(B + (jc + j) * ldb + pc, ldb, ncols, kc, bpack);
+                    outer_block<kMR, kNV>(mc, ncols, kc, ablock, ablock_ld, bpack, W, 0, cblock + j, ldc, alpha, add);
+                }
             }
         }
     }
@@ -450,34 +472,39 @@ static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const
 // Dot-product GEMM core for small M (or N): MR rows of A against 4 rows of B with vectors along K, reduced
 // at the end. No packing, so decode-sized problems stream B once at memory speed.
 // ---------------------------------------------------------------------------------------------------
+// C[0..ncols) (+)= alpha * s for the four sums of one row of a dot tile.
+static inline void store_dot_sums(float *c, __m128 s, float alpha, bool add, int64_t ncols) {
+    alignas(16) static const int32_t lanes[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
+    __m128i m = _mm_loadu_si128(reinterpret_cast<const __m128i *>(lanes + 4 - ncols));
+    s = _mm_mul_ps(s, _mm_set1_ps(alpha));
+    if (add) s = _mm_add_ps(s, _mm_maskload_ps(c, m));
+    _mm_maskstore_ps(c, m, s);
+}
+
 template <int MR, typename TA, typename TB>
 RFK_KERNEL static void dot_kernel(int64_t K, const TA *a, int64_t lda, const TB *const *b, float *c, int64_t ldc,
                               float alpha, bool add, int64_t ncols) {
     vf acc[MR][4];
     RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vzero();
-    int64_t k = 0;
-    for (; k + VW <= K; k += VW) {
-        vf bv[4];
-        RFK_UNROLL for (int j = 0; j < 4; ++j) bv[j] = vload(b[j] + k);
+    const TB *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
+    auto step = [&](vf v0, vf v1, vf v2, vf v3, int64_t k, int64_t n) {
+        v0 = in_register(v0), v1 = in_register(v1), v2 = in_register(v2), v3 = in_register(v3);
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            vf av = vload(a + i * lda + k);
-            RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vfma(av, bv[j], acc[i][j]);
+            vf av = in_register(n == VW ? vload(a + i * lda + k) : vload_n(a + i * lda + k, n));
+            acc[i][0] = vfma(av, v0, acc[i][0]);
+            acc[i][1] = vfma(av, v1, acc[i][1]);
+            acc[i][2] = vfma(av, v2, acc[i][2]);
+            acc[i][3] = vfma(av, v3, acc[i][3]);
         }
-    }
+    };
+    int64_t k = 0;
+    for (; k + VW <= K; k += VW) step(vload(b0 + k), vload(b1 + k), vload(b2 + k), vload(b3 + k), k, VW);
     if (k < K) {
         int64_t n = K - k;
-        vf bv[4];
-        RFK_UNROLL for (int j = 0; j < 4; ++j) bv[j] = vload_n(b[j] + k, n);
-        RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            vf av = vload_n(a + i * lda + k, n);
-            RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vfma(av, bv[j], acc[i][j]);
-        }
+        step(vload_n(b0 + k, n), vload_n(b1 + k, n), vload_n(b2 + k, n), vload_n(b3 + k, n), k, n);
     }
-    RFK_UNROLL for (int i = 0; i < MR; ++i) {
-        alignas(16) float s[4];
-        _mm_store_ps(s, vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
-        for (int64_t j = 0; j < ncols; ++j) c[i * ldc + j] = alpha * s[j] + (add ? c[i * ldc + j] : 0.0f);
-    }
+    RFK_UNROLL for (int i = 0; i < MR; ++i)
+        store_dot_sums(c + i * ldc, vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), alpha, add, ncols);
 }
 
 // Tiles C into MR x 4 blocks, B rows outermost so each group of 4 B rows is read from memory once. Missing B
@@ -614,16 +641,22 @@ static inline void bf16_nt_packed(int64_t M, int64_t N, int64_t K, float alpha, 
     constexpr int W = kNV * 16;
     constexpr int64_t KC = 2 * kKC;  // even, so only the last block can hold an odd k
     float *bpack = static_cast<float *>(scratch(0, size_t(kKC * kNC) * sizeof(float)));
+    bool panel_at_a_time = M <= kMC;
     for (int64_t pc = 0; pc < K; pc += KC) {
         int64_t kc = min64(KC, K - pc), npairs = (kc + 1) / 2;
         bool add = accumulate || pc > 0;
         for (int64_t jc = 0; jc < N; jc += kNC) {
             int64_t nc = min64(kNC, N - jc);
-            for (int64_t j = 0; j < nc; j += W)
-                pack_pairs<kNV>(B + (jc + j) * ldb + pc, ldb, min64(W, nc - j), kc, bpack + (j / W) * npairs * W);
+            if (!panel_at_a_time)
+                for (int64_t j = 0; j < nc; j += W)
+                    pack_pairs<kNV>(B + (jc + j) * ldb + pc, ldb, min64(W, nc - j), kc, bpack + (j / W) * npairs * W);
             for (int64_t j = 0; j < nc; j += W) {
-                const float *bp = bpack + (j / W) * npairs * W;
                 int64_t ncols = min64(W, nc - j);
+                const float *bp = bpack + (j / W) * npairs * W;
+                if (panel_at_a_time) {
+                    pack_pairs<kNV>(B + (jc + j) * ldb + pc, ldb, ncols, kc, bpack);
+                    bp = bpack;
+                }
                 float *cj = C + jc + j;
                 int64_t i = 0;
                 for (; i + kMR <= M; i += kMR)
@@ -645,18 +678,20 @@ RFK_KERNEL static void bf16_dot_kernel(int64_t K, const uint16_t *a, int64_t lda
     for (int64_t k = 0; k < K; k += 32) {
         int64_t n = min64(32, K - k);
         __mmask32 m = __mmask32(n == 32 ? 0xffffffffu : ((1u << n) - 1u));
-        __m512bh bv[4];
-        RFK_UNROLL for (int j = 0; j < 4; ++j) bv[j] = as_bh(_mm512_maskz_loadu_epi16(m, b[j] + k));
+        __m512bh b0 = as_bh(in_register(_mm512_maskz_loadu_epi16(m, b[0] + k)));
+        __m512bh b1 = as_bh(in_register(_mm512_maskz_loadu_epi16(m, b[1] + k)));
+        __m512bh b2 = as_bh(in_register(_mm512_maskz_loadu_epi16(m, b[2] + k)));
+        __m512bh b3 = as_bh(in_register(_mm512_maskz_loadu_epi16(m, b[3] + k)));
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            __m512bh av = as_bh(_mm512_maskz_loadu_epi16(m, a + i * lda + k));
-            RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+            __m512bh av = as_bh(in_register(_mm512_maskz_loadu_epi16(m, a + i * lda + k)));
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
+            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], av, b2);
+            acc[i][3] = _mm512_dpbf16_ps(acc[i][3], av, b3);
         }
     }
-    RFK_UNROLL for (int i = 0; i < MR; ++i) {
-        alignas(16) float s[4];
-        _mm_store_ps(s, vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
-        for (int64_t j = 0; j < ncols; ++j) c[i * ldc + j] = alpha * s[j] + (add ? c[i * ldc + j] : 0.0f);
-    }
+    RFK_UNROLL for (int i = 0; i < MR; ++i)
+        store_dot_sums(c + i * ldc, vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), alpha, add, ncols);
 }
 #endif  // RFK_SIMD_BF16
 
@@ -774,14 +809,20 @@ RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, co
     for (int64_t k = 0; k < K; k += 64) {
         int64_t n = min64(64, K - k);
         __mmask64 m = n == 64 ? ~__mmask64(0) : ((__mmask64(1) << n) - 1);
-        __m512i bv[4];
-        RFK_UNROLL for (int j = 0; j < 4; ++j) {
-            bv[j] = _mm512_maskz_loadu_epi8(m, b[j] + k);
-            if constexpr (kFirstStrip) bacc[j] = _mm512_dpbusd_epi32(bacc[j], flip, bv[j]);
+        __m512i b0 = in_register(_mm512_maskz_loadu_epi8(m, b[0] + k)), b1 = in_register(_mm512_maskz_loadu_epi8(m, b[1] + k));
+        __m512i b2 = in_register(_mm512_maskz_loadu_epi8(m, b[2] + k)), b3 = in_register(_mm512_maskz_loadu_epi8(m, b[3] + k));
+        if constexpr (kFirstStrip) {
+            bacc[0] = _mm512_dpbusd_epi32(bacc[0], flip, b0);
+            bacc[1] = _mm512_dpbusd_epi32(bacc[1], flip, b1);
+            bacc[2] = _mm512_dpbusd_epi32(bacc[2], flip, b2);
+            bacc[3] = _mm512_dpbusd_epi32(bacc[3], flip, b3);
         }
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
             __m512i av = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a + i * lda + k), flip);
-            RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, bv[j]);
+            acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], av, b0);
+            acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], av, b1);
+            acc[i][2] = _mm512_dpbusd_epi32(acc[i][2], av, b2);
+            acc[i][3] = _mm512_dpbusd_epi32(acc[i][3], av, b3);
         }
     }
     if constexpr (kFirstStrip) {

@@ -132,3 +132,56 @@ TEST(Cli, StrategyFollowsTheMachineModel) {
     EXPECT_EQ(nlohmann::json::parse(gpu.out)["chains"][0]["strategy"], "multi_segment");
     EXPECT_EQ(sh("analyze " + ex("softmax") + " --target tpu").status, 2);
 }
+
+TEST(Cli, RunOnTheCpuBackendWithSaveAndLoad) {
+    auto dir = std::filesystem::temp_directory_path() / ("redfuse_cpu_npy_" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir);
+    Result a = sh("run " + ex("moe_routing") + " --target cpu --check --save " + dir.string());
+    ASSERT_EQ(a.status, 0) << a.out;
+    EXPECT_NE(a.out.find("generated C++"), std::string::npos) << a.out;
+    Result b = sh("run " + ex("moe_routing") + " --target cpu --check --json --load " + dir.string() + " --threads 1");
+    ASSERT_EQ(b.status, 0) << b.out;
+    auto j = nlohmann::json::parse(b.out);
+    EXPECT_TRUE(j["ok"].get<bool>());
+    EXPECT_TRUE(j["outputs"]["I"]["exact"].get<bool>());
+    std::filesystem::remove_all(dir);
+    EXPECT_EQ(sh("run " + ex("softmax") + " --target cpu --check --segments 3 --tile 5").status, 0);
+    EXPECT_EQ(sh("run " + ex("softmax") + " --target cpu --tile 0").status, 2);
+}
+
+TEST(Cli, BenchPrintsTheHookFields) {
+    Result r = sh("bench " + ex("softmax") + " --target cpu --size R=64,C=512 --json --budget 0.05");
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    for (const char *k : {"time_ms", "unfused_time_ms", "strategy", "reps", "gbps", "gflops", "fraction_of_floor", "machine"})
+        EXPECT_TRUE(j.contains(k)) << k;
+    EXPECT_GT(j["time_ms"].get<double>(), 0);
+    Result help = sh("bench --help");
+    for (const char *flag : {"--threads", "--strategy", "--load"}) EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
+    EXPECT_EQ(sh("bench " + ex("softmax") + " --strategy sideways").status, 2);
+}
+
+TEST(Cli, TuneKeepsItsResultAndBenchUsesIt) {
+    auto cache = std::filesystem::temp_directory_path() / ("redfuse_tune_" + std::to_string(getpid()));
+    std::string env = "REDFUSE_CACHE_DIR=" + cache.string() + " ";
+    std::string cmd = std::string(REDFUSE_BINARY) + " tune " + ex("variance") + " --size R=16,C=300 --json --budget 0.01";
+    auto run = [&](const std::string &c) {
+        FILE *p = popen((env + c + " 2>/dev/null").c_str(), "r");
+        std::string out;
+        std::array<char, 4096> buf;
+        size_t n;
+        while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+        pclose(p);
+        return out;
+    };
+    auto a = nlohmann::json::parse(run(cmd));
+    EXPECT_FALSE(a.contains("cached"));
+    EXPECT_GE(a["tried"].size(), 5u);
+    auto b = nlohmann::json::parse(run(cmd));
+    EXPECT_TRUE(b.contains("cached"));
+    EXPECT_EQ(a["best"], b["best"]);
+    auto bench = nlohmann::json::parse(run(std::string(REDFUSE_BINARY) + " bench " + ex("variance") +
+                                           " --size R=16,C=300 --json --budget 0.01 --no-unfused"));
+    EXPECT_TRUE(bench.contains("tuned"));
+    std::filesystem::remove_all(cache);
+}
