@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
     double scale = 1.0;
     int threads = 0;
     bool unfused = false;
-    int64_t tile = 0, segments = 0;
+    int64_t tile = 0, segments = 0, row_block = 0;
 
     auto *analyze = app.add_subcommand("analyze", "Prove which reductions fuse and show the derived algorithm");
     analyze->add_option("SPEC", spec, "Spec file (.rf)")->required();
@@ -83,6 +83,7 @@ int main(int argc, char **argv) {
     run->add_option("--target", target, "cpu | interp | interp-f32 (cuda, opencl: later)");
     run->add_option("--threads", threads, "cpu: worker threads (default: all)");
     run->add_flag("--unfused", unfused, "cpu: run the unfused plan (one kernel per definition)");
+    run->add_option("--row-block", row_block, "cpu: rows handled together (the M of tile GEMMs)")->check(CLI::Range(int64_t(1), int64_t(4096)));
     run->add_option("--tile", tile, "cpu: tile length along the cascade axis (default: chosen)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     run->add_option("--segments", segments, "cpu: split the cascade axis into this many segments, merged with the derived merge")
         ->check(CLI::Range(int64_t(1), int64_t(4096)));
@@ -198,6 +199,7 @@ int main(int argc, char **argv) {
             ro.unfused = unfused;
             ro.tile = tile;
             ro.segments = segments;
+            ro.row_block = row_block;
             rf::RunReport r = rf::run_compiled(*c, ro);
             if (json) std::cout << r.json.dump(2) << "\n";
             else std::cout << r.text;

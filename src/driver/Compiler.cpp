@@ -239,6 +239,7 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
         co.unfused = o.unfused;
         co.tile = o.tile;
         co.segments = o.segments;
+        co.row_block = o.row_block;
         std::unique_ptr<CpuProgram> prog = compile_cpu(plan, sizes, co);
         CpuBuffers bufs(p, sizes, inputs);
         auto t0 = std::chrono::steady_clock::now();

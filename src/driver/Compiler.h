@@ -63,7 +63,7 @@ struct RunOptions {
     bool approx = false;  ///< run the approximate incremental plan through rounding casts (brief §1.4)
     int threads = 0;      ///< cpu: worker threads (0: all)
     bool unfused = false; ///< cpu: run the in-house unfused plan instead of the fused one
-    int64_t tile = 0, segments = 0;  ///< cpu: schedule knobs forced on every chain (0: default)
+    int64_t tile = 0, segments = 0, row_block = 0;  ///< cpu: schedule knobs forced on every chain (0: default)
 };
 
 struct RunReport {

@@ -46,6 +46,7 @@ std::unique_ptr<CpuProgram> compile_cpu(const Plan &plan, const SizeBinding &siz
     lo.schedules = o.schedules;
     lo.force_tile = o.tile;
     lo.force_segments = o.segments;
+    lo.force_row_block = o.row_block;
     lo.force_strategy = o.strategy;
     prog->module = tile::lower_plan(plan, lo);
     prog->source = generate_cpu(prog->module);

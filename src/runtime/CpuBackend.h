@@ -23,7 +23,7 @@ struct CpuOptions {
     std::map<int, tile::Schedule> schedules;  ///< per-chain overrides
     std::string isa;                 ///< "", "baseline", "avx2" or "avx512": limit the instruction set
     std::string cache_dir;           ///< JIT cache (empty: the default)
-    int64_t tile = 0, segments = 0;  ///< force these schedule knobs on every chain (0: the default)
+    int64_t tile = 0, segments = 0, row_block = 0;  ///< force these schedule knobs on every chain (0: the default)
     std::string strategy;            ///< force a strategy on every chain (see tile::LowerOptions)
 };
 

@@ -24,7 +24,7 @@ struct LowerOptions {
     int threads = 0;
     DType compute = DType::f32;
     /** Knobs applied to every chain when non-zero (after overrides): tile length, axis segments. */
-    int64_t force_tile = 0, force_segments = 0;
+    int64_t force_tile = 0, force_segments = 0, force_row_block = 0;
     /** A strategy forced on every chain: "" (the plan's), multi_pass (one kernel per pass),
      *  onchip_multipass (all passes per row), multi_segment (segments = 2 x threads unless forced). */
     std::string force_strategy;

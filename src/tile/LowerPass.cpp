@@ -93,9 +93,18 @@ public:
 
     void prepare() {
         const TensorDef *first = p_.find_def(c_.members[0]);
+        // Rows are taken in blocks of nb along the innermost row variable: row r_last = $rbase + $rr
+        // for $rr < $nbv (the valid rows of the block). Tile GEMMs then cover the whole block.
+        nb_ = c_.n_row == 0 ? 1 : std::max<int64_t>(1, ctx_.schedule.row_block);
         for (size_t i = 0; i < c_.n_row; i++) {
             row_ext_.push_back(first->extents[i]);
-            row_vars_.push_back(make_index("$r" + std::to_string(i)));
+            block_ext_.push_back(first->extents[i]);
+            if (i + 1 == c_.n_row) {
+                row_vars_.push_back(make_add(local_var("$rbase", SType::Int), rr()));
+                block_ext_.back() = make_idiv(make_add(first->extents[i], int_c(nb_ - 1)), int_c(nb_));
+            } else {
+                row_vars_.push_back(make_index("$r" + std::to_string(i)));
+            }
         }
         axis_ext_ = c_.axis_extents;
         L_ = product(axis_ext_);
@@ -137,13 +146,18 @@ private:
     }
 
     static std::string field(const std::string &P, int k, const char *f) { return P + std::to_string(k) + f; }
-    Expr acc(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_acc"), x); }
-    Expr idx(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_idx"), x); }
-    Expr seen(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_seen"), x); }
+    static Expr rr() { return make_index("$rr"); }
+    /** The state slot of extra point x of the current row of the block. */
+    Expr sl(const MemberInfo &m, Expr x) { return nb_ == 1 ? x : add_i(mul_i(rr(), m.X), x); }
+    /** for $rr in [0, $nbv): body — one row of the block at a time. */
+    StmtP rows_of_block(std::vector<StmtP> body) { return for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), std::move(body)); }
+    Expr acc(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_acc"), sl(m, x)); }
+    Expr idx(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_idx"), sl(m, x)); }
+    Expr seen(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_seen"), sl(m, x)); }
     Expr tag(const std::string &P, const MemberInfo &m, Expr x, size_t i) {
         // A shifted sum keeps its reference point in slot 0 (nd = 0): one slot per x at least.
         int64_t width = static_cast<int64_t>(std::max<size_t>(1, m.nd));
-        return local_at(field(P, m.k, "_tag"), add_i(mul_i(x, int_c(width)), int_c(static_cast<int64_t>(i))));
+        return local_at(field(P, m.k, "_tag"), add_i(mul_i(sl(m, x), int_c(width)), int_c(static_cast<int64_t>(i))));
     }
     Expr count(const std::string &P) { return local_var(P + "_n", SType::Int); }
     Expr seen_b(const std::string &P, const MemberInfo &m, Expr x) { return make_cmp(CmpOp::NE, seen(P, m, x), real_c(0)); }
@@ -151,7 +165,9 @@ private:
     /** (local name, element count) of every field of a state instance, in a fixed order. */
     std::vector<std::pair<std::string, Expr>> fields(const std::string &P) {
         std::vector<std::pair<std::string, Expr>> f;
-        for (const MemberInfo &m : members_) {
+        for (const MemberInfo &m0 : members_) {
+            MemberInfo m = m0;
+            m.X = nb_ == 1 ? m0.X : mul_i(m0.X, int_c(nb_));  // every row of the block
             f.push_back({field(P, m.k, "_acc"), m.X});
             f.push_back({field(P, m.k, "_seen"), m.X});
             if (m.form == Form::ArgSelect) f.push_back({field(P, m.k, "_idx"), m.X});
@@ -222,7 +238,7 @@ private:
             if (prologue) {
                 // Computed per tile: read the tile array; outside the tile loop (a literal recompute),
                 // evaluate the prologue's definition in place.
-                if (j) return local_at(prologue_local(n->name), make_sub(j, local_var("$tb", SType::Int)));
+                if (j) return local_at(prologue_local(n->name), add_i(mul_i(rr(), int_c(ctx_.schedule.tile)), make_sub(j, local_var("$tb", SType::Int))));
                 const TensorDef *d = p_.find_def(n->name);
                 std::map<std::string, Expr> dv;
                 for (size_t i = 0; i < d->vars.size(); i++) dv[d->vars[i]->name] = args[i];
@@ -285,7 +301,7 @@ private:
         std::vector<Expr> terms;
         std::vector<Expr> t = tags(P, m, x);
         for (size_t b = 0; b < al.size(); b++) {
-            std::vector<Expr> f{local_at(field(P, m.k, "_S"), add_i(mul_i(x, int_c(static_cast<int64_t>(al.size()))), int_c(static_cast<int64_t>(b))))};
+            std::vector<Expr> f{local_at(field(P, m.k, "_S"), add_i(mul_i(sl(m, x), int_c(static_cast<int64_t>(al.size()))), int_c(static_cast<int64_t>(b))))};
             for (size_t i = 0; i < now.size(); i++)
                 for (int q = 0; q < al[b][i]; q++) f.push_back(make_sub(now[i], t[i]));
             terms.push_back(f.size() == 1 ? f[0] : make_mul(f));
@@ -358,7 +374,7 @@ private:
             for (size_t i = 0; i < c_.n_row; i++) vars[d->vars[i]->name] = row_vars_[i];
             for (size_t i = c_.n_row; i < d->vars.size(); i++) vars[d->vars[i]->name] = unravel(j, axis_ext_, i - c_.n_row);
             Expr v = translate(d->body, vars, nullptr, Mode{});
-            out.push_back(for_loop(j, j0, j1, {assign(local_at(local, make_sub(j, j0)), v)}, LoopKind::Simd));
+            out.push_back(rows_of_block({for_loop(j, j0, j1, {assign(local_at(local, add_i(mul_i(rr(), int_c(ctx_.schedule.tile)), make_sub(j, j0))), v)}, LoopKind::Simd)}));
         }
         for (const MemberInfo &m : members_) {
             const MemberAnalysis &a = *m.a;
@@ -367,14 +383,14 @@ private:
             switch (m.form) {
             case Form::SumShift: case Form::Select: case Form::Prod: case Form::ArgSelect: case Form::TopK: {
                 Expr body = m.sel ? (a.Gsel_literal ? a.Gsel_literal : a.Gsel) : m.def->body->body();
-                out.push_back(over_extra(m, [&](Expr x) { return plain_update(P, m, x, body, run); }));
+                out.push_back(rows_of_block({over_extra(m, [&](Expr x) { return plain_update(P, m, x, body, run); })}));
                 break;
             }
             case Form::Mult:
-                out.push_back(over_extra(m, [&](Expr x) { return mult_update(P, m, x, san); }));
+                out.push_back(rows_of_block({over_extra(m, [&](Expr x) { return mult_update(P, m, x, san); })}));
                 break;
             case Form::Poly:
-                out.push_back(over_extra(m, [&](Expr x) {
+                out.push_back(rows_of_block({over_extra(m, [&](Expr x) {
                     std::vector<StmtP> s;
                     std::vector<Expr> c = deltas(m, x, Mode{P, true, true});
                     std::vector<Expr> cv;
@@ -396,11 +412,11 @@ private:
                     s.push_back(for_loop(j, j0, j1, loop, LoopKind::Simd));
                     Expr nb = int_c(static_cast<int64_t>(a.alphas.size()));
                     for (size_t b = 0; b < a.basis.size(); b++)
-                        s.push_back(accum(ReduceOp::Sum, local_at(field(P, m.k, "_S"), add_i(mul_i(x, nb), int_c(static_cast<int64_t>(b)))), local_var(accs[b])));
+                        s.push_back(accum(ReduceOp::Sum, local_at(field(P, m.k, "_S"), add_i(mul_i(sl(m, x), nb), int_c(static_cast<int64_t>(b)))), local_var(accs[b])));
                     for (size_t i = 0; i < cv.size(); i++) s.push_back(assign(tag(P, m, x, i), cv[i]));
                     s.push_back(assign(seen(P, m, x), real_c(1)));
                     return s;
-                }));
+                })}));
                 break;
             }
         }
@@ -411,7 +427,7 @@ private:
         // PolyShift works on the S slots of one extra point: name + offset carried in args via a
         // Load of the first slot (the printer takes its address).
         auto s = std::const_pointer_cast<Stmt>(poly_shift(field(P, m.k, "_S"), m.a->alphas, std::move(from), std::move(to)));
-        s->target = local_at(field(P, m.k, "_S"), mul_i(x, int_c(static_cast<int64_t>(m.a->alphas.size()))));
+        s->target = local_at(field(P, m.k, "_S"), mul_i(sl(m, x), int_c(static_cast<int64_t>(m.a->alphas.size()))));
         return s;
     }
 
@@ -470,7 +486,7 @@ private:
         }
         case Form::TopK: {
             Expr val = (m.sel && !m.a->increasing) ? make_neg(v) : v;  // bottom-k of G as top-k of -G
-            s.push_back(for_loop(j, j0, j1, {topk_insert(field(P, m.k, "_tk"), mul_i(x, m.K), x, m.K, ReduceOp::TopK, val, j)}));
+            s.push_back(for_loop(j, j0, j1, {topk_insert(field(P, m.k, "_tk"), mul_i(sl(m, x), m.K), sl(m, x), m.K, ReduceOp::TopK, val, j)}));
             s.push_back(assign(seen(P, m, x), real_c(1)));
             break;
         }
@@ -526,9 +542,10 @@ private:
         Expr nA = local_var("$nA", SType::Int);
         out.push_back(decl("$nA", LocalClass::Index, {}, count(A)));
         out.push_back(assign(count(A), make_add(count(A), count(B))));
+        std::vector<StmtP> per_row;
         for (const MemberInfo &m : members_) {
             const MemberAnalysis &a = *m.a;
-            out.push_back(over_extra(m, [&](Expr x) {
+            per_row.push_back(over_extra(m, [&](Expr x) {
                 std::vector<StmtP> s;
                 Expr sa = seen_b(A, m, x), sb = seen_b(B, m, x);
                 switch (m.form) {
@@ -564,7 +581,7 @@ private:
                     s.push_back(if_then(sa, {shift_at(A, m, x, tags(A, m, x), c)}));
                     s.push_back(if_then(sb, {shift_at(B, m, x, tags(B, m, x), c)}));
                     Expr q = make_index("$q" + std::to_string(uid_++));
-                    Expr slot = add_i(mul_i(x, nb), q);
+                    Expr slot = add_i(mul_i(sl(m, x), nb), q);
                     Expr sA = local_at(field(A, m.k, "_S"), slot), sB = local_at(field(B, m.k, "_S"), slot);
                     s.push_back(for_loop(q, int_c(0), nb, {assign(sA, make_add(make_select(sa, sA, real_c(0)), make_select(sb, sB, real_c(0))))}));
                     for (size_t i = 0; i < c.size(); i++) s.push_back(assign(tag(A, m, x, i), c[i]));
@@ -589,9 +606,9 @@ private:
                     break;
                 case Form::TopK: {
                     Expr q = make_index("$q" + std::to_string(uid_++));
-                    Expr slot = add_i(mul_i(x, m.K), q);
-                    s.push_back(for_loop(q, int_c(0), make_cast(DType::i64, local_at(field(B, m.k, "_tk_n"), x)),
-                                         {topk_insert(field(A, m.k, "_tk"), mul_i(x, m.K), x, m.K, ReduceOp::TopK,
+                    Expr slot = add_i(mul_i(sl(m, x), m.K), q);
+                    s.push_back(for_loop(q, int_c(0), make_cast(DType::i64, local_at(field(B, m.k, "_tk_n"), sl(m, x))),
+                                         {topk_insert(field(A, m.k, "_tk"), mul_i(sl(m, x), m.K), sl(m, x), m.K, ReduceOp::TopK,
                                                       local_at(field(B, m.k, "_tk_v"), slot), local_at(field(B, m.k, "_tk_i"), slot))}));
                     break;
                 }
@@ -600,6 +617,7 @@ private:
                 return s;
             }));
         }
+        out.push_back(rows_of_block(per_row));
         return out;
     }
 
@@ -633,7 +651,7 @@ private:
             if (m.form == Form::TopK) {
                 normal.push_back(over_extra(m, [&](Expr x) {
                     Expr sl = make_index("$sl" + std::to_string(uid_++));
-                    Expr slot = add_i(mul_i(x, m.K), sl);
+                    Expr slot = add_i(mul_i(this->sl(m, x), m.K), sl);
                     Expr u = local_at(field(P, m.k, "_tk_v"), slot);
                     if (m.sel && !a.increasing) u = make_neg(u);
                     Expr value = m.sel ? apply_phi(m, x, u, fin) : u;
@@ -655,7 +673,7 @@ private:
             })};
             out.push_back(if_then(make_cmp(CmpOp::NE, local_var(lit, SType::Int), int_c(0)), literal, normal));
         }
-        return out;
+        return {rows_of_block(out)};
     }
 
     Expr final_value(const std::string &P, const MemberInfo &m, Expr x) {
@@ -689,6 +707,7 @@ private:
     // ---- Epilogue: element-wise definitions of this row.
     std::vector<StmtP> epilogue() {
         std::vector<StmtP> out;
+        if (ctx_.epilogues.empty()) return out;
         for (const TensorDef *d : ctx_.epilogues) {
             std::vector<Expr> ext(d->extents.begin() + static_cast<long>(c_.n_row), d->extents.end());
             Expr x = make_index("$e" + std::to_string(uid_++));
@@ -704,13 +723,18 @@ private:
             out.push_back(comment("epilogue: definition " + std::to_string(d - &p_.defs[0])));
             out.push_back(for_loop(x, int_c(0), product(ext), {store(make_load(d->name, idx, DType::f64, SType::Real), v)}, LoopKind::Simd));
         }
-        return out;
+        return {rows_of_block(out)};
     }
 
     // ---- Kernel shapes.
     std::vector<StmtP> row_decls(Expr flat_row) {
         std::vector<StmtP> s;
-        for (size_t i = 0; i < c_.n_row; i++) s.push_back(decl(row_vars_[i]->name, LocalClass::Index, {}, unravel(flat_row, row_ext_, i)));
+        for (size_t i = 0; i + 1 < c_.n_row; i++)
+            s.push_back(decl(row_vars_[i]->name, LocalClass::Index, {}, unravel(flat_row, block_ext_, i)));
+        Expr base = c_.n_row == 0 ? int_c(0) : mul_i(unravel(flat_row, block_ext_, c_.n_row - 1), int_c(nb_));
+        s.push_back(decl("$rbase", LocalClass::Index, {}, base));
+        Expr valid = c_.n_row == 0 ? int_c(1) : make_min(int_c(nb_), make_sub(row_ext_.back(), local_var("$rbase", SType::Int)));
+        s.push_back(decl("$nbv", LocalClass::Index, {}, valid));
         return s;
     }
 
@@ -726,7 +750,7 @@ private:
         body.push_back(assign(count(P), add_i(count(P), make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int)))));
         // Prologue tile arrays are declared before the update that fills them.
         std::vector<StmtP> upd = update_tile(P);
-        for (const auto &[def, local] : prologue_ids_) body.push_back(decl(local, LocalClass::Tile, {T}, nullptr));
+        for (const auto &[def, local] : prologue_ids_) body.push_back(decl(local, LocalClass::Tile, {int_c(nb_ * ctx_.schedule.tile)}, nullptr));
         for (const StmtP &s : upd) body.push_back(s);
         Expr ntiles = make_idiv(add_i(make_sub(hi, lo), int_c(ctx_.schedule.tile - 1)), T);
         return for_loop(t, int_c(0), ntiles, body);
@@ -736,7 +760,7 @@ private:
         Expr row = make_index("$row");
         std::vector<StmtP> body = row_decls(row);
         for (const StmtP &s : row_statements()) body.push_back(s);
-        return {for_loop(row, int_c(0), product(row_ext_), body, LoopKind::Parallel), nullptr};
+        return {for_loop(row, int_c(0), product(block_ext_), body, LoopKind::Parallel), nullptr};
     }
 
 public:
@@ -750,13 +774,13 @@ public:
         return body;
     }
     std::vector<StmtP> row_decls_public(Expr flat_row) { return row_decls(flat_row); }
-    Expr rows() const { return product(row_ext_); }
+    Expr rows() const { return product(block_ext_); }
 
 private:
 
     PassKernel multi_segment() {
         Expr S = int_c(ctx_.schedule.segments);
-        Expr rows = product(row_ext_);
+        Expr rows = product(block_ext_);
         Expr SS = int_c(1);  // the count n
         std::vector<std::pair<std::string, Expr>> f = fields("$A");
         for (auto &[name, n] : f) SS = add_i(SS, n);
@@ -811,7 +835,8 @@ private:
     const ChainPlan &c_;
     std::vector<MemberInfo> members_;
     std::map<std::string, int> names_;
-    std::vector<Expr> row_ext_, row_vars_, axis_ext_;
+    std::vector<Expr> row_ext_, block_ext_, row_vars_, axis_ext_;
+    int64_t nb_ = 1;
     Expr L_ = nullptr;
     std::map<std::string, std::string> prologue_ids_;
     int uid_ = 0;
@@ -838,7 +863,8 @@ StmtP lower_onchip_rows(const std::vector<PassContext> &passes) {
         }
         std::string pfx = "$p" + std::to_string(i) + "_";
         auto rename = [&](const std::string &n) {
-            if (n.empty() || n[0] != '$' || n == "$row" || (n.size() >= 3 && n[1] == 'r' && isdigit(static_cast<unsigned char>(n[2]))))
+            if (n.empty() || n[0] != '$' || n == "$row" || n == "$rbase" || n == "$nbv" ||
+                (n.size() >= 3 && n[1] == 'r' && isdigit(static_cast<unsigned char>(n[2]))))
                 return n;
             return pfx + n.substr(1);
         };

@@ -241,6 +241,7 @@ private:
             if (s.strategy != "multi_segment") s.segments = 1;
         }
         if (o_.force_tile > 0) s.tile = o_.force_tile;
+        if (o_.force_row_block > 0) s.row_block = o_.force_row_block;
         if (o_.force_segments > 0) s.segments = o_.force_segments;
         if (s.segments > 1) s.strategy = "multi_segment";
         std::set<std::string> prologues;

@@ -117,7 +117,10 @@ private:
                 });
             expr(s, s->value);
             if (in_simd) fail(s, "declaration inside a simd loop");
-            if (locals_.count(s->name)) fail(s, "local declared twice: " + s->name);
+            // Arrays are allocated once per worker: unique within a parallel loop. Scalars may be
+            // declared again in a sibling scope (one per row of a block), never shadowed.
+            if (!s->dims.empty() && locals_.count(s->name)) fail(s, "array declared twice: " + s->name);
+            if (declared(s->name)) fail(s, "local declared twice in nested scopes: " + s->name);
             locals_[s->name] = s.get();
             scopes_.back().insert(s->name);
             return;

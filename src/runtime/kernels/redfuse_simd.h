@@ -111,9 +111,6 @@ static inline void *scratch(int slot, size_t bytes) {
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
-static inline float load_as_f32(const float *p) { return *p; }
-static inline float load_as_f32(const uint16_t *p) { return bf16_to_f32(*p); }
-
 // Calls f(std::integral_constant<int, r>) for a run-time r in [1, R]: row tails reuse the register-blocked
 // kernels at a compile-time height.
 template <int R, typename F>
@@ -405,6 +402,8 @@ constexpr int kMR = 8, kNV = 2, kSmallMR = 4, kSmallNV = 4;
 constexpr int kMR = 6, kNV = 2, kSmallMR = 3, kSmallNV = 4;
 #endif
 constexpr int64_t kKC = 256, kNC = 512, kMC = 128;
+// Rows of A per dot tile (against 4 rows of B): (rows + 1) * 4 + 1 vector registers of the 32 or 16.
+constexpr int kDotMR = VW == 16 ? 4 : 2;
 
 // Runs the register blocks over one packed/unpacked B block of `nc` columns, rows [0, M), kc deep.
 template <int MR, int NV>
@@ -430,8 +429,9 @@ template <typename TA, typename TB>
 static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
                              int64_t ldb, float *C, int64_t ldc, bool accumulate) {
     constexpr int W = kNV * VW;
-    float *bpack = static_cast<float *>(scratch(0, size_t(kKC * kNC) * sizeof(float)));
     bool panel_at_a_time = M <= kMC;
+    int64_t packed_cols = panel_at_a_time ? W : (min64(N, kNC) + W - 1) / W * W;
+    float *bpack = static_cast<float *>(scratch(0, size_t(min64(K, kKC) * packed_cols) * sizeof(float)));
     for (int64_t pc = 0; pc < K; pc += kKC) {
         int64_t kc = min64(kKC, K - pc);
         bool add = accumulate || pc > 0;
@@ -448,7 +448,7 @@ static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const
                     ablock = A + ic * lda + pc;
                     ablock_ld = lda;
                 } else {
-                    float *conv = static_cast<float *>(scratch(1, size_t(kMC * kKC) * sizeof(float)));
+                    float *conv = static_cast<float *>(scratch(1, size_t(mc * kc) * sizeof(float)));
                     for (int64_t i = 0; i < mc; ++i) widen_row(A + (ic + i) * lda + pc, kc, conv + i * kc);
                     ablock = conv;
                     ablock_ld = kc;
@@ -473,9 +473,12 @@ static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const
 // at the end. No packing, so decode-sized problems stream B once at memory speed.
 // ---------------------------------------------------------------------------------------------------
 // C[0..ncols) (+)= alpha * s for the four sums of one row of a dot tile.
-static inline void store_dot_sums(float *c, __m128 s, float alpha, bool add, int64_t ncols) {
+static inline __m128i first_of_4(int64_t n) {
     alignas(16) static const int32_t lanes[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
-    __m128i m = _mm_loadu_si128(reinterpret_cast<const __m128i *>(lanes + 4 - ncols));
+    return _mm_loadu_si128(reinterpret_cast<const __m128i *>(lanes + 4 - n));
+}
+static inline void store_dot_sums(float *c, __m128 s, float alpha, bool add, int64_t ncols) {
+    __m128i m = first_of_4(ncols);
     s = _mm_mul_ps(s, _mm_set1_ps(alpha));
     if (add) s = _mm_add_ps(s, _mm_maskload_ps(c, m));
     _mm_maskstore_ps(c, m, s);
@@ -526,7 +529,7 @@ static inline void dot_tiles(int64_t M, int64_t N, const TA *A, int64_t lda, con
 template <typename TA, typename TB>
 static inline void nt_dot(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
                           int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    dot_tiles<4>(M, N, A, lda, B, ldb, C, ldc, [&](auto rows, const TA *a, const TB *const *b, float *c, int64_t ncols) {
+    dot_tiles<kDotMR>(M, N, A, lda, B, ldb, C, ldc, [&](auto rows, const TA *a, const TB *const *b, float *c, int64_t ncols) {
         dot_kernel<decltype(rows)::value>(K, a, lda, b, c, ldc, alpha, accumulate, ncols);
     });
 }
@@ -551,7 +554,7 @@ template <int MR, int NV, typename TV>
 static inline void nn_acc(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
                           float *C, int64_t ldc) {
     constexpr int W = NV * VW;
-    float *panel = static_cast<float *>(scratch(0, size_t(kKC * W) * sizeof(float)));
+    float *panel = static_cast<float *>(scratch(0, size_t(min64(K, kKC) * W) * sizeof(float)));
     for (int64_t pc = 0; pc < K; pc += kKC) {
         int64_t kc = min64(kKC, K - pc);
         for (int64_t j = 0; j < N; j += W) {
@@ -615,24 +618,24 @@ RFK_KERNEL static void bf16_outer_kernel(int64_t kc, const uint16_t *a, int64_t 
     vf acc[MR][NV];
     RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = vzero();
     int64_t full = kc / 2;
-    for (int64_t p = 0; p < full; ++p) {
-        __m512bh bv[NV];
-        RFK_UNROLL for (int v = 0; v < NV; ++v) bv[v] = as_bh(_mm512_castps_si512(vload(b + p * W + v * 16)));
+    static_assert(NV == 2, "one pair of named B registers");
+    // pair_of(i, p): A[i][2p], A[i][2p+1] as one 32-bit lane; the last k of an odd kc pairs with zero, as
+    // its B partner in the panel is zero too.
+    auto step = [&](int64_t p, auto pair_of) {
+        vf b0 = in_register(vload(b + p * W)), b1 = in_register(vload(b + p * W + 16));
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            __m512bh av = as_bh(_mm512_set1_epi32(pair_of(i, p)));
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, as_bh(_mm512_castps_si512(b0)));
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, as_bh(_mm512_castps_si512(b1)));
+        }
+    };
+    for (int64_t p = 0; p < full; ++p)
+        step(p, [&](int i, int64_t q) {
             int32_t pair;
-            std::memcpy(&pair, a + i * lda + 2 * p, 4);
-            __m512bh av = as_bh(_mm512_set1_epi32(pair));
-            RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
-        }
-    }
-    if (kc & 1) {  // the last k alone: its partner lane is zero in both operands
-        __m512bh bv[NV];
-        RFK_UNROLL for (int v = 0; v < NV; ++v) bv[v] = as_bh(_mm512_castps_si512(vload(b + full * W + v * 16)));
-        RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            __m512bh av = as_bh(_mm512_set1_epi32(int32_t(a[i * lda + kc - 1])));
-            RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
-        }
-    }
+            std::memcpy(&pair, a + i * lda + 2 * q, 4);
+            return pair;
+        });
+    if (kc & 1) step(full, [&](int i, int64_t) { return int32_t(a[i * lda + kc - 1]); });
     RFK_UNROLL for (int i = 0; i < MR; ++i) store_block_row<NV>(c + i * ldc, acc[i], alpha, add, ncols);
 }
 
@@ -640,8 +643,9 @@ static inline void bf16_nt_packed(int64_t M, int64_t N, int64_t K, float alpha, 
                                   const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
     constexpr int W = kNV * 16;
     constexpr int64_t KC = 2 * kKC;  // even, so only the last block can hold an odd k
-    float *bpack = static_cast<float *>(scratch(0, size_t(kKC * kNC) * sizeof(float)));
     bool panel_at_a_time = M <= kMC;
+    int64_t packed_cols = panel_at_a_time ? W : (min64(N, kNC) + W - 1) / W * W;
+    float *bpack = static_cast<float *>(scratch(0, size_t((min64(K, KC) + 1) / 2 * packed_cols) * sizeof(float)));
     for (int64_t pc = 0; pc < K; pc += KC) {
         int64_t kc = min64(KC, K - pc), npairs = (kc + 1) / 2;
         bool add = accumulate || pc > 0;
@@ -700,7 +704,7 @@ RFK_KERNEL static void bf16_dot_kernel(int64_t K, const uint16_t *a, int64_t lda
 // ---------------------------------------------------------------------------------------------------
 // x*scale - m with the spec's subtraction: equal infinities give that infinity (a masked row stays -inf).
 static inline vf shifted(vf x, vf scale, vf m, bool m_is_inf) {
-    vf xs = vmul(x, scale);
+    vf xs = in_register(vmul(x, scale));  // rounded, as the spec's mul is: never contracted into an fma
     vf t = vsub(xs, m);
     return m_is_inf ? vselect(veq(xs, m), t, xs) : t;
 }
@@ -750,7 +754,7 @@ static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, co
     } else if (M >= kPackMinM && N >= kPackMinN) {
         bf16_nt_packed(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
     } else {
-        dot_tiles<4>(M, N, A, lda, B, ldb, C, ldc, [&](auto rows, const uint16_t *a, const uint16_t *const *b, float *c, int64_t ncols) {
+        dot_tiles<kDotMR>(M, N, A, lda, B, ldb, C, ldc, [&](auto rows, const uint16_t *a, const uint16_t *const *b, float *c, int64_t ncols) {
             bf16_dot_kernel<decltype(rows)::value>(K, a, lda, b, c, ldc, alpha, accumulate, ncols);
         });
     }
@@ -794,6 +798,17 @@ static inline void gemm_nn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const f
 
 namespace simd_detail {
 #if defined(RFK_SIMD_VNNI)
+// acc += u8 x s8 in groups of four. GCC 12 spills accumulators around the intrinsic (its tied operand); the
+// asm states the tie directly and keeps all of them in registers.
+static inline __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, u8, s8);
+#endif
+}
+
 // vpdpbusd multiplies u8 x s8: A + 128 (a sign-bit flip) is unsigned, and sum_k 128*B[j][k], computed with
 // the same instruction (0x80 bytes times B) on the first row strip, is subtracted. Wrap-around int32
 // arithmetic makes the result exact whenever the true result fits in int32.
@@ -806,37 +821,37 @@ RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, co
         bacc[j] = _mm512_setzero_si512();
         RFK_UNROLL for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_setzero_si512();
     }
-    for (int64_t k = 0; k < K; k += 64) {
-        int64_t n = min64(64, K - k);
-        __mmask64 m = n == 64 ? ~__mmask64(0) : ((__mmask64(1) << n) - 1);
-        __m512i b0 = in_register(_mm512_maskz_loadu_epi8(m, b[0] + k)), b1 = in_register(_mm512_maskz_loadu_epi8(m, b[1] + k));
-        __m512i b2 = in_register(_mm512_maskz_loadu_epi8(m, b[2] + k)), b3 = in_register(_mm512_maskz_loadu_epi8(m, b[3] + k));
+    auto step = [&](__m512i b0, __m512i b1, __m512i b2, __m512i b3, const int8_t *ak, __mmask64 m) {
+        b0 = in_register(b0), b1 = in_register(b1), b2 = in_register(b2), b3 = in_register(b3);
         if constexpr (kFirstStrip) {
-            bacc[0] = _mm512_dpbusd_epi32(bacc[0], flip, b0);
-            bacc[1] = _mm512_dpbusd_epi32(bacc[1], flip, b1);
-            bacc[2] = _mm512_dpbusd_epi32(bacc[2], flip, b2);
-            bacc[3] = _mm512_dpbusd_epi32(bacc[3], flip, b3);
+            bacc[0] = dpbusd(bacc[0], flip, b0);
+            bacc[1] = dpbusd(bacc[1], flip, b1);
+            bacc[2] = dpbusd(bacc[2], flip, b2);
+            bacc[3] = dpbusd(bacc[3], flip, b3);
         }
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            __m512i av = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a + i * lda + k), flip);
-            acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], av, b0);
-            acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], av, b1);
-            acc[i][2] = _mm512_dpbusd_epi32(acc[i][2], av, b2);
-            acc[i][3] = _mm512_dpbusd_epi32(acc[i][3], av, b3);
+            __m512i av = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, ak + i * lda), flip);
+            acc[i][0] = dpbusd(acc[i][0], av, b0);
+            acc[i][1] = dpbusd(acc[i][1], av, b1);
+            acc[i][2] = dpbusd(acc[i][2], av, b2);
+            acc[i][3] = dpbusd(acc[i][3], av, b3);
         }
+    };
+    const int8_t *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
+    auto load = [](const int8_t *p) { return _mm512_loadu_si512(p); };
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) step(load(b0 + k), load(b1 + k), load(b2 + k), load(b3 + k), a + k, ~__mmask64(0));
+    if (k < K) {
+        __mmask64 m = (__mmask64(1) << (K - k)) - 1;
+        step(_mm512_maskz_loadu_epi8(m, b0 + k), _mm512_maskz_loadu_epi8(m, b1 + k), _mm512_maskz_loadu_epi8(m, b2 + k),
+             _mm512_maskz_loadu_epi8(m, b3 + k), a + k, m);
     }
-    if constexpr (kFirstStrip) {
-        alignas(16) int32_t s[4];
-        _mm_store_si128(reinterpret_cast<__m128i *>(s), vsum4(bacc[0], bacc[1], bacc[2], bacc[3]));
-        for (int j = 0; j < 4; ++j) bias[j] = s[j];
-    }
+    if constexpr (kFirstStrip) _mm_storeu_si128(reinterpret_cast<__m128i *>(bias), vsum4(bacc[0], bacc[1], bacc[2], bacc[3]));
+    const __m128i bias4 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(bias)), m4 = first_of_4(ncols);
     RFK_UNROLL for (int i = 0; i < MR; ++i) {
-        alignas(16) int32_t s[4];
-        _mm_store_si128(reinterpret_cast<__m128i *>(s), vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
-        for (int64_t j = 0; j < ncols; ++j) {
-            uint32_t v = uint32_t(s[j]) - uint32_t(bias[j]);
-            c[i * ldc + j] = int32_t(add ? uint32_t(c[i * ldc + j]) + v : v);
-        }
+        __m128i v = _mm_sub_epi32(vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), bias4);
+        if (add) v = _mm_add_epi32(v, _mm_maskload_epi32(c + i * ldc, m4));
+        _mm_maskstore_epi32(c + i * ldc, m4, v);
     }
 }
 #elif defined(RFK_SIMD_VECTOR)
@@ -900,8 +915,8 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
         int64_t ncols = min64(4, N - j);
         const int8_t *rows[4];
         for (int t = 0; t < 4; ++t) rows[t] = B + (j + (t < ncols ? t : 0)) * ldb;
-        for (int64_t i = 0; i < M; i += 4)
-            with_rows<4>(int(min64(4, M - i)), [&](auto mr) {
+        for (int64_t i = 0; i < M; i += kDotMR)
+            with_rows<kDotMR>(int(min64(kDotMR, M - i)), [&](auto mr) {
                 s8_dot_kernel_avx2<decltype(mr)::value>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols);
             });
     }

@@ -79,7 +79,7 @@ struct Case {
 std::string describe(const RunOptions &o) {
     std::ostringstream s;
     for (auto &[n, v] : o.sizes) s << n << "=" << v << " ";
-    s << "tile=" << o.tile << " segments=" << o.segments << (o.unfused ? " unfused" : "");
+    s << "tile=" << o.tile << " segments=" << o.segments << " row_block=" << o.row_block << (o.unfused ? " unfused" : "");
     return s.str();
 }
 
@@ -135,10 +135,12 @@ TEST_P(CpuExamples, TailsSegmentsAndTheUnfusedPlan) {
     RunOptions tails;
     tails.tile = 3;
     tails.segments = 3;
+    tails.row_block = 4;
     tails.sizes = variant(c->program, [](int64_t v) { return next_prime(v + 2); });
     run_case(path, src, tails);
     RunOptions single;
     single.tile = 1;
+    single.row_block = 3;
     run_case(path, src, single);
     RunOptions unfused;
     unfused.unfused = true;
