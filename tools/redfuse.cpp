@@ -125,6 +125,7 @@ int main(int argc, char **argv) {
     bench->add_option("--load", load_dir, "Read the inputs from .npy files in DIR");
     bench->add_option("--tile", tile, "Tile length along the cascade axis");
     bench->add_option("--segments", segments, "Segments of the cascade axis");
+    bench->add_option("--row-block", row_block, "Rows handled together (the M of tile GEMMs)");
     bench->add_flag("--no-unfused", no_unfused, "Do not time the unfused plan");
     bench->add_flag("--no-tuned", no_tuned, "Ignore a cached `tune` result");
     tune->add_flag("--retune", retune, "Ignore a cached result and search again");
@@ -170,6 +171,7 @@ int main(int argc, char **argv) {
                 bo.use_tuned = !no_tuned;
                 bo.tile = tile;
                 bo.segments = segments;
+                bo.row_block = row_block;
                 rf::BenchReport r;
                 if (app.got_subcommand("tune")) {
                     rf::TuneOptions to;

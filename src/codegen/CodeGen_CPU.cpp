@@ -3,6 +3,7 @@
  */
 #include "codegen/CodeGen_CPU.h"
 
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -12,10 +13,16 @@
 
 namespace rf {
 
-extern const char *const kEmbeddedCpuHeader;  // generated from src/runtime/kernels/redfuse_cpu.h
+extern const char *const kEmbeddedCpuHeader;   // generated from src/runtime/kernels/redfuse_cpu.h
+extern const char *const kEmbeddedSimdHeader;  // generated from src/runtime/kernels/redfuse_simd.h
 
 const std::string &cpu_runtime_header() {
     static const std::string text = kEmbeddedCpuHeader;
+    return text;
+}
+
+const std::string &cpu_simd_header() {
+    static const std::string text = kEmbeddedSimdHeader;
     return text;
 }
 
@@ -342,20 +349,67 @@ private:
         pad(ind) << "}\n";
     }
 
+    /** The element type of a GEMM operand: a local tile array (the compute type) or a buffer. */
+    DType operand_type(Expr base) {
+        if (!base->name.empty() && base->name[0] == '$') return m_.compute;
+        return bufs_.at(base->name)->dtype;
+    }
+
+    std::string operand_addr(Expr base) {
+        std::vector<std::string> idx;
+        for (Expr a : base->args) idx.push_back(int_expr(a));
+        if (!base->name.empty() && base->name[0] == '$') return "&" + local_name(base->name) + "[" + idx[0] + "]";
+        const Buffer *b = bufs_.at(base->name);
+        return "&" + buf_id(buf_index(b)) + "[" + offset(b, idx) + "]";
+    }
+
+    static std::string element(const std::string &ptr, DType t, const std::string &at) {
+        std::string e = ptr + "[" + at + "]";
+        switch (t) {
+        case DType::bf16: return "rfk::bf16_to_float(" + e + ")";
+        case DType::f16: return "rfk::f16_to_float(" + e + ")";
+        case DType::f8e4m3: return "rfk::f8e4m3_to_float(" + e + ")";
+        case DType::f8e5m2: return "rfk::f8e5m2_to_float(" + e + ")";
+        default: return "(float)" + e;
+        }
+    }
+
+    /** A tile GEMM: a micro-kernel of redfuse_simd.h when the operand types have one, else loops. */
     void gemm(const StmtP &s, int ind) {
         const GemmInfo &g = *s->gemm;
-        auto addr = [&](Expr base) {
-            CEmitContext c = ctx("double");
-            std::vector<std::string> idx;
-            for (Expr a : base->args) idx.push_back(int_expr(a));
-            if (!base->name.empty() && base->name[0] == '$') return "&" + local_name(base->name) + "[" + idx[0] + "]";
-            const Buffer *b = bufs_.at(base->name);
-            return "&" + buf_id(buf_index(b)) + "[" + offset(b, idx) + "]";
-        };
-        pad(ind) << "rfk::tile_gemm(" << int_expr(g.M) << ", " << int_expr(g.N) << ", " << int_expr(g.K) << ", (float)("
-                 << expr(g.alpha, "double") << "), " << addr(g.a_base) << ", " << int_expr(g.a_si) << ", " << int_expr(g.a_sk)
-                 << ", " << addr(g.b_base) << ", " << int_expr(g.b_sj) << ", " << int_expr(g.b_sk) << ", " << addr(g.c_base)
-                 << ", " << int_expr(g.c_si) << ", " << (g.accumulate ? "true" : "false") << ");\n";
+        DType ta = operand_type(g.a_base), tb = operand_type(g.b_base);
+        std::string M = int_expr(g.M), N = int_expr(g.N), K = int_expr(g.K), A = operand_addr(g.a_base),
+                    B = operand_addr(g.b_base), C = operand_addr(g.c_base), alpha = "(float)(" + expr(g.alpha, "double") + ")";
+        std::string lda = int_expr(g.a_si), ldc = int_expr(g.c_si);
+        bool f32a = ta == DType::f32, f32b = tb == DType::f32, bfa = ta == DType::bf16, bfb = tb == DType::bf16;
+        std::string call;
+        if (g.trans_b) {
+            std::string ldb = int_expr(g.b_sj), tail = ", " + C + ", " + ldc + ", " + (g.accumulate ? "true" : "false") + ");";
+            std::string args = "(" + M + ", " + N + ", " + K + ", " + alpha + ", " + A + ", " + lda + ", " + B + ", " + ldb + tail;
+            if (f32a && f32b) call = "rfk::gemm_nt_f32" + args;
+            else if (bfa && bfb) call = "rfk::gemm_nt_bf16" + args;
+            else if (f32a && bfb) call = "rfk::gemm_nt_f32_bf16" + args;
+        } else if (g.accumulate && g.alpha->is_const(1)) {
+            std::string ldb = int_expr(g.b_sk);
+            std::string args = "(" + M + ", " + N + ", " + K + ", " + A + ", " + lda + ", " + B + ", " + ldb + ", " + C + ", " + ldc + ");";
+            if (f32a && f32b) call = "rfk::gemm_nn_acc_f32" + args;
+            else if (f32a && bfb) call = "rfk::gemm_nn_acc_f32_bf16" + args;
+        }
+        if (!call.empty()) {
+            pad(ind) << call << "\n";
+            return;
+        }
+        // Any other operand types: plain loops over the same strides.
+        std::string a_sk = int_expr(g.a_sk), b_sj = int_expr(g.b_sj), b_sk = int_expr(g.b_sk);
+        pad(ind) << "{ const auto *A_ = " << A << "; const auto *B_ = " << B << "; float *C_ = " << C << ";\n";
+        pad(ind + 1) << "for (int64_t i_ = 0; i_ < " << M << "; ++i_) for (int64_t n_ = 0; n_ < " << N << "; ++n_) {\n";
+        pad(ind + 2) << "float s_ = 0; for (int64_t k_ = 0; k_ < " << K << "; ++k_) s_ += "
+                     << element("A_", ta, "i_ * " + lda + " + k_ * " + a_sk) << " * " << element("B_", tb, "n_ * " + b_sj + " + k_ * " + b_sk)
+                     << ";\n";
+        pad(ind + 2) << "C_[i_ * " << ldc << " + n_] = " << (g.accumulate ? "C_[i_ * " + ldc + " + n_] + " : std::string()) << alpha
+                     << " * s_;\n";
+        pad(ind + 1) << "}\n";
+        pad(ind) << "}\n";
     }
 
     const Module &m_;
@@ -372,8 +426,19 @@ std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
     std::string P = c_identifier(o.symbol_prefix, "");
     os << "// Generated by redfuse. Do not edit.\n";
     os << "#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <limits>\n#include <new>\n#include <vector>\n#include <omp.h>\n";
-    if (o.inline_headers) os << cpu_runtime_header() << "\n";
-    else os << "#include \"redfuse_cpu.h\"\n";
+    // The micro-kernels only when a tile GEMM calls them (they are most of the compile time).
+    std::function<bool(const StmtP &)> has_gemm = [&](const StmtP &s) {
+        if (s->kind == StmtKind::Gemm) return true;
+        for (const StmtP &c : s->body)
+            if (has_gemm(c)) return true;
+        for (const StmtP &c : s->else_body)
+            if (has_gemm(c)) return true;
+        return false;
+    };
+    bool simd = false;
+    for (const Kernel &k : m.kernels) simd = simd || has_gemm(k.body);
+    if (o.inline_headers) os << cpu_runtime_header() << "\n" << (simd ? cpu_simd_header() + "\n" : "");
+    else os << "#include \"redfuse_cpu.h\"\n" << (simd ? "#include \"redfuse_simd.h\"\n" : "");
     os << "\nnamespace {\n\n";
     for (const Kernel &k : m.kernels) KernelPrinter(m, k, os).print();
     os << "}  // namespace\n\n";

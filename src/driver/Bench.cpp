@@ -200,11 +200,12 @@ std::filesystem::path tune_path(const std::string &key) {
 
 struct Variant {
     std::string strategy;
-    int64_t tile = 0, segments = 0;
+    int64_t tile = 0, segments = 0, row_block = 0;
     std::string label() const {
         std::ostringstream s;
         s << (strategy.empty() ? "plan" : strategy) << " tile=" << (tile ? std::to_string(tile) : "auto")
-          << " segments=" << (segments ? std::to_string(segments) : "auto");
+          << " segments=" << (segments ? std::to_string(segments) : "auto")
+          << " row_block=" << (row_block ? std::to_string(row_block) : "auto");
         return s.str();
     }
 };
@@ -216,6 +217,7 @@ CpuOptions cpu_options(const BenchOptions &o, const Variant &v) {
     co.unfused = v.strategy == "unfused";
     co.tile = v.tile;
     co.segments = v.segments;
+    co.row_block = v.row_block;
     return co;
 }
 
@@ -234,17 +236,18 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     MachineLimits lim = machine_limits(o.threads);
     WorkloadCost cost = workload_cost(p, sizes);
 
-    Variant fused{o.strategy, o.tile, o.segments};
+    Variant fused{o.strategy, o.tile, o.segments, o.row_block};
     std::string tuned_from;
-    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments) {
+    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments && !o.row_block) {
         std::ifstream in(tune_path(tune_key(c, sizes, threads)));
         if (in) {
             try {
                 nlohmann::json t = nlohmann::json::parse(in);
-                fused = {t.at("best").at("strategy"), t.at("best").at("tile"), t.at("best").at("segments")};
+                fused = {t.at("best").at("strategy"), t.at("best").at("tile"), t.at("best").at("segments"),
+                         t.at("best").value("row_block", int64_t(0))};
                 tuned_from = tune_path(tune_key(c, sizes, threads)).string();
             } catch (const std::exception &) {
-                fused = {o.strategy, o.tile, o.segments};
+                fused = {o.strategy, o.tile, o.segments, o.row_block};
             }
         }
     }
@@ -321,9 +324,11 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
     CpuBuffers bufs(p, sizes, make_random_inputs(p, sizes, o.bench.seed));
     std::vector<Variant> variants;
     for (const char *s : {"", "multi_pass", "onchip_multipass"})
-        for (int64_t tile : {64, 256, 1024}) variants.push_back({s, tile, 1});
-    for (int64_t seg : {2 * threads, 8 * threads}) variants.push_back({"multi_segment", 256, seg});
-    variants.push_back({"unfused", 0, 0});
+        for (int64_t tile : {64, 256, 1024}) variants.push_back({s, tile, 1, 0});
+    for (int64_t rb : {4, 16, 32, 64})
+        for (int64_t tile : {64, 128}) variants.push_back({"", tile, 1, rb});
+    for (int64_t seg : {2 * threads, 8 * threads}) variants.push_back({"multi_segment", 256, seg, 0});
+    variants.push_back({"unfused", 0, 0, 0});
     nlohmann::json tried = nlohmann::json::array();
     double best = 1e300;
     Variant best_v;
@@ -346,7 +351,8 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
     j["sizes"] = sizes;
     j["threads"] = threads;
     j["tried"] = tried;
-    j["best"] = {{"strategy", best_v.strategy}, {"tile", best_v.tile}, {"segments", best_v.segments}, {"label", best_v.label()},
+    j["best"] = {{"strategy", best_v.strategy}, {"tile", best_v.tile}, {"segments", best_v.segments},
+                 {"row_block", best_v.row_block}, {"label", best_v.label()},
                  {"time_ms", best}};
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);

@@ -43,7 +43,7 @@ struct BenchOptions {
     int min_reps = 5;
     bool unfused_too = true;  ///< also time the unfused plan
     bool use_tuned = true;    ///< apply a cached `tune` result when one exists
-    int64_t tile = 0, segments = 0;
+    int64_t tile = 0, segments = 0, row_block = 0;
 };
 
 /** The bench JSON (see bench/README.md for the fields the harness reads) and a text table. */

@@ -190,6 +190,7 @@ std::vector<std::string> emit_cpu(const Compilation &c, const std::string &dir, 
     write(name + ".h", h.str());
     write(name + ".cpp", "#include \"" + name + ".h\"\n" + generate_cpu(m, cg));
     write("redfuse_cpu.h", cpu_runtime_header());
+    write("redfuse_simd.h", cpu_simd_header());
     return written;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <limits>
 
 #include "support/Error.h"
@@ -362,6 +363,262 @@ private:
 
     Expr jvar() { return make_index("$jj" + std::to_string(uid_++)); }
 
+    // ---- Tile GEMMs (the recognize_gemm pass, done while the loop structure is known).
+    /** Where a load's indices put the GEMM variables: the dimension holding exactly `v` (or the
+     *  block's row `$rbase + $rr`), -1 when v does not occur, -2 when it occurs in another form. */
+    static int dim_of(Expr load, Expr v) {
+        int at = -1;
+        for (size_t i = 0; i < load->args.size(); i++) {
+            Expr a = load->args[i];
+            bool exact = a == v || (v == rr() && a == make_add(local_var("$rbase", SType::Int), rr()));
+            if (exact) {
+                if (at != -1) return -2;
+                at = static_cast<int>(i);
+            } else if (mentions(a, v->name)) {
+                return -2;
+            }
+        }
+        return at;
+    }
+
+    /** The element stride of dimension d of a global buffer: the product of the later extents. */
+    Expr stride(Expr load, int d) {
+        const TensorDef *def = p_.find_def(load->name);
+        const InputDecl *in = p_.find_input(load->name);
+        const std::vector<Expr> &dims = in ? in->dims : def->extents;
+        std::vector<Expr> later(dims.begin() + d + 1, dims.end());
+        return product(later);
+    }
+
+    /** A global f32/bf16 load, possibly widened by a cast to f32/f64 (bf16 → float is exact). */
+    Expr gemm_operand(Expr e) {
+        while (e->kind == Kind::Cast && (e->dtype == DType::f32 || e->dtype == DType::f64)) e = e->args[0];
+        if (e->kind != Kind::Load || e->name.empty() || e->name[0] == '$') return nullptr;
+        if (e->dtype != DType::f32 && e->dtype != DType::bf16) return nullptr;
+        return e;
+    }
+
+    Expr at_origin(Expr load, const std::map<Expr, Expr> &to) {
+        std::vector<Expr> args;
+        for (Expr a : load->args) {
+            Expr r = a;
+            for (auto &[v, o] : to) {
+                if (a == v) r = o;
+                if (v == rr() && a == make_add(local_var("$rbase", SType::Int), rr())) r = local_var("$rbase", SType::Int);
+            }
+            args.push_back(r);
+        }
+        return make_load(load->name, args, load->dtype, load->stype);
+    }
+
+    /** S[rr][j] = alpha · Σ_d A[rr, d] · B[j, d] for a tile of j: one GEMM over the row block. */
+    StmtP prologue_gemm(Expr v, Expr j, const std::string &local) {
+        Expr alpha = real_c(1);
+        Expr red = v;
+        if (v->kind == Kind::Mul) {
+            red = nullptr;
+            std::vector<Expr> rest;
+            for (Expr a : v->args) {
+                if (a->kind == Kind::Reduce && !red) red = a;
+                else rest.push_back(a);
+            }
+            if (!red) return nullptr;
+            alpha = rest.size() == 1 ? rest[0] : make_mul(rest);
+            if (mentions(alpha, j->name) || mentions(alpha, "$rr")) return nullptr;
+        }
+        if (red->kind != Kind::Reduce || red->rop != ReduceOp::Sum || red->num_axes() != 1) return nullptr;
+        Expr body = red->body(), d = red->axis(0);
+        if (body->kind != Kind::Mul || body->args.size() != 2) return nullptr;
+        Expr l0 = gemm_operand(body->args[0]), l1 = gemm_operand(body->args[1]);
+        if (!l0 || !l1) return nullptr;
+        if (mentions(l0, j->name)) std::swap(l0, l1);
+        Expr A = l0, B = l1;
+        if (mentions(A, j->name) || mentions(B, "$rr")) return nullptr;
+        int ak = dim_of(A, d), bk = dim_of(B, d), bj = dim_of(B, j), ar = dim_of(A, rr());
+        if (ak != static_cast<int>(A->args.size()) - 1 || bk != static_cast<int>(B->args.size()) - 1 || bj < 0 || ar == -2) return nullptr;
+        if (A->dtype == DType::bf16 && B->dtype == DType::f32) return nullptr;  // no such kernel
+        GemmInfo g;
+        g.M = local_var("$nbv", SType::Int);
+        g.N = make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int));
+        g.K = red->extents[0];
+        g.a_base = at_origin(A, {{d, int_c(0)}, {rr(), int_c(0)}});
+        g.b_base = at_origin(B, {{d, int_c(0)}, {j, local_var("$tb", SType::Int)}});
+        g.c_base = local_at(local, int_c(0));
+        g.a_si = ar >= 0 ? stride(A, ar) : int_c(0);
+        g.a_sk = int_c(1);
+        g.b_sj = stride(B, bj);
+        g.b_sk = int_c(1);
+        g.c_si = int_c(ctx_.schedule.tile);
+        g.alpha = alpha;
+        g.trans_b = true;
+        g.accumulate = false;
+        return gemm(g);
+    }
+
+    struct MemberGemm {
+        Expr F = nullptr;  ///< the factor shared by every extra point (over $rr, $jh)
+        Expr W = nullptr;  ///< the load that carries the extra axis
+        int w_x = -1, w_j = -1;
+        bool nn = true;    ///< W[j][x] (x contiguous) rather than W[x][j]
+    };
+
+    static Expr jh() { return make_index("$jh"); }
+    static Expr xg() { return make_index("$xg"); }
+
+    /** The term of a member as the update loop sums it, over $rr and $jh (for sharing). */
+    Expr term_of(const std::string &P, const MemberInfo &m, Expr x) {
+        if (m.form == Form::Mult) {
+            if (!m.a->H_def->is_const(1)) return nullptr;
+            return bind(m.def->body->body(), m, x, jh(), Mode{P, false, true});
+        }
+        if (m.form == Form::SumShift && !m.sel && m.a->relation != Relation::Polynomial)
+            return bind(m.def->body->body(), m, x, jh(), Mode{P, false, false});
+        return nullptr;
+    }
+
+    /** Recognizes Σ_j F(j)·W(j, x) over one axis and one extra variable. */
+    std::optional<MemberGemm> gemm_form(const std::string &P, const MemberInfo &m) {
+        if (m.extra_vars.size() != 1 || axis_ext_.size() != 1) return std::nullopt;
+        Expr t = term_of(P, m, xg());
+        if (!t || t->kind != Kind::Mul) return std::nullopt;
+        MemberGemm g;
+        std::vector<Expr> f;
+        for (Expr a : t->args) {
+            if (!mentions(a, "$xg")) {
+                f.push_back(a);
+                continue;
+            }
+            if (g.W) return std::nullopt;  // two factors carry the extra axis
+            g.W = gemm_operand(a);
+            if (!g.W) return std::nullopt;
+        }
+        if (!g.W || f.empty() || mentions(g.W, "$rr")) return std::nullopt;
+        g.F = f.size() == 1 ? f[0] : make_mul(f);
+        g.w_x = dim_of(g.W, xg());
+        g.w_j = dim_of(g.W, jh());
+        int last = static_cast<int>(g.W->args.size()) - 1;
+        if (g.w_x < 0 || g.w_j < 0) return std::nullopt;
+        if (g.w_x == last) g.nn = true;
+        else if (g.w_j == last) g.nn = false;
+        else return std::nullopt;
+        return g;
+    }
+
+    void plan_gemms(const std::string &P) {
+        gemm_of_.clear();
+        shared_.clear();
+        for (const MemberInfo &m : members_)
+            if (auto g = gemm_form(P, m)) {
+                gemm_of_[m.k] = *g;
+                if (!shared_.count(g->F)) shared_[g->F] = {"$f" + std::to_string(uid_++), false};
+            }
+    }
+
+    /** A member without extra axes whose term is some GEMM's shared factor (l = Σ exp(S - m)). */
+    Expr shared_term(const std::string &P, const MemberInfo &m) {
+        if (!m.extra_vars.empty()) return nullptr;
+        Expr t = term_of(P, m, int_c(0));
+        return t && shared_.count(t) ? t : nullptr;
+    }
+
+    Expr shared_at(Expr F) {
+        return local_at(shared_.at(F).first, add_i(mul_i(rr(), int_c(ctx_.schedule.tile)), make_sub(jh(), local_var("$tb", SType::Int))));
+    }
+
+    /** Computes the tile array of a shared factor once, before its first use. */
+    bool materialize(Expr F, std::vector<StmtP> &out) {
+        auto it = shared_.find(F);
+        if (it == shared_.end()) return false;
+        if (!it->second.second) {
+            it->second.second = true;
+            out.push_back(rows_of_block({for_loop(jh(), local_var("$tb", SType::Int), local_var("$te", SType::Int),
+                                                  {assign(shared_at(F), F)}, LoopKind::Simd)}));
+        }
+        return true;
+    }
+
+    /** The rescale of a multiplicative member at x before new terms are added; δ locals into d. */
+    std::vector<StmtP> rescale(const std::string &P, const MemberInfo &m, Expr x, std::vector<Expr> &d) {
+        std::vector<StmtP> s;
+        if (m.form != Form::Mult) return s;
+        const MemberAnalysis &a = *m.a;
+        Mode san{P, false, true};
+        std::string dn = "$d" + std::to_string(uid_++);
+        std::vector<Expr> dv = deltas(m, x, san);
+        for (size_t i = 0; i < dv.size(); i++) {
+            s.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, dv[i]));
+            d.push_back(local_var(dn + "_" + std::to_string(i)));
+        }
+        std::vector<Expr> t = tags(P, m, x);
+        Expr al = alpha(m, x, d, t, san);
+        if (a.op == ReduceOp::Prod) al = make_pow(al, local_var("$nold", SType::Int));
+        Expr cond = make_and(seen_b(P, m, x), differs(d, t));
+        if (a.op == ReduceOp::Sum) cond = make_and(cond, make_cmp(CmpOp::NE, acc(P, m, x), real_c(0)));
+        s.push_back(if_then(cond, {assign(acc(P, m, x), make_mul(acc(P, m, x), al))}));
+        return s;
+    }
+
+    std::vector<StmtP> after_terms(const std::string &P, const MemberInfo &m, Expr x, const std::vector<Expr> &d) {
+        std::vector<StmtP> s;
+        for (size_t i = 0; i < d.size(); i++) s.push_back(assign(tag(P, m, x, i), d[i]));
+        s.push_back(assign(seen(P, m, x), real_c(1)));
+        return s;
+    }
+
+    /** A member summing a shared tile array (no shift: the terms are the array's values). */
+    std::vector<StmtP> shared_update(const std::string &P, const MemberInfo &m, Expr x, Expr F) {
+        std::vector<Expr> d;
+        std::vector<StmtP> s = rescale(P, m, x, d);
+        std::string tn = "$t" + std::to_string(uid_++);
+        s.push_back(decl(tn, LocalClass::Tile, {}, real_c(0)));
+        s.push_back(for_loop(jh(), local_var("$tb", SType::Int), local_var("$te", SType::Int),
+                             {accum(ReduceOp::Sum, local_var(tn), shared_at(F))}, LoopKind::Simd));
+        s.push_back(accum(ReduceOp::Sum, acc(P, m, x), local_var(tn)));
+        for (const StmtP &q : after_terms(P, m, x, d)) s.push_back(q);
+        return s;
+    }
+
+    /** acc[rr][x] += Σ_j F[rr][j] · W(j, x) as one GEMM over the block and the tile. */
+    std::vector<StmtP> member_gemm(const std::string &P, const MemberInfo &m, const MemberGemm &g) {
+        std::vector<StmtP> out;
+        materialize(g.F, out);
+        std::vector<StmtP> pre = {over_extra(m, [&](Expr x) {
+            std::vector<Expr> d;
+            return rescale(P, m, x, d);
+        })};
+        if (m.form == Form::Mult) out.push_back(rows_of_block(pre));
+        std::string tmp = "$g" + std::to_string(uid_++);
+        out.push_back(decl(tmp, LocalClass::Tile, {mul_i(int_c(nb_), m.X)}, g.nn ? real_c(0) : nullptr));
+        GemmInfo gi;
+        gi.M = local_var("$nbv", SType::Int);
+        gi.N = m.X;
+        gi.K = make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int));
+        gi.a_base = local_at(shared_.at(g.F).first, int_c(0));
+        gi.a_si = int_c(ctx_.schedule.tile);
+        gi.a_sk = int_c(1);
+        gi.b_base = at_origin(g.W, {{xg(), int_c(0)}, {jh(), local_var("$tb", SType::Int)}});
+        gi.b_sj = stride(g.W, g.w_x);
+        gi.b_sk = stride(g.W, g.w_j);
+        gi.c_base = local_at(tmp, int_c(0));
+        gi.c_si = m.X;
+        gi.alpha = real_c(1);
+        gi.trans_b = !g.nn;
+        gi.accumulate = g.nn;
+        out.push_back(gemm(gi));
+        out.push_back(rows_of_block({over_extra(m, [&](Expr x) {
+            std::vector<Expr> d;
+            std::vector<StmtP> s;
+            if (m.form == Form::Mult) {
+                // δ again (cheap) for the tag; the rescale already happened above.
+                for (size_t i = 0; i < m.nd; i++) d.push_back(deltas(m, x, Mode{P, false, true})[i]);
+            }
+            s.push_back(accum(ReduceOp::Sum, acc(P, m, x), local_at(tmp, add_i(mul_i(rr(), m.X), x))));
+            for (const StmtP &q : after_terms(P, m, x, d)) s.push_back(q);
+            return s;
+        })}));
+        return out;
+    }
+
     // ---- Per-tile update (PlanInterp::update).
     std::vector<StmtP> update_tile(const std::string &P) {
         std::vector<StmtP> out;
@@ -374,12 +631,25 @@ private:
             for (size_t i = 0; i < c_.n_row; i++) vars[d->vars[i]->name] = row_vars_[i];
             for (size_t i = c_.n_row; i < d->vars.size(); i++) vars[d->vars[i]->name] = unravel(j, axis_ext_, i - c_.n_row);
             Expr v = translate(d->body, vars, nullptr, Mode{});
+            if (StmtP g = prologue_gemm(v, j, local)) {
+                out.push_back(g);
+                continue;
+            }
             out.push_back(rows_of_block({for_loop(j, j0, j1, {assign(local_at(local, add_i(mul_i(rr(), int_c(ctx_.schedule.tile)), make_sub(j, j0))), v)}, LoopKind::Simd)}));
         }
+        plan_gemms(P);
         for (const MemberInfo &m : members_) {
             const MemberAnalysis &a = *m.a;
             Mode run{P, false, false}, san{P, false, true};
             out.push_back(comment("member " + std::to_string(m.k) + ": " + relation_name(a.relation)));
+            if (auto it = gemm_of_.find(m.k); it != gemm_of_.end()) {
+                for (const StmtP &s : member_gemm(P, m, it->second)) out.push_back(s);
+                continue;
+            }
+            if (Expr t = shared_term(P, m); t && materialize(t, out)) {
+                out.push_back(rows_of_block({over_extra(m, [&](Expr x) { return shared_update(P, m, x, t); })}));
+                continue;
+            }
             switch (m.form) {
             case Form::SumShift: case Form::Select: case Form::Prod: case Form::ArgSelect: case Form::TopK: {
                 Expr body = m.sel ? (a.Gsel_literal ? a.Gsel_literal : a.Gsel) : m.def->body->body();
@@ -751,6 +1021,7 @@ private:
         // Prologue tile arrays are declared before the update that fills them.
         std::vector<StmtP> upd = update_tile(P);
         for (const auto &[def, local] : prologue_ids_) body.push_back(decl(local, LocalClass::Tile, {int_c(nb_ * ctx_.schedule.tile)}, nullptr));
+        for (const auto &[F, arr] : shared_) body.push_back(decl(arr.first, LocalClass::Tile, {int_c(nb_ * ctx_.schedule.tile)}, nullptr));
         for (const StmtP &s : upd) body.push_back(s);
         Expr ntiles = make_idiv(add_i(make_sub(hi, lo), int_c(ctx_.schedule.tile - 1)), T);
         return for_loop(t, int_c(0), ntiles, body);
@@ -839,6 +1110,8 @@ private:
     int64_t nb_ = 1;
     Expr L_ = nullptr;
     std::map<std::string, std::string> prologue_ids_;
+    std::map<int, MemberGemm> gemm_of_;
+    std::map<Expr, std::pair<std::string, bool>> shared_;  ///< factor -> (tile array, computed yet)
     int uid_ = 0;
 };
 

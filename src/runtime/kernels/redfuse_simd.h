@@ -310,6 +310,21 @@ static inline vf vexp(vf x) {
     return vldexp(p, n);
 }
 
+// x*scale - m with the spec's subtraction: equal infinities give that infinity (a masked row stays -inf).
+static inline vf shifted(vf x, vf scale, vf m, bool m_is_inf) {
+    vf xs = in_register(vmul(x, scale));  // rounded, as the spec's mul is: never contracted into an fma
+    vf t = vsub(xs, m);
+    return m_is_inf ? vselect(veq(xs, m), t, xs) : t;
+}
+
+// Calls f(std::integral_constant<int, rows>, i) for strips of R rows covering [0, M); the last one is shorter.
+template <int R, typename F>
+static inline void for_strips(int64_t M, F &&f) {
+    int64_t i = 0;
+    for (; i + R <= M; i += R) f(std::integral_constant<int, R>{}, i);
+    if (i < M) with_rows<R - 1>(int(M - i), [&](auto rows) { f(rows, i); });
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Outer-product GEMM core: an MR x (NV*VW) block of C in registers; per k one broadcast of A[i][k] per row
 // times NV vectors of a row of B laid out with the N dimension contiguous (packed B^T panel, or V rows).
@@ -320,25 +335,25 @@ static inline void store_block_row(float *c, const vf *acc, float alpha, bool ad
         int64_t n = clamp64(ncols - v * VW, 0, VW);
         if (n == 0) break;
         vf val = vmul(vset1(alpha), acc[v]);
-        if (n == VW) {
+        if (n == VW)
             vstore(c + v * VW, add ? vadd(val, vload(c + v * VW)) : val);
-        } else {
+        else
             vstore_n(c + v * VW, add ? vadd(val, vload_n(c + v * VW, n)) : val, n);
-        }
     }
 }
 
-// C[0..MR)[0..ncols) (+)= alpha * A[0..MR)[0..kc) * B, B row k at b + k*ldb, NV*VW floats (zero-padded
-// past ncols when packed).
-template <int MR, int NV>
-RFK_KERNEL static void outer_kernel(int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-                                int64_t ldc, float alpha, bool add, int64_t ncols) {
+// C[0..MR)[0..ncols) (+)= alpha * A[0..MR)[0..kc) * B, B row k at b + k*ldb, NV*VW elements (zero-padded
+// past ncols when packed); bf16 B is widened as it is loaded.
+template <int MR, int NV, typename TB>
+RFK_KERNEL static void outer_kernel(int64_t kc, const float *a, int64_t lda, const TB *b, int64_t ldb, float *c,
+                                    int64_t ldc, float alpha, bool add, int64_t ncols) {
+    static_assert(NV >= 1 && NV <= 4, "B rows are named registers, not an array: GCC may leave an array in memory");
     vf acc[MR][NV];
     RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = vzero();
-    static_assert(NV >= 1 && NV <= 4, "B rows are named registers, not an array: GCC may leave an array in memory");
     for (int64_t k = 0; k < kc; ++k) {
-        const float *bk = b + k * ldb;
-        vf b0 = vload(bk), b1 = NV > 1 ? vload(bk + VW) : b0, b2 = NV > 2 ? vload(bk + 2 * VW) : b0, b3 = NV > 3 ? vload(bk + 3 * VW) : b0;
+        const TB *bk = b + k * ldb;
+        vf b0 = vload(bk), b1 = NV > 1 ? vload(bk + VW) : b0, b2 = NV > 2 ? vload(bk + 2 * VW) : b0,
+           b3 = NV > 3 ? vload(bk + 3 * VW) : b0;
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
             vf av = vset1(a[i * lda + k]);
             acc[i][0] = vfma(av, b0, acc[i][0]);
@@ -370,17 +385,15 @@ static inline void pack_transposed(const T *src, int64_t ld, int64_t rows, int64
     }
 }
 
-// Copies columns [0, cols) of kc rows (N-contiguous) into out[k*W + j], zero-padded: V panels in f32.
+// Copies columns [0, cols) of kc rows (N-contiguous) into out[k*W + j], zero-padded (V's last panel).
 template <int NV, typename T>
 static inline void pack_rows(const T *src, int64_t ld, int64_t kc, int64_t cols, float *out) {
     constexpr int W = NV * VW;
-    for (int64_t k = 0; k < kc; ++k) {
+    for (int64_t k = 0; k < kc; ++k)
         RFK_UNROLL for (int v = 0; v < NV; ++v) {
             int64_t n = clamp64(cols - v * VW, 0, VW);
-            vf val = n == VW ? vload(src + k * ld + v * VW) : (n == 0 ? vzero() : vload_n(src + k * ld + v * VW, n));
-            vstore(out + k * W + v * VW, val);
+            vstore(out + k * W + v * VW, n == VW ? vload(src + k * ld + v * VW) : (n == 0 ? vzero() : vload_n(src + k * ld + v * VW, n)));
         }
-    }
 }
 
 static inline void widen_row(const uint16_t *src, int64_t n, float *out) {
@@ -404,185 +417,19 @@ constexpr int kMR = 6, kNV = 2, kSmallMR = 3, kSmallNV = 4;
 constexpr int64_t kKC = 256, kNC = 512, kMC = 128;
 // Rows of A per dot tile (against 4 rows of B): (rows + 1) * 4 + 1 vector registers of the 32 or 16.
 constexpr int kDotMR = VW == 16 ? 4 : 2;
-
-// Runs the register blocks over one packed/unpacked B block of `nc` columns, rows [0, M), kc deep.
-template <int MR, int NV>
-static inline void outer_block(int64_t M, int64_t nc, int64_t kc, const float *a, int64_t lda, const float *b,
-                               int64_t ldb_k, int64_t panel_stride, float *c, int64_t ldc, float alpha, bool add) {
-    constexpr int W = NV * VW;
-    for (int64_t j = 0; j < nc; j += W) {
-        const float *bp = b + (j / W) * panel_stride;
-        int64_t ncols = min64(W, nc - j);
-        int64_t i = 0;
-        for (; i + MR <= M; i += MR) outer_kernel<MR, NV>(kc, a + i * lda, lda, bp, ldb_k, c + i * ldc + j, ldc, alpha, add, ncols);
-        if (i < M)
-            with_rows<MR - 1>(int(M - i), [&](auto rows) {
-                outer_kernel<decltype(rows)::value, NV>(kc, a + i * lda, lda, bp, ldb_k, c + i * ldc + j, ldc, alpha, add, ncols);
-            });
-    }
-}
-
-// NT via packing: C (+)= alpha * A B^T. TA = uint16_t (bf16) widens A blocks into scratch first. With a
-// single M block each B panel is packed right before its strips run (still in L1); with several, the
-// whole NC block is packed once and reused by all of them.
-template <typename TA, typename TB>
-static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
-                             int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    constexpr int W = kNV * VW;
-    bool panel_at_a_time = M <= kMC;
-    int64_t packed_cols = panel_at_a_time ? W : (min64(N, kNC) + W - 1) / W * W;
-    float *bpack = static_cast<float *>(scratch(0, size_t(min64(K, kKC) * packed_cols) * sizeof(float)));
-    for (int64_t pc = 0; pc < K; pc += kKC) {
-        int64_t kc = min64(kKC, K - pc);
-        bool add = accumulate || pc > 0;
-        for (int64_t jc = 0; jc < N; jc += kNC) {
-            int64_t nc = min64(kNC, N - jc);
-            if (!panel_at_a_time)
-                for (int64_t j = 0; j < nc; j += W)
-                    pack_transposed<kNV>(B + (jc + j) * ldb + pc, ldb, min64(W, nc - j), kc, bpack + (j / W) * kc * W);
-            for (int64_t ic = 0; ic < M; ic += kMC) {
-                int64_t mc = min64(kMC, M - ic);
-                const float *ablock;
-                int64_t ablock_ld;
-                if constexpr (std::is_same_v<TA, float>) {
-                    ablock = A + ic * lda + pc;
-                    ablock_ld = lda;
-                } else {
-                    float *conv = static_cast<float *>(scratch(1, size_t(mc * kc) * sizeof(float)));
-                    for (int64_t i = 0; i < mc; ++i) widen_row(A + (ic + i) * lda + pc, kc, conv + i * kc);
-                    ablock = conv;
-                    ablock_ld = kc;
-                }
-                float *cblock = C + ic * ldc + jc;
-                if (!panel_at_a_time) {
-                    outer_block<kMR, kNV>(mc, nc, kc, ablock, ablock_ld, bpack, W, kc * W, cblock, ldc, alpha, add);
-                    continue;
-                }
-                for (int64_t j = 0; j < nc; j += W) {
-                    int64_t ncols = min64(W, nc - j);
-                    pack_transposed<kNV>(B + (jc + j) * ldb + pc, ldb, ncols, kc, bpack);
-                    outer_block<kMR, kNV>(mc, ncols, kc, ablock, ablock_ld, bpack, W, 0, cblock + j, ldc, alpha, add);
-                }
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Dot-product GEMM core for small M (or N): MR rows of A against 4 rows of B with vectors along K, reduced
-// at the end. No packing, so decode-sized problems stream B once at memory speed.
-// ---------------------------------------------------------------------------------------------------
-// C[0..ncols) (+)= alpha * s for the four sums of one row of a dot tile.
-static inline __m128i first_of_4(int64_t n) {
-    alignas(16) static const int32_t lanes[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
-    return _mm_loadu_si128(reinterpret_cast<const __m128i *>(lanes + 4 - n));
-}
-static inline void store_dot_sums(float *c, __m128 s, float alpha, bool add, int64_t ncols) {
-    __m128i m = first_of_4(ncols);
-    s = _mm_mul_ps(s, _mm_set1_ps(alpha));
-    if (add) s = _mm_add_ps(s, _mm_maskload_ps(c, m));
-    _mm_maskstore_ps(c, m, s);
-}
-
-template <int MR, typename TA, typename TB>
-RFK_KERNEL static void dot_kernel(int64_t K, const TA *a, int64_t lda, const TB *const *b, float *c, int64_t ldc,
-                              float alpha, bool add, int64_t ncols) {
-    vf acc[MR][4];
-    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vzero();
-    const TB *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
-    auto step = [&](vf v0, vf v1, vf v2, vf v3, int64_t k, int64_t n) {
-        v0 = in_register(v0), v1 = in_register(v1), v2 = in_register(v2), v3 = in_register(v3);
-        RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            vf av = in_register(n == VW ? vload(a + i * lda + k) : vload_n(a + i * lda + k, n));
-            acc[i][0] = vfma(av, v0, acc[i][0]);
-            acc[i][1] = vfma(av, v1, acc[i][1]);
-            acc[i][2] = vfma(av, v2, acc[i][2]);
-            acc[i][3] = vfma(av, v3, acc[i][3]);
-        }
-    };
-    int64_t k = 0;
-    for (; k + VW <= K; k += VW) step(vload(b0 + k), vload(b1 + k), vload(b2 + k), vload(b3 + k), k, VW);
-    if (k < K) {
-        int64_t n = K - k;
-        step(vload_n(b0 + k, n), vload_n(b1 + k, n), vload_n(b2 + k, n), vload_n(b3 + k, n), k, n);
-    }
-    RFK_UNROLL for (int i = 0; i < MR; ++i)
-        store_dot_sums(c + i * ldc, vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), alpha, add, ncols);
-}
-
-// Tiles C into MR x 4 blocks, B rows outermost so each group of 4 B rows is read from memory once. Missing B
-// rows in the last group alias row 0 of the group (valid memory); their sums are not stored.
-template <int MR, typename TA, typename TB, typename Kernel>
-static inline void dot_tiles(int64_t M, int64_t N, const TA *A, int64_t lda, const TB *B, int64_t ldb, float *C,
-                             int64_t ldc, Kernel &&kernel) {
-    for (int64_t j = 0; j < N; j += 4) {
-        int64_t ncols = min64(4, N - j);
-        const TB *rows[4];
-        for (int t = 0; t < 4; ++t) rows[t] = B + (j + (t < ncols ? t : 0)) * ldb;
-        int64_t i = 0;
-        for (; i + MR <= M; i += MR) kernel(std::integral_constant<int, MR>{}, A + i * lda, rows, C + i * ldc + j, ncols);
-        if (i < M)
-            with_rows<MR - 1>(int(M - i), [&](auto r) { kernel(r, A + i * lda, rows, C + i * ldc + j, ncols); });
-    }
-}
-
-template <typename TA, typename TB>
-static inline void nt_dot(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
-                          int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    dot_tiles<kDotMR>(M, N, A, lda, B, ldb, C, ldc, [&](auto rows, const TA *a, const TB *const *b, float *c, int64_t ncols) {
-        dot_kernel<decltype(rows)::value>(K, a, lda, b, c, ldc, alpha, accumulate, ncols);
-    });
-}
-
 // Packing B pays off once enough rows of A reuse each panel; below that the dot form wins (bench/micro).
 constexpr int64_t kPackMinM = 8, kPackMinN = 16;
 
-template <typename TA, typename TB>
-static inline void nt_f32_out(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
-                              int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    if (K == 0) {
-        if (!accumulate) clear_rows(M, N, C, ldc);
-    } else if (M >= kPackMinM && N >= kPackMinN)
-        nt_packed(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-    else
-        nt_dot(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-}
-
-// NN accumulate: V rows already have N contiguous. f32 V is used in place; bf16 V and the N tail are
-// packed (widened, zero-padded) per KC x W panel.
-template <int MR, int NV, typename TV>
-static inline void nn_acc(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
-                          float *C, int64_t ldc) {
+// Runs the register blocks over nc columns of B (panels of W, panel_stride elements apart), rows [0, M).
+template <int MR, int NV, typename TB>
+static inline void outer_block(int64_t M, int64_t nc, int64_t kc, const float *a, int64_t lda, const TB *b,
+                               int64_t ldb_k, int64_t panel_stride, float *c, int64_t ldc, float alpha, bool add) {
     constexpr int W = NV * VW;
-    float *panel = static_cast<float *>(scratch(0, size_t(min64(K, kKC) * W) * sizeof(float)));
-    for (int64_t pc = 0; pc < K; pc += kKC) {
-        int64_t kc = min64(kKC, K - pc);
-        for (int64_t j = 0; j < N; j += W) {
-            int64_t ncols = min64(W, N - j);
-            const float *b = panel;
-            int64_t ldb = W;
-            bool in_place = false;
-            if constexpr (std::is_same_v<TV, float>) {
-                if (ncols == W) {
-                    b = V + pc * ldv + j;
-                    ldb = ldv;
-                    in_place = true;
-                }
-            }
-            if (!in_place) pack_rows<NV>(V + pc * ldv + j, ldv, kc, ncols, panel);
-            outer_block<MR, NV>(M, ncols, kc, P + pc, ldp, b, ldb, 0, C + j, ldc, 1.0f, true);
-        }
-    }
-}
-
-template <typename TV>
-static inline void nn_acc_dispatch(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V,
-                                   int64_t ldv, float *C, int64_t ldc) {
-    // Few rows: a wider block keeps enough independent FMA chains in flight.
-    if (M <= kSmallMR)
-        nn_acc<kSmallMR, kSmallNV>(M, N, K, P, ldp, V, ldv, C, ldc);
-    else
-        nn_acc<kMR, kNV>(M, N, K, P, ldp, V, ldv, C, ldc);
+    for (int64_t j = 0; j < nc; j += W)
+        for_strips<MR>(M, [&](auto rows, int64_t i) {
+            outer_kernel<decltype(rows)::value, NV, TB>(kc, a + i * lda, lda, b + (j / W) * panel_stride, ldb_k,
+                                                        c + i * ldc + j, ldc, alpha, add, min64(W, nc - j));
+        });
 }
 
 #if defined(RFK_SIMD_BF16)
@@ -590,7 +437,8 @@ static inline void nn_acc_dispatch(int64_t M, int64_t N, int64_t K, const float 
 // bf16 x bf16 with vdpbf16ps: each 32-bit lane holds a pair of consecutive k. B^T panels of pairs are the
 // f32 transpose applied to 32-bit pair units.
 // ---------------------------------------------------------------------------------------------------
-static inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+static inline __m512bh as_bh(vf v) { return (__m512bh)_mm512_castps_si512(v); }
+static inline __mmask32 first_n16(int64_t n) { return __mmask32(n >= 32 ? 0xffffffffu : ((1u << n) - 1u)); }
 
 // out[p*W + j] = pair (B[j][2p], B[j][2p+1]); a missing odd element and rows >= `rows` are zero.
 template <int NV>
@@ -600,8 +448,7 @@ static inline void pack_pairs(const uint16_t *src, int64_t ld, int64_t rows, int
     for (int h = 0; h < NV; ++h) {
         int64_t valid = clamp64(rows - h * 16, 0, 16);
         for (int64_t p0 = 0; p0 < npairs; p0 += 16) {
-            int64_t elems = min64(32, kc - 2 * p0);
-            __mmask32 m = __mmask32(elems == 32 ? 0xffffffffu : ((1u << elems) - 1u));
+            __mmask32 m = first_n16(kc - 2 * p0);
             vf r[16];
             for (int t = 0; t < 16; ++t)
                 r[t] = t >= valid ? vzero() : _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, src + (h * 16 + t) * ld + 2 * p0));
@@ -613,22 +460,22 @@ static inline void pack_pairs(const uint16_t *src, int64_t ld, int64_t rows, int
 
 template <int MR, int NV>
 RFK_KERNEL static void bf16_outer_kernel(int64_t kc, const uint16_t *a, int64_t lda, const float *b, float *c,
-                                     int64_t ldc, float alpha, bool add, int64_t ncols) {
+                                         int64_t ldc, float alpha, bool add, int64_t ncols) {
+    static_assert(NV == 2, "one pair of named B registers");
     constexpr int W = NV * 16;
     vf acc[MR][NV];
     RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = vzero();
-    int64_t full = kc / 2;
-    static_assert(NV == 2, "one pair of named B registers");
     // pair_of(i, p): A[i][2p], A[i][2p+1] as one 32-bit lane; the last k of an odd kc pairs with zero, as
-    // its B partner in the panel is zero too.
+    // its partner in the B panel is zero too.
     auto step = [&](int64_t p, auto pair_of) {
         vf b0 = in_register(vload(b + p * W)), b1 = in_register(vload(b + p * W + 16));
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            __m512bh av = as_bh(_mm512_set1_epi32(pair_of(i, p)));
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, as_bh(_mm512_castps_si512(b0)));
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, as_bh(_mm512_castps_si512(b1)));
+            __m512bh av = (__m512bh)_mm512_set1_epi32(pair_of(i, p));
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, as_bh(b0));
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, as_bh(b1));
         }
     };
+    int64_t full = kc / 2;
     for (int64_t p = 0; p < full; ++p)
         step(p, [&](int i, int64_t q) {
             int32_t pair;
@@ -638,165 +485,174 @@ RFK_KERNEL static void bf16_outer_kernel(int64_t kc, const uint16_t *a, int64_t 
     if (kc & 1) step(full, [&](int i, int64_t) { return int32_t(a[i * lda + kc - 1]); });
     RFK_UNROLL for (int i = 0; i < MR; ++i) store_block_row<NV>(c + i * ldc, acc[i], alpha, add, ncols);
 }
+#endif  // RFK_SIMD_BF16
 
-static inline void bf16_nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
-                                  const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    constexpr int W = kNV * 16;
-    constexpr int64_t KC = 2 * kKC;  // even, so only the last block can hold an odd k
+// NT via packing: C (+)= alpha * A B^T. kPairs: bf16 A and B through vdpbf16ps on pair panels; otherwise f32
+// FMAs, bf16 operands widened (A per block into scratch, B while packing). With a single M block each B
+// panel is packed right before its strips run (still in L1); with several, the whole NC block is packed
+// once and reused by all of them.
+template <bool kPairs, typename TA, typename TB>
+static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
+                             int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    constexpr int W = kNV * VW;
+    constexpr int64_t KC = kPairs ? 2 * kKC : kKC;  // pairs: even, so only the last block can hold an odd k
+    auto panel_rows = [](int64_t kc) { return kPairs ? (kc + 1) / 2 : kc; };
     bool panel_at_a_time = M <= kMC;
     int64_t packed_cols = panel_at_a_time ? W : (min64(N, kNC) + W - 1) / W * W;
-    float *bpack = static_cast<float *>(scratch(0, size_t((min64(K, KC) + 1) / 2 * packed_cols) * sizeof(float)));
+    float *bpack = static_cast<float *>(scratch(0, size_t(panel_rows(min64(K, KC)) * packed_cols) * sizeof(float)));
     for (int64_t pc = 0; pc < K; pc += KC) {
-        int64_t kc = min64(KC, K - pc), npairs = (kc + 1) / 2;
+        int64_t kc = min64(KC, K - pc), panel = panel_rows(kc) * W;
         bool add = accumulate || pc > 0;
+        auto pack = [&](int64_t j, float *out) {
+#if defined(RFK_SIMD_BF16)
+            if constexpr (kPairs) pack_pairs<kNV>(B + j * ldb + pc, ldb, min64(W, N - j), kc, out); else
+#endif
+            pack_transposed<kNV>(B + j * ldb + pc, ldb, min64(W, N - j), kc, out);
+        };
         for (int64_t jc = 0; jc < N; jc += kNC) {
             int64_t nc = min64(kNC, N - jc);
             if (!panel_at_a_time)
-                for (int64_t j = 0; j < nc; j += W)
-                    pack_pairs<kNV>(B + (jc + j) * ldb + pc, ldb, min64(W, nc - j), kc, bpack + (j / W) * npairs * W);
-            for (int64_t j = 0; j < nc; j += W) {
-                int64_t ncols = min64(W, nc - j);
-                const float *bp = bpack + (j / W) * npairs * W;
-                if (panel_at_a_time) {
-                    pack_pairs<kNV>(B + (jc + j) * ldb + pc, ldb, ncols, kc, bpack);
-                    bp = bpack;
+                for (int64_t j = 0; j < nc; j += W) pack(jc + j, bpack + (j / W) * panel);
+            for (int64_t ic = 0; ic < M; ic += kMC) {
+                int64_t mc = min64(kMC, M - ic);
+                const float *ablock = nullptr;
+                int64_t ablock_ld = lda;
+                if constexpr (std::is_same_v<TA, float>) {
+                    ablock = A + ic * lda + pc;
+                } else if constexpr (!kPairs) {
+                    float *conv = static_cast<float *>(scratch(1, size_t(mc * kc) * sizeof(float)));
+                    for (int64_t i = 0; i < mc; ++i) widen_row(A + (ic + i) * lda + pc, kc, conv + i * kc);
+                    ablock = conv;
+                    ablock_ld = kc;
                 }
-                float *cj = C + jc + j;
-                int64_t i = 0;
-                for (; i + kMR <= M; i += kMR)
-                    bf16_outer_kernel<kMR, kNV>(kc, A + i * lda + pc, lda, bp, cj + i * ldc, ldc, alpha, add, ncols);
-                if (i < M)
-                    with_rows<kMR - 1>(int(M - i), [&](auto rows) {
-                        bf16_outer_kernel<decltype(rows)::value, kNV>(kc, A + i * lda + pc, lda, bp, cj + i * ldc, ldc, alpha, add, ncols);
-                    });
+                for (int64_t j = 0; j < nc; j += W) {
+                    float *bp = panel_at_a_time ? bpack : bpack + (j / W) * panel;
+                    if (panel_at_a_time) pack(jc + j, bp);
+                    int64_t ncols = min64(W, nc - j);
+                    float *cb = C + ic * ldc + jc + j;
+#if defined(RFK_SIMD_BF16)
+                    if constexpr (kPairs)
+                        for_strips<kMR>(mc, [&](auto rows, int64_t i) {
+                            bf16_outer_kernel<decltype(rows)::value, kNV>(kc, A + (ic + i) * lda + pc, lda, bp, cb + i * ldc,
+                                                                          ldc, alpha, add, ncols);
+                        });
+                    else
+#endif
+                    outer_block<kMR, kNV, float>(mc, ncols, kc, ablock, ablock_ld, bp, W, 0, cb, ldc, alpha, add);
+                }
             }
         }
     }
 }
 
-template <int MR>
-RFK_KERNEL static void bf16_dot_kernel(int64_t K, const uint16_t *a, int64_t lda, const uint16_t *const *b, float *c,
-                                   int64_t ldc, float alpha, bool add, int64_t ncols) {
+// ---------------------------------------------------------------------------------------------------
+// Dot-product GEMM core for small M (or N): MR rows of A against 4 rows of B with vectors along K, reduced
+// at the end. No packing, so decode-sized problems stream B once at memory speed.
+// ---------------------------------------------------------------------------------------------------
+static inline __m128i first_of_4(int64_t n) {
+    alignas(16) static const int32_t lanes[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
+    return _mm_loadu_si128(reinterpret_cast<const __m128i *>(lanes + 4 - n));
+}
+
+// f32 FMAs along K; bf16 operands are widened as they are loaded.
+struct DotFma {
+    static constexpr int kStep = VW;
+    template <typename T>
+    static vf load(const T *p, int64_t n) { return n == VW ? vload(p) : vload_n(p, n); }
+    static vf madd(vf acc, vf a, vf b) { return vfma(a, b, acc); }
+};
+#if defined(RFK_SIMD_BF16)
+// bf16 pairs along K through vdpbf16ps: 32 k per instruction.
+struct DotBf16 {
+    static constexpr int kStep = 32;
+    static vf load(const uint16_t *p, int64_t n) { return _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(first_n16(n), p)); }
+    static vf madd(vf acc, vf a, vf b) { return _mm512_dpbf16_ps(acc, as_bh(a), as_bh(b)); }
+};
+#endif
+
+template <int MR, typename Ops, typename TA, typename TB>
+RFK_KERNEL static void dot_kernel(int64_t K, const TA *a, int64_t lda, const TB *const *b, float *c, int64_t ldc,
+                                  float alpha, bool add, int64_t ncols) {
     vf acc[MR][4];
     RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vzero();
-    for (int64_t k = 0; k < K; k += 32) {
-        int64_t n = min64(32, K - k);
-        __mmask32 m = __mmask32(n == 32 ? 0xffffffffu : ((1u << n) - 1u));
-        __m512bh b0 = as_bh(in_register(_mm512_maskz_loadu_epi16(m, b[0] + k)));
-        __m512bh b1 = as_bh(in_register(_mm512_maskz_loadu_epi16(m, b[1] + k)));
-        __m512bh b2 = as_bh(in_register(_mm512_maskz_loadu_epi16(m, b[2] + k)));
-        __m512bh b3 = as_bh(in_register(_mm512_maskz_loadu_epi16(m, b[3] + k)));
+    const TB *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
+    auto step = [&](int64_t k, int64_t n) {
+        vf v0 = in_register(Ops::load(b0 + k, n)), v1 = in_register(Ops::load(b1 + k, n));
+        vf v2 = in_register(Ops::load(b2 + k, n)), v3 = in_register(Ops::load(b3 + k, n));
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            __m512bh av = as_bh(in_register(_mm512_maskz_loadu_epi16(m, a + i * lda + k)));
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
-            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], av, b2);
-            acc[i][3] = _mm512_dpbf16_ps(acc[i][3], av, b3);
+            vf av = in_register(Ops::load(a + i * lda + k, n));
+            acc[i][0] = Ops::madd(acc[i][0], av, v0);
+            acc[i][1] = Ops::madd(acc[i][1], av, v1);
+            acc[i][2] = Ops::madd(acc[i][2], av, v2);
+            acc[i][3] = Ops::madd(acc[i][3], av, v3);
         }
+    };
+    int64_t k = 0;
+    for (; k + Ops::kStep <= K; k += Ops::kStep) step(k, Ops::kStep);
+    if (k < K) step(k, K - k);
+    __m128i m = first_of_4(ncols);
+    RFK_UNROLL for (int i = 0; i < MR; ++i) {
+        __m128 s = _mm_mul_ps(vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), _mm_set1_ps(alpha));
+        if (add) s = _mm_add_ps(s, _mm_maskload_ps(c + i * ldc, m));
+        _mm_maskstore_ps(c + i * ldc, m, s);
     }
-    RFK_UNROLL for (int i = 0; i < MR; ++i)
-        store_dot_sums(c + i * ldc, vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), alpha, add, ncols);
-}
-#endif  // RFK_SIMD_BF16
-
-// ---------------------------------------------------------------------------------------------------
-// Row primitives.
-// ---------------------------------------------------------------------------------------------------
-// x*scale - m with the spec's subtraction: equal infinities give that infinity (a masked row stays -inf).
-static inline vf shifted(vf x, vf scale, vf m, bool m_is_inf) {
-    vf xs = in_register(vmul(x, scale));  // rounded, as the spec's mul is: never contracted into an fma
-    vf t = vsub(xs, m);
-    return m_is_inf ? vselect(veq(xs, m), t, xs) : t;
-}
-#endif  // RFK_SIMD_VECTOR
-
-}  // namespace simd_detail
-
-// =====================================================================================================
-// Public API.
-// =====================================================================================================
-
-static inline void gemm_nt_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                               const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-#if defined(RFK_SIMD_VECTOR)
-    simd_detail::nt_f32_out(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-            float s = 0;
-            for (int64_t k = 0; k < K; ++k) s += A[i * lda + k] * B[j * ldb + k];
-            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
-        }
-#endif
 }
 
-static inline void gemm_nt_f32_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                                    const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-#if defined(RFK_SIMD_VECTOR)
-    // A stays f32 (exact products): a caller that wants bf16 activations converts A and calls gemm_nt_bf16.
-    simd_detail::nt_f32_out(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-            float s = 0;
-            for (int64_t k = 0; k < K; ++k) s += A[i * lda + k] * bf16_to_f32(B[j * ldb + k]);
-            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
-        }
-#endif
+// Tiles C into MR x 4 blocks, B rows outermost so each group of 4 B rows is read from memory once. Missing B
+// rows in the last group alias row 0 of the group (valid memory); their sums are not stored.
+template <int MR, typename T, typename Kernel>
+static inline void dot_tiles(int64_t M, int64_t N, const T *B, int64_t ldb, Kernel &&kernel) {
+    for (int64_t j = 0; j < N; j += 4) {
+        int64_t ncols = min64(4, N - j);
+        const T *rows[4];
+        for (int t = 0; t < 4; ++t) rows[t] = B + (j + (t < ncols ? t : 0)) * ldb;
+        for_strips<MR>(M, [&](auto mr, int64_t i) { kernel(mr, i, j, rows, ncols); });
+    }
 }
 
-static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
-                                const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-#if defined(RFK_SIMD_BF16)
-    using namespace simd_detail;
+template <typename Ops, typename TA, typename TB>
+static inline void nt_gemm(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
+                           int64_t ldb, float *C, int64_t ldc, bool accumulate) {
     if (K == 0) {
         if (!accumulate) clear_rows(M, N, C, ldc);
     } else if (M >= kPackMinM && N >= kPackMinN) {
-        bf16_nt_packed(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+        nt_packed<!std::is_same_v<Ops, DotFma>>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
     } else {
-        dot_tiles<kDotMR>(M, N, A, lda, B, ldb, C, ldc, [&](auto rows, const uint16_t *a, const uint16_t *const *b, float *c, int64_t ncols) {
-            bf16_dot_kernel<decltype(rows)::value>(K, a, lda, b, c, ldc, alpha, accumulate, ncols);
+        dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const TB *const *rows, int64_t ncols) {
+            dot_kernel<decltype(mr)::value, Ops>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, alpha, accumulate, ncols);
         });
     }
-#elif defined(RFK_SIMD_VECTOR)
-    simd_detail::nt_f32_out(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-            float s = 0;
-            for (int64_t k = 0; k < K; ++k) s += bf16_to_f32(A[i * lda + k]) * bf16_to_f32(B[j * ldb + k]);
-            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
-        }
-#endif
 }
 
-static inline void gemm_nn_acc_f32(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const float *V,
-                                   int64_t ldv, float *C, int64_t ldc) {
-#if defined(RFK_SIMD_VECTOR)
-    simd_detail::nn_acc_dispatch(M, N, K, P, ldp, V, ldv, C, ldc);
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t k = 0; k < K; ++k) {
-            float p = P[i * ldp + k];
-            for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += p * V[k * ldv + j];
+// NN accumulate: V rows already have N contiguous, so full panels are used in place (bf16 widened as it
+// is loaded); only the N tail is packed, zero-padded, per KC x W panel. Few rows take a wider block, which
+// keeps enough independent FMA chains in flight.
+template <int MR, int NV, typename TV>
+static inline void nn_acc(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
+                          float *C, int64_t ldc) {
+    constexpr int W = NV * VW;
+    for (int64_t pc = 0; pc < K; pc += kKC) {
+        int64_t kc = min64(kKC, K - pc), full = N / W * W;
+        outer_block<MR, NV, TV>(M, full, kc, P + pc, ldp, V + pc * ldv, ldv, W, C, ldc, 1.0f, true);
+        if (full < N) {
+            float *panel = static_cast<float *>(scratch(0, size_t(kc * W) * sizeof(float)));
+            pack_rows<NV>(V + pc * ldv + full, ldv, kc, N - full, panel);
+            outer_block<MR, NV, float>(M, N - full, kc, P + pc, ldp, panel, W, 0, C + full, ldc, 1.0f, true);
         }
-#endif
+    }
+}
+template <typename TV>
+static inline void nn_gemm(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
+                           float *C, int64_t ldc) {
+    if (M <= kSmallMR)
+        nn_acc<kSmallMR, kSmallNV>(M, N, K, P, ldp, V, ldv, C, ldc);
+    else
+        nn_acc<kMR, kNV>(M, N, K, P, ldp, V, ldv, C, ldc);
 }
 
-static inline void gemm_nn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp,
-                                        const uint16_t *V, int64_t ldv, float *C, int64_t ldc) {
-#if defined(RFK_SIMD_VECTOR)
-    simd_detail::nn_acc_dispatch(M, N, K, P, ldp, V, ldv, C, ldc);
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t k = 0; k < K; ++k) {
-            float p = P[i * ldp + k];
-            for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += p * bf16_to_f32(V[k * ldv + j]);
-        }
-#endif
-}
-
-namespace simd_detail {
+// ---------------------------------------------------------------------------------------------------
+// int8 dot tiles.
+// ---------------------------------------------------------------------------------------------------
 #if defined(RFK_SIMD_VNNI)
 // acc += u8 x s8 in groups of four. GCC 12 spills accumulators around the intrinsic (its tied operand); the
 // asm states the tie directly and keeps all of them in registers.
@@ -814,38 +670,34 @@ static inline __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
 // arithmetic makes the result exact whenever the true result fits in int32.
 template <int MR, bool kFirstStrip>
 RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, const int8_t *const *b, int32_t *c,
-                                 int64_t ldc, bool add, int64_t ncols, int32_t *bias) {
+                                     int64_t ldc, bool add, int64_t ncols, int32_t *bias) {
     __m512i acc[MR][4], bacc[4];
     const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
     RFK_UNROLL for (int j = 0; j < 4; ++j) {
         bacc[j] = _mm512_setzero_si512();
         RFK_UNROLL for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_setzero_si512();
     }
-    auto step = [&](__m512i b0, __m512i b1, __m512i b2, __m512i b3, const int8_t *ak, __mmask64 m) {
-        b0 = in_register(b0), b1 = in_register(b1), b2 = in_register(b2), b3 = in_register(b3);
+    const int8_t *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
+    auto step = [&](int64_t k, __mmask64 m) {
+        __m512i v0 = in_register(_mm512_maskz_loadu_epi8(m, b0 + k)), v1 = in_register(_mm512_maskz_loadu_epi8(m, b1 + k));
+        __m512i v2 = in_register(_mm512_maskz_loadu_epi8(m, b2 + k)), v3 = in_register(_mm512_maskz_loadu_epi8(m, b3 + k));
         if constexpr (kFirstStrip) {
-            bacc[0] = dpbusd(bacc[0], flip, b0);
-            bacc[1] = dpbusd(bacc[1], flip, b1);
-            bacc[2] = dpbusd(bacc[2], flip, b2);
-            bacc[3] = dpbusd(bacc[3], flip, b3);
+            bacc[0] = dpbusd(bacc[0], flip, v0);
+            bacc[1] = dpbusd(bacc[1], flip, v1);
+            bacc[2] = dpbusd(bacc[2], flip, v2);
+            bacc[3] = dpbusd(bacc[3], flip, v3);
         }
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            __m512i av = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, ak + i * lda), flip);
-            acc[i][0] = dpbusd(acc[i][0], av, b0);
-            acc[i][1] = dpbusd(acc[i][1], av, b1);
-            acc[i][2] = dpbusd(acc[i][2], av, b2);
-            acc[i][3] = dpbusd(acc[i][3], av, b3);
+            __m512i av = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a + i * lda + k), flip);
+            acc[i][0] = dpbusd(acc[i][0], av, v0);
+            acc[i][1] = dpbusd(acc[i][1], av, v1);
+            acc[i][2] = dpbusd(acc[i][2], av, v2);
+            acc[i][3] = dpbusd(acc[i][3], av, v3);
         }
     };
-    const int8_t *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
-    auto load = [](const int8_t *p) { return _mm512_loadu_si512(p); };
     int64_t k = 0;
-    for (; k + 64 <= K; k += 64) step(load(b0 + k), load(b1 + k), load(b2 + k), load(b3 + k), a + k, ~__mmask64(0));
-    if (k < K) {
-        __mmask64 m = (__mmask64(1) << (K - k)) - 1;
-        step(_mm512_maskz_loadu_epi8(m, b0 + k), _mm512_maskz_loadu_epi8(m, b1 + k), _mm512_maskz_loadu_epi8(m, b2 + k),
-             _mm512_maskz_loadu_epi8(m, b3 + k), a + k, m);
-    }
+    for (; k + 64 <= K; k += 64) step(k, ~__mmask64(0));
+    if (k < K) step(k, (__mmask64(1) << (K - k)) - 1);
     if constexpr (kFirstStrip) _mm_storeu_si128(reinterpret_cast<__m128i *>(bias), vsum4(bacc[0], bacc[1], bacc[2], bacc[3]));
     const __m128i bias4 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(bias)), m4 = first_of_4(ncols);
     RFK_UNROLL for (int i = 0; i < MR; ++i) {
@@ -854,72 +706,133 @@ RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, co
         _mm_maskstore_epi32(c + i * ldc, m4, v);
     }
 }
-#elif defined(RFK_SIMD_VECTOR)
-// Without VNNI: widen to int16 and vpmaddwd, exact (|a*b| <= 2^14, a pair sum fits easily).
+#else
+// Without VNNI: widen to int16 and vpmaddwd, exact (|a*b| <= 2^14, so a pair sum fits in int32).
 template <int MR>
 RFK_KERNEL static void s8_dot_kernel_avx2(int64_t K, const int8_t *a, int64_t lda, const int8_t *const *b, int32_t *c,
-                                      int64_t ldc, bool add, int64_t ncols) {
+                                          int64_t ldc, bool add, int64_t ncols) {
     __m256i acc[MR][4];
     RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_si256();
     auto load16 = [](const int8_t *p, int64_t n) {
-        if (n == 16) return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
         alignas(16) int8_t tmp[16] = {};
-        std::memcpy(tmp, p, size_t(n));
-        return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i *>(tmp)));
+        if (n < 16) p = static_cast<const int8_t *>(std::memcpy(tmp, p, size_t(n)));
+        return in_register(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
     };
     for (int64_t k = 0; k < K; k += 16) {
         int64_t n = min64(16, K - k);
-        __m256i bv[4];
-        RFK_UNROLL for (int j = 0; j < 4; ++j) bv[j] = load16(b[j] + k, n);
+        __m256i v0 = load16(b[0] + k, n), v1 = load16(b[1] + k, n), v2 = load16(b[2] + k, n), v3 = load16(b[3] + k, n);
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
             __m256i av = load16(a + i * lda + k, n);
-            RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(av, bv[j]));
+            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(av, v0));
+            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(av, v1));
+            acc[i][2] = _mm256_add_epi32(acc[i][2], _mm256_madd_epi16(av, v2));
+            acc[i][3] = _mm256_add_epi32(acc[i][3], _mm256_madd_epi16(av, v3));
         }
     }
+    __m128i m4 = first_of_4(ncols);
     RFK_UNROLL for (int i = 0; i < MR; ++i) {
-        for (int64_t j = 0; j < ncols; ++j) {
-            alignas(32) int32_t lanes[8];
-            _mm256_store_si256(reinterpret_cast<__m256i *>(lanes), acc[i][j]);
-            uint32_t v = 0;
-            for (int l = 0; l < 8; ++l) v += uint32_t(lanes[l]);
-            c[i * ldc + j] = add ? int32_t(uint32_t(c[i * ldc + j]) + v) : int32_t(v);
-        }
+        __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]), _mm256_hadd_epi32(acc[i][2], acc[i][3]));
+        __m128i v = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        if (add) v = _mm_add_epi32(v, _mm_maskload_epi32(c + i * ldc, m4));
+        _mm_maskstore_epi32(c + i * ldc, m4, v);
     }
 }
 #endif
+#endif  // RFK_SIMD_VECTOR
+
 }  // namespace simd_detail
+
+// =====================================================================================================
+// Public API. Without AVX2+FMA every function is the plain loop below its SIMD call.
+// =====================================================================================================
+
+static inline void gemm_nt_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                               const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_VECTOR)
+    simd_detail::nt_gemm<simd_detail::DotFma>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            float s = 0;
+            for (int64_t k = 0; k < K; ++k) s += A[i * lda + k] * B[j * ldb + k];
+            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
+        }
+#endif
+}
+
+// A stays f32 (exact products, f32 FMA speed): a caller that wants bf16 activations (twice the FMA rate
+// with AVX512_BF16, A rounded to bf16) converts A with f32_to_bf16 and calls gemm_nt_bf16.
+static inline void gemm_nt_f32_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                                    const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_VECTOR)
+    simd_detail::nt_gemm<simd_detail::DotFma>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            float s = 0;
+            for (int64_t k = 0; k < K; ++k) s += A[i * lda + k] * bf16_to_f32(B[j * ldb + k]);
+            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
+        }
+#endif
+}
+
+// With AVX512_BF16 the products go through vdpbf16ps, which treats bf16 subnormal inputs as zero.
+static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
+                                const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_BF16)
+    simd_detail::nt_gemm<simd_detail::DotBf16>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+#elif defined(RFK_SIMD_VECTOR)
+    simd_detail::nt_gemm<simd_detail::DotFma>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            float s = 0;
+            for (int64_t k = 0; k < K; ++k) s += bf16_to_f32(A[i * lda + k]) * bf16_to_f32(B[j * ldb + k]);
+            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
+        }
+#endif
+}
+
+static inline void gemm_nn_acc_f32(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const float *V,
+                                   int64_t ldv, float *C, int64_t ldc) {
+#if defined(RFK_SIMD_VECTOR)
+    simd_detail::nn_gemm(M, N, K, P, ldp, V, ldv, C, ldc);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k)
+            for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += P[i * ldp + k] * V[k * ldv + j];
+#endif
+}
+
+static inline void gemm_nn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp,
+                                        const uint16_t *V, int64_t ldv, float *C, int64_t ldc) {
+#if defined(RFK_SIMD_VECTOR)
+    simd_detail::nn_gemm(M, N, K, P, ldp, V, ldv, C, ldc);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k)
+            for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += P[i * ldp + k] * bf16_to_f32(V[k * ldv + j]);
+#endif
+}
 
 static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,
                                     int64_t ldb, int32_t *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_VECTOR)
+    using namespace simd_detail;
 #if defined(RFK_SIMD_VNNI)
-    using namespace simd_detail;
-    for (int64_t j = 0; j < N; j += 4) {
-        int64_t ncols = min64(4, N - j);
-        const int8_t *rows[4];
-        for (int t = 0; t < 4; ++t) rows[t] = B + (j + (t < ncols ? t : 0)) * ldb;
-        int32_t bias[4] = {0, 0, 0, 0};
-        for (int64_t i = 0; i < M; i += 4) {
-            int r = int(min64(4, M - i));
-            with_rows<4>(r, [&](auto mr) {
-                constexpr int MR = decltype(mr)::value;
-                if (i == 0)
-                    s8_dot_kernel<MR, true>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
-                else
-                    s8_dot_kernel<MR, false>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
-            });
-        }
-    }
-#elif defined(RFK_SIMD_VECTOR)
-    using namespace simd_detail;
-    for (int64_t j = 0; j < N; j += 4) {
-        int64_t ncols = min64(4, N - j);
-        const int8_t *rows[4];
-        for (int t = 0; t < 4; ++t) rows[t] = B + (j + (t < ncols ? t : 0)) * ldb;
-        for (int64_t i = 0; i < M; i += kDotMR)
-            with_rows<kDotMR>(int(min64(kDotMR, M - i)), [&](auto mr) {
-                s8_dot_kernel_avx2<decltype(mr)::value>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols);
-            });
-    }
+    int32_t bias[4] = {0, 0, 0, 0};  // 128 * sum_k B[j][k] of the current 4 rows, from their first strip
+#endif
+    dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const int8_t *const *rows, int64_t ncols) {
+        constexpr int MR = decltype(mr)::value;
+#if defined(RFK_SIMD_VNNI)
+        if (i == 0)
+            s8_dot_kernel<MR, true>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
+        else
+            s8_dot_kernel<MR, false>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
+#else
+        s8_dot_kernel_avx2<MR>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols);
+#endif
+    });
 #else
     for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) {
@@ -929,7 +842,6 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
         }
 #endif
 }
-
 static inline float max_f32(const float *x, int64_t n, float init) {
     float best = init;
     bool nan = init != init;

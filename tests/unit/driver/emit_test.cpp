@@ -79,7 +79,7 @@ TEST_P(EmitCpu, StandaloneProgramMatchesTheReference) {
     fs::remove_all(dir);
     auto c = compile_file(std::string(REDFUSE_SOURCE_DIR) + "/examples/" + GetParam() + ".rf", {});
     std::vector<std::string> files = emit_cpu(*c, dir.string(), "kern");
-    ASSERT_EQ(files.size(), 3u);
+    ASSERT_EQ(files.size(), 4u);
     std::ofstream(dir / "main.cpp") << kDriver;
     // Sizes other than the defaults the schedule was chosen for: the code takes them at run time.
     std::map<std::string, int64_t> want;
