@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up and runs the main job: analyzes every example and runs it through the plan interpreter,
-# checked against the float64 reference.
+# Sets up and runs the main job: analyzes every example, runs it through the plan interpreter and
+# through the CPU backend (generated C++, JIT-compiled), each checked against the float64 reference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -9,5 +9,6 @@ for spec in examples/*.rf; do
   echo "================ $spec"
   build/redfuse analyze "$spec" || status=1
   build/redfuse run "$spec" --target interp --check || status=1
+  build/redfuse run "$spec" --target cpu --check || status=1
 done
 exit $status
