@@ -114,6 +114,7 @@ private:
         switch (c) {
         case LocalClass::State: return "double";
         case LocalClass::Index: return "int64_t";
+        case LocalClass::Int8: return "int8_t";
         default: return compute_type();
         }
     }
@@ -295,6 +296,8 @@ private:
     }
 
     std::string cast_to(const std::string &T, Expr v, bool simd = false) {
+        // An int8 tile holds values the spec already rounded to i8: the conversion is exact.
+        if (T == "int8_t") return "(int8_t)(" + expr(v, compute_type()) + ")";
         if (T == "int64_t") return "(int64_t)(" + (v->stype == SType::Int ? int_expr(v) : expr(v, "double")) + ")";
         return "(" + T + ")(" + expr(v, simd ? compute_type() : T) + ")";
     }
@@ -351,7 +354,8 @@ private:
 
     /** The element type of a GEMM operand: a local tile array (the compute type) or a buffer. */
     DType operand_type(Expr base) {
-        if (!base->name.empty() && base->name[0] == '$') return m_.compute;
+        if (!base->name.empty() && base->name[0] == '$')
+            return locals_.count(base->name) && locals_.at(base->name)->cls == LocalClass::Int8 ? DType::i8 : m_.compute;
         return bufs_.at(base->name)->dtype;
     }
 
@@ -389,6 +393,7 @@ private:
             if (f32a && f32b) call = "rfk::gemm_nt_f32" + args;
             else if (bfa && bfb) call = "rfk::gemm_nt_bf16" + args;
             else if (f32a && bfb) call = "rfk::gemm_nt_f32_bf16" + args;
+            else if (ta == DType::i8 && tb == DType::i8 && g.alpha->is_const(1)) call = "rfk::gemm_nt_s8_to_f32" + args;
         } else if (g.accumulate && g.alpha->is_const(1)) {
             std::string ldb = int_expr(g.b_sk);
             std::string args = "(" + M + ", " + N + ", " + K + ", " + A + ", " + lda + ", " + B + ", " + ldb + ", " + C + ", " + ldc + ");";
@@ -439,6 +444,18 @@ std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
     for (const Kernel &k : m.kernels) simd = simd || has_gemm(k.body);
     if (o.inline_headers) os << cpu_runtime_header() << "\n" << (simd ? cpu_simd_header() + "\n" : "");
     else os << "#include \"redfuse_cpu.h\"\n" << (simd ? "#include \"redfuse_simd.h\"\n" : "");
+    if (simd)
+        os << "namespace rfk {\n"
+              "// int8 x int8 with exact int32 accumulation (VNNI), converted to float for the running state.\n"
+              "static inline void gemm_nt_s8_to_f32(int64_t M, int64_t N, int64_t K, float alpha, const int8_t *A, int64_t lda,\n"
+              "                                     const int8_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {\n"
+              "    static thread_local std::vector<int32_t> acc;\n"
+              "    acc.resize((size_t)(M * N));\n"
+              "    gemm_nt_s8s8_s32(M, N, K, A, lda, B, ldb, acc.data(), N, false);\n"
+              "    for (int64_t i = 0; i < M; i++)\n"
+              "        for (int64_t j = 0; j < N; j++)\n"
+              "            C[i * ldc + j] = (accumulate ? C[i * ldc + j] : 0.0f) + alpha * (float)acc[(size_t)(i * N + j)];\n"
+              "}\n}  // namespace rfk\n";
     os << "\nnamespace {\n\n";
     for (const Kernel &k : m.kernels) KernelPrinter(m, k, os).print();
     os << "}  // namespace\n\n";

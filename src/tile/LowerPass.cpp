@@ -460,7 +460,13 @@ private:
         Expr W = nullptr;  ///< the load that carries the extra axis
         int w_x = -1, w_j = -1;
         bool nn = true;    ///< W[j][x] (x contiguous) rather than W[x][j]
+        bool int8 = false; ///< F is an i8-rounded value and W an i8 load: exact int32 GEMM
     };
+
+    static Expr strip_widening(Expr e) {
+        while (e->kind == Kind::Cast && (e->dtype == DType::f32 || e->dtype == DType::f64)) e = e->args[0];
+        return e;
+    }
 
     static Expr jh() { return make_index("$jh"); }
     static Expr xg() { return make_index("$xg"); }
@@ -490,10 +496,20 @@ private:
             }
             if (g.W) return std::nullopt;  // two factors carry the extra axis
             g.W = gemm_operand(a);
-            if (!g.W) return std::nullopt;
+            if (!g.W) {
+                Expr w = strip_widening(a);
+                if (w->kind != Kind::Load || w->dtype != DType::i8 || w->name.empty() || w->name[0] == '$') return std::nullopt;
+                g.W = w;
+                g.int8 = true;
+            }
         }
         if (!g.W || f.empty() || mentions(g.W, "$rr")) return std::nullopt;
         g.F = f.size() == 1 ? f[0] : make_mul(f);
+        if (g.int8) {
+            // Quantized activations times int8 weights: F must itself be an i8-rounded value.
+            Expr q = strip_widening(g.F);
+            if (q->kind != Kind::Cast || q->dtype != DType::i8) return std::nullopt;
+        }
         g.w_x = dim_of(g.W, xg());
         g.w_j = dim_of(g.W, jh());
         int last = static_cast<int>(g.W->args.size()) - 1;
@@ -501,6 +517,7 @@ private:
         if (g.w_x == last) g.nn = true;
         else if (g.w_j == last) g.nn = false;
         else return std::nullopt;
+        if (g.int8 && g.nn) return std::nullopt;  // the int8 kernel takes W[x][j] (K contiguous)
         return g;
     }
 
@@ -511,6 +528,7 @@ private:
             if (auto g = gemm_form(P, m)) {
                 gemm_of_[m.k] = *g;
                 if (!shared_.count(g->F)) shared_[g->F] = {"$f" + std::to_string(uid_++), false};
+                if (g->int8) int8_arrays_.insert(shared_.at(g->F).first);
             }
     }
 
@@ -1021,7 +1039,9 @@ private:
         // Prologue tile arrays are declared before the update that fills them.
         std::vector<StmtP> upd = update_tile(P);
         for (const auto &[def, local] : prologue_ids_) body.push_back(decl(local, LocalClass::Tile, {int_c(nb_ * ctx_.schedule.tile)}, nullptr));
-        for (const auto &[F, arr] : shared_) body.push_back(decl(arr.first, LocalClass::Tile, {int_c(nb_ * ctx_.schedule.tile)}, nullptr));
+        for (const auto &[F, arr] : shared_)
+            body.push_back(decl(arr.first, int8_arrays_.count(arr.first) ? LocalClass::Int8 : LocalClass::Tile,
+                                {int_c(nb_ * ctx_.schedule.tile)}, nullptr));
         for (const StmtP &s : upd) body.push_back(s);
         Expr ntiles = make_idiv(add_i(make_sub(hi, lo), int_c(ctx_.schedule.tile - 1)), T);
         return for_loop(t, int_c(0), ntiles, body);
@@ -1111,6 +1131,7 @@ private:
     Expr L_ = nullptr;
     std::map<std::string, std::string> prologue_ids_;
     std::map<int, MemberGemm> gemm_of_;
+    std::set<std::string> int8_arrays_;
     std::map<Expr, std::pair<std::string, bool>> shared_;  ///< factor -> (tile array, computed yet)
     int uid_ = 0;
 };

@@ -32,7 +32,23 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
         s.tile = 256;
         s.row_block = 32;
     }
-    (void)sizes;
+    // Enough work items for every thread: fewer rows per block when rows are few, then segments of
+    // the axis (merged with the derived merge) when even single rows do not fill the machine.
+    const TensorDef *first = p.find_def(c.members[0]);
+    bool known = first && c.n_row > 0;
+    for (const SizeDecl &d : p.sizes) known = known && sizes.count(d.name);
+    if (known) {
+        int workers = threads > 0 ? threads : static_cast<int>(std::max(1u, host_cpu().usable_cpus));
+        int64_t outer = 1, inner = eval_int(first->extents[c.n_row - 1], sizes), axis = 1;
+        for (size_t i = 0; i + 1 < c.n_row; i++) outer *= eval_int(first->extents[i], sizes);
+        for (Expr e : c.axis_extents) axis *= eval_int(e, sizes);
+        while (s.row_block > 4 && outer * ((inner + s.row_block - 1) / s.row_block) < workers) s.row_block /= 2;
+        int64_t blocks = outer * ((inner + s.row_block - 1) / s.row_block);
+        if (s.segments <= 1 && blocks < workers && axis >= 4 * s.tile * workers) {
+            s.segments = (workers + blocks - 1) / blocks;
+            s.strategy = "multi_segment";
+        }
+    }
     return s;
 }
 

@@ -194,6 +194,7 @@ const char *class_name(LocalClass c) {
     switch (c) {
     case LocalClass::State: return "state";
     case LocalClass::Tile: return "tile";
+    case LocalClass::Int8: return "int8";
     default: return "index";
     }
 }

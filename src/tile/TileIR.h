@@ -37,7 +37,7 @@ enum class LoopKind : uint8_t { Serial, Parallel, Simd };
 
 /** Storage class of a local: State values are kept in float64 (they are few and long-lived); Tile
  *  values are the compute type of the kernel (float32 by default); Index holds integer positions. */
-enum class LocalClass : uint8_t { State, Tile, Index };
+enum class LocalClass : uint8_t { State, Tile, Index, Int8 /* quantized tile values for int8 GEMMs */ };
 
 enum class StmtKind : uint8_t {
     Block,       ///< children in order

@@ -1,11 +1,14 @@
 /** \file redfuse_simd.h
  * Hot-loop primitives for generated CPU kernels (GEMMs, exp, row reductions), with the code path chosen
- * at compile time from the -m flags: AVX-512 (+BF16, +VNNI), AVX2+FMA, or portable scalar code.
+ * at compile time from the -m flags: AVX-512 (F+BW+VL; vdpbf16ps with AVX512_BF16, vpdpbusd with
+ * AVX512_VNNI), else AVX2+FMA, else portable scalar loops.
  *
  * Self-contained (no redfuse headers) and C++17, because JIT-compiled kernels include it. Every function
  * is `static inline`, so translation units built with different -m flags never share a definition.
- * Scratch memory is thread_local and grows only; no function allocates in the steady state, none uses
- * OpenMP, all are safe to call from several threads at once. No pointer needs any alignment.
+ * No pointer needs any alignment; leading dimensions are in elements. Scratch memory (B panels) is
+ * thread_local per translation unit and only grows: up to 512 KiB per thread for large GEMMs (plus up to
+ * 128 KiB for bf16 A without AVX512_BF16), 64 KiB or less for attention-sized tiles. No function uses
+ * OpenMP; all are safe to call from several threads at once.
  */
 #ifndef REDFUSE_SIMD_H
 #define REDFUSE_SIMD_H
