@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <unistd.h>
@@ -140,28 +141,30 @@ WorkloadCost workload_cost(const Program &p, const SizeBinding &sizes) {
         for (int64_t d : def_shape(*p.find_def(out.name), sizes)) n *= static_cast<double>(d);
         c.bytes += n * dtype_bytes(out.dtype);
     }
-    // FLOPs: arithmetic nodes of each definition's body, times the points they are evaluated at.
-    std::function<double(Expr)> ops = [&](Expr e) -> double {
-        switch (e->kind) {
-        case Kind::Const: case Kind::Var: case Kind::Load: return 0;
-        case Kind::Reduce: {
-            double len = 1;
-            for (Expr x : e->extents) len *= static_cast<double>(eval_int(x, sizes));
-            return len * (ops(e->body()) + 1);
-        }
-        default: {
-            if (e->stype == SType::Int) return 0;
-            double n = e->kind == Kind::Add || e->kind == Kind::Mul ? static_cast<double>(e->args.size() - 1) : 1;
-            for (Expr a : e->args) n += ops(a);
-            return n;
-        }
-        }
-    };
+    // FLOPs of the spec with every value computed once: each distinct arithmetic node counts once
+    // per point of the variables it depends on (exp(S - m) in attention counts per (i, j), not per
+    // output column), and each reduction adds one operation per term. Index arithmetic is free.
     for (const TensorDef &d : p.defs) {
-        double pts = 1;
-        for (int64_t x : def_shape(d, sizes)) pts *= static_cast<double>(x);
-        if (d.is_topk()) pts /= static_cast<double>(std::max<int64_t>(1, def_shape(d, sizes).back()));
-        c.flops += pts * ops(d.body);
+        std::map<std::string, double> extent;
+        for (size_t i = 0; i < d.vars.size(); i++) extent[d.vars[i]->name] = static_cast<double>(eval_int(d.extents[i], sizes));
+        visit(d.body, [&](Expr e) {
+            if (e->kind == Kind::Reduce)
+                for (size_t i = 0; i < e->num_axes(); i++) extent[e->axis(i)->name] = static_cast<double>(eval_int(e->extents[i], sizes));
+        });
+        auto domain = [&](Expr e) {
+            std::set<std::string> vars;
+            visit(e, [&](Expr n) {
+                if (n->kind == Kind::Var && n->role == VarRole::Index) vars.insert(n->name);
+            });
+            double pts = 1;
+            for (const std::string &v : vars) pts *= extent.count(v) ? extent[v] : 1.0;
+            return pts;
+        };
+        visit(d.body, [&](Expr e) {
+            if (e->stype == SType::Int || e->kind == Kind::Const || e->kind == Kind::Var || e->kind == Kind::Load) return;
+            double ops = e->kind == Kind::Add || e->kind == Kind::Mul ? static_cast<double>(e->args.size() - 1) : 1;
+            c.flops += ops * domain(e->kind == Kind::Reduce ? e->body() : e);
+        });
     }
     return c;
 }
