@@ -147,9 +147,13 @@ private:
 
     std::string offset(const Buffer *b, const std::vector<std::string> &idx) {
         if (idx.empty()) return "0";
+        // The last dimension is contiguous: a literal stride of 1 lets the vectorizer use plain
+        // vector loads instead of gathers or a run-time stride check.
         std::string s;
-        for (size_t d = 0; d < idx.size(); d++)
-            s += (d ? " + " : "") + idx[d] + " * " + buf_id(buf_index(b)) + "_s" + std::to_string(d);
+        for (size_t d = 0; d < idx.size(); d++) {
+            s += (d ? " + " : "") + idx[d];
+            if (d + 1 < idx.size()) s += " * " + buf_id(buf_index(b)) + "_s" + std::to_string(d);
+        }
         return s;
     }
 

@@ -19,7 +19,10 @@ namespace rf {
 std::vector<std::string> cpu_jit_flags(const std::string &isa) {
     CpuFeatures f = host_cpu();
     if (!isa.empty()) f = limit_isa(f, parse_isa_level(isa));
-    std::vector<std::string> flags{"-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-fno-semantic-interposition"};
+    // -freciprocal-math turns a division by a row's loop-invariant sum into a multiply (<= 1 ulp);
+    // nothing that changes infinities or NaNs (no -ffinite-math-only, no -ffast-math).
+    std::vector<std::string> flags{"-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-freciprocal-math",
+                                   "-fno-semantic-interposition"};
     for (const std::string &m : march_flags(f)) flags.push_back(m);
     if (best_isa(f) == IsaLevel::Avx512) flags.push_back("-mprefer-vector-width=512");
     // Extra flags for debugging generated kernels (e.g. "-g -O0"); they are part of the cache key.

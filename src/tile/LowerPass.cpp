@@ -433,17 +433,28 @@ private:
         if (!l0 || !l1) return nullptr;
         if (mentions(l0, j->name)) std::swap(l0, l1);
         Expr A = l0, B = l1;
-        if (mentions(A, j->name) || mentions(B, "$rr")) return nullptr;
-        int ak = dim_of(A, d), bk = dim_of(B, d), bj = dim_of(B, j), ar = dim_of(A, rr());
+        if (mentions(A, j->name)) return nullptr;
+        // B shared by the block (attention: K[b, h, j, d]) gives one GEMM over the block; B that
+        // depends on the row (GQA decode: K[b, hq / G, j, d]) gives one GEMV per row.
+        bool per_row = mentions(B, "$rr");
+        int ak = dim_of(A, d), bk = dim_of(B, d), bj = dim_of(B, j), ar = per_row ? -1 : dim_of(A, rr());
+        if (per_row && (mentions(A->args[static_cast<size_t>(std::max(ak, 0))], "$rr") || dim_of(B, d) < 0)) return nullptr;
         if (ak != static_cast<int>(A->args.size()) - 1 || bk != static_cast<int>(B->args.size()) - 1 || bj < 0 || ar == -2) return nullptr;
         if (A->dtype == DType::bf16 && B->dtype == DType::f32) return nullptr;  // no such kernel
         GemmInfo g;
-        g.M = local_var("$nbv", SType::Int);
+        g.M = per_row ? int_c(1) : local_var("$nbv", SType::Int);
         g.N = make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int));
         g.K = red->extents[0];
-        g.a_base = at_origin(A, {{d, int_c(0)}, {rr(), int_c(0)}});
-        g.b_base = at_origin(B, {{d, int_c(0)}, {j, local_var("$tb", SType::Int)}});
-        g.c_base = local_at(local, int_c(0));
+        if (per_row) {
+            // Row rr's operands as they are (their indices already hold $rbase + $rr).
+            g.a_base = substitute(A, d, int_c(0));
+            g.b_base = substitute(substitute(B, d, int_c(0)), j, local_var("$tb", SType::Int));
+            g.c_base = local_at(local, mul_i(rr(), int_c(ctx_.schedule.tile)));
+        } else {
+            g.a_base = at_origin(A, {{d, int_c(0)}, {rr(), int_c(0)}});
+            g.b_base = at_origin(B, {{d, int_c(0)}, {j, local_var("$tb", SType::Int)}});
+            g.c_base = local_at(local, int_c(0));
+        }
         g.a_si = ar >= 0 ? stride(A, ar) : int_c(0);
         g.a_sk = int_c(1);
         g.b_sj = stride(B, bj);
@@ -452,7 +463,7 @@ private:
         g.alpha = alpha;
         g.trans_b = true;
         g.accumulate = false;
-        return gemm(g);
+        return per_row ? rows_of_block({gemm(g)}) : gemm(g);
     }
 
     struct MemberGemm {
@@ -461,6 +472,7 @@ private:
         int w_x = -1, w_j = -1;
         bool nn = true;    ///< W[j][x] (x contiguous) rather than W[x][j]
         bool int8 = false; ///< F is an i8-rounded value and W an i8 load: exact int32 GEMM
+        bool per_row = false;  ///< W depends on the row (GQA decode's V[b, hq / G, j, e]): a GEMV per row
     };
 
     static Expr strip_widening(Expr e) {
@@ -503,7 +515,8 @@ private:
                 g.int8 = true;
             }
         }
-        if (!g.W || f.empty() || mentions(g.W, "$rr")) return std::nullopt;
+        if (!g.W || f.empty()) return std::nullopt;
+        g.per_row = mentions(g.W, "$rr");
         g.F = f.size() == 1 ? f[0] : make_mul(f);
         if (g.int8) {
             // Quantized activations times int8 weights: F must itself be an i8-rounded value.
@@ -608,21 +621,22 @@ private:
         std::string tmp = "$g" + std::to_string(uid_++);
         out.push_back(decl(tmp, LocalClass::Tile, {mul_i(int_c(nb_), m.X)}, g.nn ? real_c(0) : nullptr));
         GemmInfo gi;
-        gi.M = local_var("$nbv", SType::Int);
+        gi.M = g.per_row ? int_c(1) : local_var("$nbv", SType::Int);
         gi.N = m.X;
         gi.K = make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int));
-        gi.a_base = local_at(shared_.at(g.F).first, int_c(0));
+        gi.a_base = local_at(shared_.at(g.F).first, g.per_row ? mul_i(rr(), int_c(ctx_.schedule.tile)) : int_c(0));
         gi.a_si = int_c(ctx_.schedule.tile);
         gi.a_sk = int_c(1);
-        gi.b_base = at_origin(g.W, {{xg(), int_c(0)}, {jh(), local_var("$tb", SType::Int)}});
+        gi.b_base = g.per_row ? substitute(substitute(g.W, xg(), int_c(0)), jh(), local_var("$tb", SType::Int))
+                              : at_origin(g.W, {{xg(), int_c(0)}, {jh(), local_var("$tb", SType::Int)}});
         gi.b_sj = stride(g.W, g.w_x);
         gi.b_sk = stride(g.W, g.w_j);
-        gi.c_base = local_at(tmp, int_c(0));
+        gi.c_base = local_at(tmp, g.per_row ? mul_i(rr(), m.X) : int_c(0));
         gi.c_si = m.X;
         gi.alpha = real_c(1);
         gi.trans_b = !g.nn;
         gi.accumulate = g.nn;
-        out.push_back(gemm(gi));
+        out.push_back(g.per_row ? rows_of_block({gemm(gi)}) : gemm(gi));
         out.push_back(rows_of_block({over_extra(m, [&](Expr x) {
             std::vector<Expr> d;
             std::vector<StmtP> s;

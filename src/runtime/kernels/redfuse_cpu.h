@@ -48,11 +48,13 @@ template <typename T> static inline T min(T a, T b) {
 // exp in float written so that `omp simd` loops vectorize it inline (no call, no branch):
 // exp(x) = 2^k e^r with k = rint(x log2 e), r = x - k ln2 in two fma steps (|r| <= ln2 / 2), e^r by
 // its Taylor series to r^7 (truncation below 0.1 ulp), 2^k applied in two halves so results down to
-// the smallest denormal round once. Max error about 1 ulp; exp(-inf) = 0, exp(+inf) = inf, NaN kept.
+// the smallest denormal round once. Max error about 1 ulp. The clamp needs no special cases: above
+// 88.8 the scaling overflows to inf, below -104 it rounds to exactly 0 (exp(-104) is under half the
+// smallest denormal), and a NaN passes the clamp (compares are false) and stays NaN.
 static inline float exp_f(float x) {
-    const float hi = 88.72283935546875f, lo = -103.97208404541015625f;
-    float xc = x < lo ? lo : (x > hi ? hi : x);
-    xc = x != x ? 0.0f : xc;
+    const float hi = 88.8f, lo = -104.0f;
+    float xc = x < lo ? lo : x;
+    xc = xc > hi ? hi : xc;
     float k = __builtin_rintf(xc * 1.44269504088896340736f);
     float r = __builtin_fmaf(k, -0.693145751953125f, xc);
     r = __builtin_fmaf(k, -1.42860682030941723212e-6f, r);
@@ -70,10 +72,7 @@ static inline float exp_f(float x) {
     float s1, s2;
     std::memcpy(&s1, &b1, 4);
     std::memcpy(&s2, &b2, 4);
-    float y = p * s1 * s2;
-    y = x > hi ? std::numeric_limits<float>::infinity() : y;
-    y = x < lo ? 0.0f : y;
-    return x != x ? x : y;
+    return p * s1 * s2;
 }
 static inline double exp_f(double x) { return std::exp(x); }
 
@@ -164,6 +163,17 @@ static inline float store_f32(double v) { return static_cast<float>(cast_f32(v))
 // A float is already an f32: no rounding, and the store stays vectorizable.
 static inline float store_f32(float v) { return v; }
 static inline double store_f64(float v) { return v; }
+// float -> bf16 on the bits, branch-free (vectorizable): round to nearest even, NaN -> quiet NaN,
+// finite values that round past the largest bf16 saturate to it (rf::round_to_dtype), inf stays inf.
+// A float has more exponent range than any value bf16 can't hold finitely, so one rounding is exact.
+static inline uint16_t store_bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    uint32_t sign = u & 0x80000000u, mag = u & 0x7FFFFFFFu;
+    uint32_t rounded = (mag + 0x7FFFu + ((mag >> 16) & 1u)) >> 16;
+    uint32_t out = mag > 0x7F800000u ? 0x7FC0u : (mag == 0x7F800000u ? 0x7F80u : (rounded >= 0x7F80u ? 0x7F7Fu : rounded));
+    return static_cast<uint16_t>((sign >> 16) | out);
+}
 static inline uint16_t store_bf16(double v) {
     float f = static_cast<float>(cast_bf16(v));
     uint32_t u;
