@@ -76,6 +76,7 @@ static inline float exp_f(float x) {
 }
 static inline double exp_f(double x) { return std::exp(x); }
 
+template <typename T> static inline T sq(T b) { return b * b; }  // b^2: one rounding, like pow(b, 2)
 template <typename T> static inline T sigmoid(T x) { return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)); }
 template <typename T> static inline T rsqrt(T x) { return T(1) / std::sqrt(x); }
 template <typename T> static inline T round_even(T x) { return std::nearbyint(x); }
@@ -212,21 +213,30 @@ static inline void topk_insert(double *v, double *i, double *n, int64_t k, doubl
 }
 // Shift-form polynomial state: S(c) -> S(c') exactly,
 // S_b(c') = sum_{a >= b} prod_i C(a_i, b_i) (c'_i - c_i)^(a_i - b_i) S_a(c).
+// Called once per tile and row: powers by multiplication (degree <= 4), binomials from a table, and
+// nothing at all when the reference point did not move.
 static inline void poly_shift(double *S, int na, int nd, const int *al, const double *from, const double *to) {
+    bool same = true;
+    for (int i = 0; i < nd; i++) same = same && from[i] == to[i];
+    if (same) return;
+    static const double binom[5][5] = {{1, 0, 0, 0, 0}, {1, 1, 0, 0, 0}, {1, 2, 1, 0, 0}, {1, 3, 3, 1, 0}, {1, 4, 6, 4, 1}};
+    double pw[8][5];  // pw[i][e] = (to_i - from_i)^e
+    for (int i = 0; i < nd && i < 8; i++) {
+        double d = to[i] - from[i];
+        pw[i][0] = 1;
+        for (int e = 1; e < 5; e++) pw[i][e] = pw[i][e - 1] * d;
+    }
     double out[256];  // at most C(6 + 4, 4) = 210 moments (degree <= 4, <= 6 atoms)
     for (int b = 0; b < na; b++) {
         double acc = 0;
         for (int a = 0; a < na; a++) {
             double coef = 1;
-            bool ge = true;
-            for (int i = 0; i < nd && ge; i++) {
+            for (int i = 0; i < nd; i++) {
                 int hi = al[a * nd + i], lo = al[b * nd + i];
-                if (hi < lo) { ge = false; break; }
-                double binom = 1;
-                for (int t = 1; t <= lo; t++) binom = binom * (hi - lo + t) / t;
-                coef *= binom * std::pow(to[i] - from[i], hi - lo);
+                if (hi < lo) { coef = 0; break; }
+                coef *= binom[hi][lo] * pw[i][hi - lo];
             }
-            if (ge) acc += coef * S[a];
+            acc += coef * S[a];
         }
         out[b] = acc;
     }
