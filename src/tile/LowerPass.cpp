@@ -748,7 +748,13 @@ private:
                                  assign(acc(P, m, x), real_c(0)), assign(seen(P, m, x), real_c(1))}));
             std::string t = "$t" + std::to_string(uid_++);
             s.push_back(decl(t, LocalClass::Tile, {}, real_c(0)));
-            s.push_back(for_loop(j, j0, j1, {accum(ReduceOp::Sum, local_var(t), make_sub(v, tag(P, m, x, 0)))}, LoopKind::Simd));
+            std::vector<StmtP> loop{accum(ReduceOp::Sum, local_var(t), make_sub(v, tag(P, m, x, 0)))};
+            if (auto it = ctx_.term_store.find(m.def->name); it != ctx_.term_store.end()) {
+                std::vector<Expr> at(row_vars_.begin(), row_vars_.end());
+                at.push_back(j);
+                loop.push_back(store(make_load(it->second, at, DType::f64, SType::Real), v));
+            }
+            s.push_back(for_loop(j, j0, j1, loop, LoopKind::Simd));
             s.push_back(accum(ReduceOp::Sum, acc(P, m, x), local_var(t)));
             break;
         }
@@ -1022,6 +1028,13 @@ private:
                 idx.push_back(u);
             }
             Expr v = translate(d->body, vars, nullptr, Mode{});
+            for (const auto &[member, target] : ctx_.term_store) {
+                if (target != d->name) continue;
+                // The member's term at this element was stored here during the sweep: read it back.
+                const MemberInfo &m = members_[static_cast<size_t>(names_.at(member))];
+                Expr term = bind(m.def->body->body(), m, int_c(0), x, Mode{});
+                v = substitute(v, term, make_load(d->name, idx, DType::f64, SType::Real));
+            }
             out.push_back(comment("epilogue: definition " + std::to_string(d - &p_.defs[0])));
             out.push_back(for_loop(x, int_c(0), product(ext), {store(make_load(d->name, idx, DType::f64, SType::Real), v)}, LoopKind::Simd));
         }

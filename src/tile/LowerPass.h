@@ -4,6 +4,7 @@
  */
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,6 +24,10 @@ struct PassContext {
     /** Element-wise definitions computed per row at the end of this kernel, in order. */
     std::vector<const TensorDef *> epilogues;
     std::string scratch_buffer;  ///< for multi-segment: the buffer holding segment states
+    /** Member name -> element-wise definition whose body contains the member's term: the update
+     *  stores each term into that definition's buffer, and the epilogue reads it back instead of
+     *  recomputing it (softmax: exp(X - m) computed once per element). */
+    std::map<std::string, std::string> term_store;
 };
 
 struct PassKernel {

@@ -4,6 +4,8 @@
  * (or one for all passes on chip), and single-definition kernels for everything outside chains.
  */
 #include <algorithm>
+#include <deque>
+#include <optional>
 #include <set>
 
 #include "runtime/CpuFeatures.h"
@@ -257,9 +259,15 @@ private:
         return out;
     }
 
-    void emit_chain(const ChainPlan &c, size_t ci, std::set<std::string> &done,
+    void emit_chain(const ChainPlan &c0, size_t ci, std::set<std::string> &done,
                     const std::vector<const TensorDef *> &elementwise, std::set<const TensorDef *> &placed) {
-        Schedule s = default_schedule(c, p_, o_.sizes, o_.threads);
+        Schedule s = default_schedule(c0, p_, o_.sizes, o_.threads);
+        std::map<std::string, std::string> term_store;
+        bool may_split = s.segments <= 1 && s.strategy != "multi_pass" && s.strategy != "incremental" && o_.force_strategy.empty();
+        if (may_split) {
+            if (auto split = split_for_term_reuse(c0, elementwise, term_store)) split_chains_.push_back(*split);
+        }
+        const ChainPlan &c = term_store.empty() ? c0 : split_chains_.back();
         if (auto it = o_.schedules.find(static_cast<int>(ci)); it != o_.schedules.end()) s = it->second;
         if (!o_.force_strategy.empty()) {
             s.strategy = o_.force_strategy;
@@ -290,6 +298,9 @@ private:
             // Members of the chain are computed before its epilogue.
             for (const std::string &n : c.members) done.insert(n);
             ctxs.back().epilogues = row_epilogues(c, done, elementwise, placed);
+            for (auto &[member, target] : term_store)
+                for (const TensorDef *e : ctxs.back().epilogues)
+                    if (e->name == target) ctxs.back().term_store[member] = target;
             Kernel k;
             k.name = "k" + std::to_string(m_.kernels.size()) + "_chain_onchip";
             k.what = "chain [" + what + "], " + std::to_string(c.passes.size()) + " passes on chip" + epilogue_text(ctxs.back());
@@ -322,6 +333,77 @@ private:
         for (const std::string &n : c.members)
             if (const TensorDef *d = p_.find_def(n); d->is_topk()) done.insert(d->index_name);
         for (const TensorDef *d : ctxs.back().epilogues) done.insert(d->name);
+    }
+
+    /** Softmax-like chains on chip: when an element-wise output contains a multiplicative member's
+     *  term (exp(X - m) in Y = exp(X - m) / s), computing the member in a second pass over the
+     *  cached row with its δ final lets the sweep store each term and the epilogue reuse it — one
+     *  exponential per element instead of two. Returns the split chain, or nothing. */
+    std::optional<ChainPlan> split_for_term_reuse(const ChainPlan &c, const std::vector<const TensorDef *> &elementwise,
+                                                  std::map<std::string, std::string> &store) {
+        if (o_.unfused || c.passes.size() != 1 || c.axis_extents.size() != 1 || c.n_row == 0) return std::nullopt;
+        const PassPlan &pp = c.passes[0];
+        for (size_t k = 1; k < pp.members.size(); k++) {
+            const MemberAnalysis &a = pp.members_exec[k];
+            const TensorDef *s = p_.find_def(pp.members[k]);
+            if (a.relation != Relation::Multiplicative || a.op != ReduceOp::Sum || !a.H_def || !a.H_def->is_const(1) ||
+                s->vars.size() != c.n_row || s->is_topk())
+                continue;
+            // Later members must not read each other (they become literal reductions over final δ).
+            std::set<std::string> later(pp.members.begin() + static_cast<long>(k), pp.members.end());
+            bool independent = true;
+            for (size_t q = k; q < pp.members.size(); q++)
+                visit(p_.find_def(pp.members[q])->body, [&](Expr n) {
+                    if (n->kind == Kind::Load && later.count(n->name)) independent = false;
+                });
+            if (!independent) return std::nullopt;
+            for (const TensorDef *e : elementwise) {
+                if (std::find(c.epilogue.begin(), c.epilogue.end(), e->name) == c.epilogue.end()) continue;
+                if (e->vars.size() != c.n_row + 1 || e->extents.back() != c.axis_extents[0]) continue;
+                const OutputDecl *out = nullptr;
+                for (const OutputDecl &o : p_.outputs)
+                    if (o.name == e->name) out = &o;
+                if (out && out->dtype != DType::f32 && out->dtype != DType::f64) continue;  // keep the term exact
+                // The member's term and the output over the same (row, axis) variables.
+                std::map<std::string, Expr> to_s, to_e;
+                for (size_t i = 0; i < c.n_row; i++) {
+                    Expr v = make_index("$canon" + std::to_string(i));
+                    to_s[s->vars[i]->name] = v;
+                    to_e[e->vars[i]->name] = v;
+                }
+                Expr jv = make_index("$canonj");
+                to_s[s->body->axis(0)->name] = jv;
+                to_e[e->vars.back()->name] = jv;
+                auto canon = [](Expr x, const std::map<std::string, Expr> &m) {
+                    return substitute(x, [&](Expr n) -> Expr {
+                        if (n->kind != Kind::Var || n->role != VarRole::Index) return nullptr;
+                        auto it = m.find(n->name);
+                        return it == m.end() ? nullptr : it->second;
+                    });
+                };
+                Expr term = canon(s->body->body(), to_s), body = canon(e->body, to_e);
+                if (!any_of(body, [&](Expr n) { return n == term; })) continue;
+                ChainPlan split = c;
+                PassPlan first, second;
+                for (size_t q = 0; q < pp.members.size(); q++) {
+                    if (q < k) {
+                        first.members.push_back(pp.members[q]);
+                        first.members_exec.push_back(pp.members_exec[q]);
+                        continue;
+                    }
+                    // With δ final, the member is a plain reduction of its body as written.
+                    const TensorDef *d = p_.find_def(pp.members[q]);
+                    MemberAnalysis lit = single_member_chain(*d).passes[0].members_exec[0];
+                    second.members.push_back(pp.members[q]);
+                    second.members_exec.push_back(lit);
+                }
+                split.passes = {first, second};
+                split.strategy = "onchip_multipass";
+                store[s->name] = e->name;
+                return split;
+            }
+        }
+        return std::nullopt;
     }
 
     std::string epilogue_text(const PassContext &ctx) {
@@ -366,6 +448,7 @@ private:
     const LowerOptions &o_;
     Module m_;
     std::map<std::string, size_t> prologue_chain_;
+    std::deque<ChainPlan> split_chains_;  ///< chains re-split for term reuse (kernels point into them)
 };
 
 }  // namespace
