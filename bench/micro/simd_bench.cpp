@@ -23,6 +23,12 @@
 
 #include "../../src/runtime/kernels/redfuse_simd.h"
 
+// GCC 12's false positive on _mm512_undefined_* inside AVX-512 reductions (see redfuse_simd.h).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #if defined(RFK_BENCH_LIBMVEC) && defined(__AVX512F__)
 // glibc's libmvec exp, for comparison only: build with -DRFK_BENCH_LIBMVEC ... -lmvec.
 extern "C" __m512 _ZGVeN16v_expf(__m512);
@@ -35,37 +41,41 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 int g_threads = 1;
 double g_seconds = 0.3;
 
-/** Best seconds per call of fn, each thread calling its own copy (made by `make`) concurrently. */
+/** Best seconds per call of fn, each thread calling its own copy (made by `make`) at the same time. The
+ *  master thread calibrates the batch size and decides when to stop, so every thread takes the same path
+ *  through the barriers. */
 double time_per_call(const std::function<std::function<void()>()> &make) {
     std::vector<std::function<void()>> fns;
     for (int t = 0; t < g_threads; ++t) fns.push_back(make());
-    double best = 1e30;
+    fns[0]();  // warm-up: scratch, caches
+    long reps = 0;
+    double t0 = now();
+    while (now() - t0 < 0.005) fns[0](), ++reps;
+    const long batch = std::max(1L, long(double(reps) * 0.02 / (now() - t0)));
+    double best = 1e30, start = now();
+    bool done = false;
 #pragma omp parallel num_threads(g_threads)
     {
         std::function<void()> &fn = fns[size_t(omp_get_thread_num())];
-        fn();  // warm-up: scratch, caches
-        long reps = 1;
-        double t0 = now();
-        while (now() - t0 < 0.005) {
-            fn();
-            ++reps;
-        }
-        long batch = std::max(1L, long(reps * 0.02 / (now() - t0)));
+        fn();
+        for (;;) {
 #pragma omp barrier
-        double start = now();
-        while (now() - start < g_seconds) {
+#pragma omp master
+            done = now() - start >= g_seconds;
 #pragma omp barrier
+            if (done) break;
             double b0 = now();
             for (long r = 0; r < batch; ++r) fn();
 #pragma omp barrier
-            double dt = (now() - b0) / double(batch);
 #pragma omp master
-            best = std::min(best, dt);
-#pragma omp barrier
+            best = std::min(best, (now() - b0) / double(batch));
         }
     }
     return best;
 }
+
+/** Aggregate rate in G per second of `work` done by every thread in `seconds` per call. */
+double rate(double work, double seconds) { return g_threads * work / seconds * 1e-9; }
 
 float *floats(size_t n, float lo, float hi, unsigned seed) {
     float *p = static_cast<float *>(std::aligned_alloc(64, (n * 4 + 63) / 64 * 64));
@@ -88,32 +98,40 @@ int8_t *int8s(size_t n, unsigned seed) {
 }
 
 // ---- per-core peaks, measured the way bench/machine/machine_limits.cpp does (12 independent chains) ----
-double peak(int which) {
 #if defined(__AVX512F__)
-    auto make = [which]() -> std::function<void()> {
-        return [which]() {
-            volatile float seed = 1.0f;
-            __m512 a[12], x = _mm512_set1_ps(seed * 0.999f), y = _mm512_set1_ps(seed * 1e-3f);
-            __m512i ai[12], xi = _mm512_set1_epi32(int(seed) + 0x01010101), yi = _mm512_set1_epi32(0x02020202);
-            for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(float(i)), ai[i] = _mm512_set1_epi32(i);
-            for (int it = 0; it < 4096; ++it)
-                for (int i = 0; i < 12; ++i) {
-                    if (which == 0) a[i] = _mm512_fmadd_ps(a[i], x, y);
+template <int kWhich>  // 0: f32 FMA, 1: bf16 dot, 2: int8 dot
+void peak_loop() {
+    volatile int seed = 1;
+    __m512 x = _mm512_set1_ps(0.999f * float(seed)), y = _mm512_set1_ps(1e-3f);
+    __m512i xi = _mm512_set1_epi32(0x01010101 * seed), yi = _mm512_set1_epi32(0x02020202);
+    __m512 a[12];
+    __m512i ai[12];
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(float(i)), ai[i] = _mm512_set1_epi32(i);
+    for (int it = 0; it < 4096; ++it) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; ++i) {
+            if constexpr (kWhich == 0) a[i] = _mm512_fmadd_ps(a[i], x, y);
 #if defined(__AVX512BF16__)
-                    if (which == 1) a[i] = _mm512_dpbf16_ps(a[i], (__m512bh)xi, (__m512bh)yi);
+            if constexpr (kWhich == 1) a[i] = _mm512_dpbf16_ps(a[i], (__m512bh)xi, (__m512bh)yi);
 #endif
 #if defined(__AVX512VNNI__)
-                    if (which == 2) ai[i] = _mm512_dpbusd_epi32(ai[i], xi, yi);
+            if constexpr (kWhich == 2) ai[i] = _mm512_dpbusd_epi32(ai[i], xi, yi);
 #endif
-                }
-            float sink = 0;
-            for (int i = 0; i < 12; ++i) sink += _mm512_reduce_add_ps(a[i]) + float(_mm512_reduce_add_epi32(ai[i]));
-            volatile float keep = sink;
-            (void)keep;
-        };
-    };
+        }
+    }
+    float sink = 0;
+    for (int i = 0; i < 12; ++i) sink += _mm512_reduce_add_ps(a[i]) + float(_mm512_reduce_add_epi32(ai[i]));
+    volatile float keep = sink;
+    (void)keep;
+}
+#endif
+
+double peak(int which) {
+#if defined(__AVX512F__)
     const double ops_per_instr[] = {32, 64, 128};
-    return 4096.0 * 12 * ops_per_instr[which] / time_per_call(make) * 1e-9;
+    void (*loops[])() = {peak_loop<0>, peak_loop<1>, peak_loop<2>};
+    auto make = [&]() -> std::function<void()> { return loops[which]; };
+    return rate(4096.0 * 12 * ops_per_instr[which], time_per_call(make));
 #else
     (void)which;
     return 0;
@@ -152,7 +170,7 @@ void bench_nt(Nt kind, int64_t M, int64_t N, int64_t K, double peak_rate) {
         };
     };
     const char *names[] = {"gemm_nt_f32", "gemm_nt_bf16", "gemm_nt_f32_bf16"};
-    report(names[int(kind)], mnk(M, N, K), 2.0 * M * N * K / time_per_call(make) * 1e-9, "GFLOP/s", peak_rate);
+    report(names[int(kind)], mnk(M, N, K), rate(2.0 * M * N * K, time_per_call(make)), "GFLOP/s", peak_rate);
 }
 
 void bench_nn(bool bf16, int64_t M, int64_t N, int64_t K, double peak_rate) {
@@ -166,7 +184,7 @@ void bench_nn(bool bf16, int64_t M, int64_t N, int64_t K, double peak_rate) {
                 rfk::gemm_nn_acc_f32(M, N, K, P, K, V, N, C, N);
         };
     };
-    report(bf16 ? "gemm_nn_acc_f32_bf16" : "gemm_nn_acc_f32", mnk(M, N, K), 2.0 * M * N * K / time_per_call(make) * 1e-9,
+    report(bf16 ? "gemm_nn_acc_f32_bf16" : "gemm_nn_acc_f32", mnk(M, N, K), rate(2.0 * M * N * K, time_per_call(make)),
            "GFLOP/s", peak_rate);
 }
 
@@ -176,7 +194,7 @@ void bench_s8(int64_t M, int64_t N, int64_t K, double peak_rate) {
         int32_t *C = static_cast<int32_t *>(std::aligned_alloc(64, size_t((M * N * 4 + 63) / 64 * 64)));
         return [=]() { rfk::gemm_nt_s8s8_s32(M, N, K, A, K, B, K, C, N, false); };
     };
-    report("gemm_nt_s8s8_s32", mnk(M, N, K), 2.0 * M * N * K / time_per_call(make) * 1e-9, "GOP/s", peak_rate);
+    report("gemm_nt_s8s8_s32", mnk(M, N, K), rate(2.0 * M * N * K, time_per_call(make)), "GOP/s", peak_rate);
 }
 
 void bench_rows(int64_t n) {
@@ -186,7 +204,7 @@ void bench_rows(int64_t n) {
             float *x = floats(size_t(n), -20, 5, 7), *y = floats(size_t(n), 0, 0, 8);
             return [=]() { op(x, y); };
         };
-        report(name, shape, bytes_per_elem * double(n) / time_per_call(make) * 1e-9, "GB/s", 0);
+        report(name, shape, rate(bytes_per_elem * double(n), time_per_call(make)), "GB/s", 0);
     };
     volatile float sink = 0;
     run("exp_shift_sum_f32", 8, [&](float *x, float *y) { sink = rfk::exp_shift_sum_f32(x, n, 0.125f, 1.0f, y); });

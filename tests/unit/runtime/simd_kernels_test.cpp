@@ -24,6 +24,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/kernels/redfuse_cpu.h"
@@ -112,7 +113,7 @@ std::vector<Shape> gemm_shapes() {
             for (int64_t k : sizes) out.push_back({m, n, k});
     std::vector<Shape> extra = {{65, 130, 16}, {16, 65, 130}, {130, 17, 65}, {8, 64, 256}, {9, 40, 600},
                                 {20, 600, 7},  {200, 20, 9},  {64, 64, 64},  {4, 70, 513}, {64, 128, 128}};
-    if (kThorough) extra.insert(extra.end(), {{140, 530, 300}, {1, 1000, 128}, {128, 256, 64}, {5, 64, 1100}});
+    if (kThorough) extra.insert(extra.end(), {{140, 530, 300}, {1, 1000, 128}, {128, 256, 64}, {5, 64, 1100}, {8, 17, 1025}});
     out.insert(out.end(), extra.begin(), extra.end());
     return out;
 }
@@ -462,6 +463,30 @@ void check_bf16_casts(Failures &f) {
     }
 }
 
+/** Two threads running packed GEMMs at once (each with its own thread_local scratch) match one thread. */
+void check_threads(Failures &f) {
+    const int64_t M = 40, N = 96, K = 300;
+    std::vector<float> A(size_t(M * K)), B(size_t(N * K));
+    Rng rng(77);
+    for (float &v : A) v = rng.uniform(-1, 1);
+    for (float &v : B) v = rng.uniform(-1, 1);
+    std::vector<float> want(size_t(M * N));
+    rfk::gemm_nt_f32(M, N, K, 1.0f, A.data(), K, B.data(), K, want.data(), N, false);
+    bool same[2] = {true, true};
+    auto worker = [&](int t) {
+        std::vector<float> C(size_t(M * N));
+        for (int rep = 0; rep < 30; ++rep) {
+            rfk::gemm_nt_f32(M, N - 16 * t, K, 1.0f, A.data(), K, B.data(), K, C.data(), N, false);
+            for (int64_t i = 0; i < M; ++i)
+                same[t] = same[t] && std::memcmp(&C[size_t(i * N)], &want[size_t(i * N)], size_t(N - 16 * t) * 4) == 0;
+        }
+    };
+    std::thread other(worker, 1);
+    worker(0);
+    other.join();
+    if (!same[0] || !same[1]) f.add(std::string("gemm_nt_f32 (") + rfk::simd_level() + ") differs when two threads run it at once");
+}
+
 void check_all(Failures &f) {
     check_bf16_casts(f);
     for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16}) check_float_gemm(g, f);
@@ -469,6 +494,7 @@ void check_all(Failures &f) {
     check_exp(f);
     check_exp_shift_sum(f);
     check_rows(f);
+    check_threads(f);
 }
 
 }  // namespace simd_check
@@ -530,6 +556,12 @@ TEST(SimdKernels, RowPrimitives) {
     EXPECT_EQ(f.count, 0) << f.text;
 }
 
+TEST(SimdKernels, ConcurrentCallsAgree) {
+    Failures f;
+    simd_check::check_threads(f);
+    EXPECT_EQ(f.count, 0) << f.text;
+}
+
 /** The CPU flags the host must have for a build with `flags` to run. */
 bool host_has(const std::vector<std::string> &needed) {
     std::ifstream cpuinfo("/proc/cpuinfo");
@@ -579,7 +611,7 @@ void check_compiled_path(const std::vector<std::string> &flags, const std::vecto
     rf::test::TempDir dir;
     std::string exe = dir.path() + "/simd_driver", log = dir.path() + "/log.txt";
     std::vector<std::string> argv = {"c++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-DRFK_SIMD_DRIVER",
-                                     "-I" REDFUSE_SOURCE_DIR "/src"};
+                                     "-pthread", "-I" REDFUSE_SOURCE_DIR "/src"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), {REDFUSE_SOURCE_DIR "/tests/unit/runtime/simd_kernels_test.cpp", "-o", exe});
     int rc = run(argv, log);
