@@ -173,9 +173,37 @@ private:
         internal_error("cannot print " + to_string(e) + " as C++", __FILE__, __LINE__);
     }
 
+    /** A short nested reduction over one axis of constant extent (x, y, z coordinates), written out
+     *  term by term in the evaluator's order: no lambda, so the loop around it still vectorizes. */
+    std::string unrolled(Expr e) {
+        const int64_t kMaxUnroll = 16;
+        if (e->num_axes() != 1 || !e->extents[0]->is_const() || e->stype != SType::Real) return "";
+        int64_t n = static_cast<int64_t>(e->extents[0]->value);
+        if (n < 1 || n > kMaxUnroll) return "";
+        const char *f = nullptr;
+        switch (e->rop) {
+        case ReduceOp::Sum: case ReduceOp::Prod: break;
+        case ReduceOp::Max: f = "rfk::max"; break;
+        case ReduceOp::Min: f = "rfk::min"; break;
+        default: return "";
+        }
+        std::string acc;
+        for (int64_t k = 0; k < n; k++) {
+            bound_[e->axis(0)] = std::to_string(k);
+            std::string term = as_real(e->body());
+            if (k == 0) acc = e->rop == ReduceOp::Sum ? "((" + R() + ")0 + " + term + ")" : e->rop == ReduceOp::Prod ? "((" + R() + ")1 * " + term + ")" : f + std::string("<") + R() + ">(" + c_real_literal(e->rop == ReduceOp::Max ? -INFINITY : INFINITY, R()) + ", " + term + ")";
+            else if (e->rop == ReduceOp::Sum) acc = "(" + acc + " + " + term + ")";
+            else if (e->rop == ReduceOp::Prod) acc = "(" + acc + " * " + term + ")";
+            else acc = f + std::string("<") + R() + ">(" + acc + ", " + term + ")";
+        }
+        bound_.erase(e->axis(0));
+        return acc;
+    }
+
     /** A nested reduction as an immediately invoked lambda: loops over its axes, row-major. */
     std::string reduce(Expr e) {
         RF_INTERNAL_ASSERT(e->rop != ReduceOp::TopK) << "top-k cannot be nested in an expression";
+        if (std::string u = unrolled(e); !u.empty()) return u;
         bool int_result = e->stype == SType::Int;
         std::string T = int_result ? "int64_t" : R();
         std::vector<std::string> names;

@@ -497,6 +497,8 @@ private:
     /** Recognizes Σ_j F(j)·W(j, x) over one axis and one extra variable. */
     std::optional<MemberGemm> gemm_form(const std::string &P, const MemberInfo &m) {
         if (m.extra_vars.size() != 1 || axis_ext_.size() != 1) return std::nullopt;
+        // A few columns (x, y, z) are better as vector loops over the tile than as a GEMM call.
+        if (m.X->is_const() && m.X->value < 16) return std::nullopt;
         Expr t = term_of(P, m, xg());
         if (!t || t->kind != Kind::Mul) return std::nullopt;
         MemberGemm g;
