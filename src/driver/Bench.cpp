@@ -171,6 +171,34 @@ WorkloadCost workload_cost(const Program &p, const SizeBinding &sizes) {
 
 namespace {
 
+/** Bytes the generated program allocates beyond its inputs and outputs: float64 temporaries, every
+ *  per-worker local array (times the workers), and the micro-kernels' packing scratch (at most
+ *  640 KiB per worker, counted when a GEMM is used). */
+double kernel_bytes(const tile::Module &m, const SizeBinding &sizes, int threads) {
+    double bytes = 0;
+    for (const tile::Buffer &b : m.buffers) {
+        if (b.role != tile::Buffer::Role::Temp) continue;
+        double n = 1;
+        for (Expr d : b.dims) n *= static_cast<double>(eval_int(d, sizes));
+        bytes += 8 * n;
+    }
+    bool gemm = false;
+    std::function<void(const tile::StmtP &)> walk = [&](const tile::StmtP &s) {
+        if (s->kind == tile::StmtKind::Gemm) gemm = true;
+        if (s->kind == tile::StmtKind::Decl && !s->dims.empty()) {
+            double n = 1;
+            for (Expr d : s->dims) n *= static_cast<double>(eval_int(d, sizes));
+            int width = s->cls == tile::LocalClass::State || s->cls == tile::LocalClass::Index ? 8 : s->cls == tile::LocalClass::Int8 ? 1 : 4;
+            bytes += n * width * threads;
+        }
+        for (const tile::StmtP &c : s->body) walk(c);
+        for (const tile::StmtP &c : s->else_body) walk(c);
+    };
+    for (const tile::Kernel &k : m.kernels) walk(k.body);
+    if (gemm) bytes += 640.0 * 1024 * threads;
+    return bytes;
+}
+
 struct Timing {
     double median_ms = 0, min_ms = 0;
     int reps = 0;
@@ -280,6 +308,7 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     j["fraction_of_bandwidth"] = j["gbps"].get<double>() / lim.bandwidth_gbs;
     j["fraction_of_fp32_peak"] = j["gflops"].get<double>() / lim.fp32_gflops;
     j["compile_ms"] = prog->compile_ms;
+    j["peak_bytes"] = kernel_bytes(prog->module, sizes, threads);  // allocated by the program beyond inputs/outputs
     std::ostringstream text;
     text.setf(std::ios::fixed);
     text.precision(3);
@@ -288,6 +317,7 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     text << " (" << threads << " threads; machine: " << lim.bandwidth_gbs << " GB/s, " << lim.fp32_gflops << " GFLOP/s fp32, "
          << lim.source << ")\n";
     text << "  floor " << floor_ms << " ms (" << cost.bytes / 1e6 << " MB, " << cost.flops / 1e9 << " GFLOP)\n";
+    text << "  memory beyond inputs and outputs: " << j["peak_bytes"].get<double>() / (1 << 20) << " MiB\n";
     text << "  fused   " << tf.median_ms << " ms  " << j["gbps"].get<double>() << " GB/s  " << j["gflops"].get<double>()
          << " GFLOP/s  " << 100 * floor_ms / tf.median_ms << "% of floor  [" << fused.label() << "; " << strategy << "]\n";
     if (o.unfused_too) {
