@@ -316,7 +316,7 @@ private:
         const MemberAnalysis &a = *m.a;
         Mode raw{P, false, false};
         Expr n = count(P);
-        Expr v;
+        Expr v = nullptr;
         switch (m.form) {
         case Form::SumShift:
             v = make_select(seen_b(P, m, x), make_add(acc(P, m, x), make_mul(n, tag(P, m, x, 0))), real_c(0));
@@ -379,6 +379,34 @@ private:
             }
         }
         return at;
+    }
+
+    /** When every use of the block's row in e is floor((rbase + rr) / G) — GQA: the KV head of a
+     *  query head — the divisor G (then a block of rows aligned to G shares the operand); else null. */
+    Expr group_divisor(Expr e) {
+        Expr row = make_add(local_var("$rbase", SType::Int), rr());
+        Expr G = nullptr;
+        bool ok = true;
+        Expr rest = substitute(e, [&](Expr n) -> Expr {
+            if (n->kind != Kind::IDiv || n->args[0] != row) return nullptr;
+            if (G && G != n->args[1]) ok = false;
+            G = n->args[1];
+            return int_c(0);
+        });
+        if (!ok || !G || mentions(rest, "$rr") || mentions(G, "$rr")) return nullptr;
+        return G;
+    }
+
+    /** e with floor((rbase + rr) / G) replaced by floor(rbase / G): valid when G % nb == 0. */
+    Expr grouped(Expr e, Expr G) {
+        return substitute(e, make_idiv(make_add(local_var("$rbase", SType::Int), rr()), G),
+                          make_idiv(local_var("$rbase", SType::Int), G));
+    }
+
+    /** Runs `block` when G is a multiple of the block (every row of the block shares the operand),
+     *  else `rows` (one GEMV per row). */
+    StmtP when_grouped(Expr G, StmtP block, StmtP rows) {
+        return if_then(make_cmp(CmpOp::EQ, make_mod(G, int_c(nb_)), int_c(0)), {block}, {rows});
     }
 
     /** The element stride of dimension d of a global buffer: the product of the later extents. */
@@ -463,7 +491,18 @@ private:
         g.alpha = alpha;
         g.trans_b = true;
         g.accumulate = false;
-        return per_row ? rows_of_block({gemm(g)}) : gemm(g);
+        if (!per_row) return gemm(g);
+        StmtP rows = rows_of_block({gemm(g)});
+        Expr G = group_divisor(B);
+        int ar_block = dim_of(A, rr());
+        if (!G || nb_ == 1 || ar_block == -2) return rows;
+        GemmInfo gb = g;
+        gb.M = local_var("$nbv", SType::Int);
+        gb.a_base = at_origin(A, {{d, int_c(0)}, {rr(), int_c(0)}});
+        gb.a_si = ar_block >= 0 ? stride(A, ar_block) : int_c(0);
+        gb.b_base = at_origin(grouped(B, G), {{d, int_c(0)}, {j, local_var("$tb", SType::Int)}});
+        gb.c_base = local_at(local, int_c(0));
+        return when_grouped(G, gemm(gb), rows);
     }
 
     struct MemberGemm {
@@ -571,16 +610,38 @@ private:
     }
 
     /** The rescale of a multiplicative member at x before new terms are added; δ locals into d. */
+    /** δ of a multiplicative member once per row when it does not depend on the extra point
+     *  (δ = -m for every output column of attention): declared into `out` before the loop over x,
+     *  and used by rescale/after_terms instead of recomputing it per column. */
+    void hoist_deltas(const std::string &P, const MemberInfo &m, std::vector<StmtP> &out) {
+        hoisted_.erase(m.k);
+        if (m.form != Form::Mult || m.extra_vars.empty()) return;
+        std::vector<Expr> probe = deltas(m, xg(), Mode{P, false, true});
+        for (Expr e : probe)
+            if (mentions(e, "$xg")) return;
+        std::string dn = "$dh" + std::to_string(uid_++);
+        std::vector<Expr> locals;
+        for (size_t i = 0; i < probe.size(); i++) {
+            out.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, probe[i]));
+            locals.push_back(local_var(dn + "_" + std::to_string(i)));
+        }
+        hoisted_[m.k] = locals;
+    }
+
     std::vector<StmtP> rescale(const std::string &P, const MemberInfo &m, Expr x, std::vector<Expr> &d) {
         std::vector<StmtP> s;
         if (m.form != Form::Mult) return s;
         const MemberAnalysis &a = *m.a;
         Mode san{P, false, true};
-        std::string dn = "$d" + std::to_string(uid_++);
-        std::vector<Expr> dv = deltas(m, x, san);
-        for (size_t i = 0; i < dv.size(); i++) {
-            s.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, dv[i]));
-            d.push_back(local_var(dn + "_" + std::to_string(i)));
+        if (auto it = hoisted_.find(m.k); it != hoisted_.end()) {
+            d = it->second;
+        } else {
+            std::string dn = "$d" + std::to_string(uid_++);
+            std::vector<Expr> dv = deltas(m, x, san);
+            for (size_t i = 0; i < dv.size(); i++) {
+                s.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, dv[i]));
+                d.push_back(local_var(dn + "_" + std::to_string(i)));
+            }
         }
         std::vector<Expr> t = tags(P, m, x);
         Expr al = alpha(m, x, d, t, san);
@@ -615,10 +676,12 @@ private:
     std::vector<StmtP> member_gemm(const std::string &P, const MemberInfo &m, const MemberGemm &g) {
         std::vector<StmtP> out;
         materialize(g.F, out);
-        std::vector<StmtP> pre = {over_extra(m, [&](Expr x) {
+        std::vector<StmtP> pre;
+        hoist_deltas(P, m, pre);
+        pre.push_back(over_extra(m, [&](Expr x) {
             std::vector<Expr> d;
             return rescale(P, m, x, d);
-        })};
+        }));
         if (m.form == Form::Mult) out.push_back(rows_of_block(pre));
         std::string tmp = "$g" + std::to_string(uid_++);
         out.push_back(decl(tmp, LocalClass::Tile, {mul_i(int_c(nb_), m.X)}, g.nn ? real_c(0) : nullptr));
@@ -638,18 +701,39 @@ private:
         gi.alpha = real_c(1);
         gi.trans_b = !g.nn;
         gi.accumulate = g.nn;
-        out.push_back(g.per_row ? rows_of_block({gemm(gi)}) : gemm(gi));
-        out.push_back(rows_of_block({over_extra(m, [&](Expr x) {
+        if (!g.per_row) {
+            out.push_back(gemm(gi));
+        } else {
+            StmtP rows = rows_of_block({gemm(gi)});
+            Expr G = group_divisor(g.W);
+            if (G && nb_ > 1) {
+                GemmInfo gb = gi;
+                gb.M = local_var("$nbv", SType::Int);
+                gb.a_base = local_at(shared_.at(g.F).first, int_c(0));
+                gb.b_base = at_origin(grouped(g.W, G), {{xg(), int_c(0)}, {jh(), local_var("$tb", SType::Int)}});
+                gb.c_base = local_at(tmp, int_c(0));
+                out.push_back(when_grouped(G, gemm(gb), rows));
+            } else {
+                out.push_back(rows);
+            }
+        }
+        std::vector<StmtP> post;
+        hoist_deltas(P, m, post);
+        post.push_back(over_extra(m, [&](Expr x) {
             std::vector<Expr> d;
             std::vector<StmtP> s;
             if (m.form == Form::Mult) {
-                // δ again (cheap) for the tag; the rescale already happened above.
-                for (size_t i = 0; i < m.nd; i++) d.push_back(deltas(m, x, Mode{P, false, true})[i]);
+                // δ again for the tag (hoisted when it does not depend on x); the rescale happened above.
+                if (auto it = hoisted_.find(m.k); it != hoisted_.end()) d = it->second;
+                else
+                    for (size_t i = 0; i < m.nd; i++) d.push_back(deltas(m, x, Mode{P, false, true})[i]);
             }
             s.push_back(accum(ReduceOp::Sum, acc(P, m, x), local_at(tmp, add_i(mul_i(rr(), m.X), x))));
             for (const StmtP &q : after_terms(P, m, x, d)) s.push_back(q);
             return s;
-        })}));
+        }));
+        out.push_back(rows_of_block(post));
+        hoisted_.erase(m.k);
         return out;
     }
 
@@ -691,7 +775,13 @@ private:
                 break;
             }
             case Form::Mult:
-                out.push_back(rows_of_block({over_extra(m, [&](Expr x) { return mult_update(P, m, x, san); })}));
+            {
+                std::vector<StmtP> body;
+                hoist_deltas(P, m, body);
+                body.push_back(over_extra(m, [&](Expr x) { return mult_update(P, m, x, san); }));
+                out.push_back(rows_of_block(body));
+                hoisted_.erase(m.k);
+            }
                 break;
             case Form::Poly:
                 out.push_back(rows_of_block({over_extra(m, [&](Expr x) {
@@ -808,21 +898,10 @@ private:
     /** s = s·α(δ, tag) + Σ U(x, δ): the multiplicative update with PlanInterp's guards. */
     std::vector<StmtP> mult_update(const std::string &P, const MemberInfo &m, Expr x, const Mode &san) {
         const MemberAnalysis &a = *m.a;
-        std::vector<StmtP> s;
         Expr j0 = local_var("$tb", SType::Int), j1 = local_var("$te", SType::Int);
-        std::string dn = "$d" + std::to_string(uid_++);
         std::vector<Expr> d;
-        std::vector<Expr> dv = deltas(m, x, san);
-        for (size_t i = 0; i < dv.size(); i++) {
-            s.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, dv[i]));
-            d.push_back(local_var(dn + "_" + std::to_string(i)));
-        }
+        std::vector<StmtP> s = rescale(P, m, x, d);
         std::vector<Expr> t = tags(P, m, x);
-        Expr al = alpha(m, x, d, t, san);
-        if (a.op == ReduceOp::Prod) al = make_pow(al, local_var("$nold", SType::Int));
-        Expr rescale = make_and(seen_b(P, m, x), differs(d, t));
-        if (a.op == ReduceOp::Sum) rescale = make_and(rescale, make_cmp(CmpOp::NE, acc(P, m, x), real_c(0)));
-        s.push_back(if_then(rescale, {assign(acc(P, m, x), make_mul(acc(P, m, x), al))}));
         // The update term is the body as written divided by the deferred factors (keeps 0/0 = 0);
         // U itself where H_def is 0 or not finite.
         Expr j = jvar();
@@ -1160,6 +1239,7 @@ private:
     Expr L_ = nullptr;
     std::map<std::string, std::string> prologue_ids_;
     std::map<int, MemberGemm> gemm_of_;
+    std::map<int, std::vector<Expr>> hoisted_;  ///< member -> δ locals declared once per row
     std::set<std::string> int8_arrays_;
     std::map<Expr, std::pair<std::string, bool>> shared_;  ///< factor -> (tile array, computed yet)
     int uid_ = 0;

@@ -33,6 +33,22 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
     if (contraction) {
         s.tile = 256;
         s.row_block = 32;
+        // Rows that share an operand in groups (GQA: query heads h with K[b, h / G, ...]) are blocked
+        // by the group, so the shared K/V tile is read once per group.
+        bool known_sizes = true;
+        for (const SizeDecl &d : p.sizes) known_sizes = known_sizes && sizes.count(d.name);
+        std::vector<std::string> defs(c.members.begin(), c.members.end());
+        defs.insert(defs.end(), c.prologue.begin(), c.prologue.end());
+        for (const std::string &n : defs) {
+            const TensorDef *d = p.find_def(n);
+            if (!d || d->vars.size() < c.n_row || c.n_row == 0 || !known_sizes) continue;
+            Expr inner = d->vars[c.n_row - 1];
+            visit(d->body, [&](Expr e) {
+                if (e->kind != Kind::IDiv || e->args[0] != inner) return;
+                int64_t g = eval_int(e->args[1], sizes);
+                if (g >= 2 && g <= 64) s.row_block = g;
+            });
+        }
     }
     // Enough work items for every thread: fewer rows per block when rows are few, then segments of
     // the axis (merged with the derived merge) when even single rows do not fill the machine.
