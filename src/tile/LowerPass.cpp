@@ -842,9 +842,13 @@ private:
             s.push_back(decl(t, LocalClass::Tile, {}, real_c(0)));
             std::vector<StmtP> loop{accum(ReduceOp::Sum, local_var(t), make_sub(v, tag(P, m, x, 0)))};
             if (auto it = ctx_.term_store.find(m.def->name); it != ctx_.term_store.end()) {
-                std::vector<Expr> at(row_vars_.begin(), row_vars_.end());
-                at.push_back(j);
-                loop.push_back(store(make_load(it->second, at, DType::f64, SType::Real), v));
+                if (it->second[0] == '$') {
+                    loop.push_back(assign(local_at(it->second, add_i(mul_i(rr(), L_), j)), v));
+                } else {
+                    std::vector<Expr> at(row_vars_.begin(), row_vars_.end());
+                    at.push_back(j);
+                    loop.push_back(store(make_load(it->second, at, DType::f64, SType::Real), v));
+                }
             }
             s.push_back(for_loop(j, j0, j1, loop, LoopKind::Simd));
             s.push_back(accum(ReduceOp::Sum, acc(P, m, x), local_var(t)));
@@ -1110,11 +1114,14 @@ private:
             }
             Expr v = translate(d->body, vars, nullptr, Mode{});
             for (const auto &[member, target] : ctx_.term_store) {
-                if (target != d->name) continue;
-                // The member's term at this element was stored here during the sweep: read it back.
+                bool local = target[0] == '$';
+                if (!local && target != d->name) continue;
+                if (local && ctx_.term_reader != d->name) continue;
+                // The member's term at this element was kept during the sweep: read it back.
                 const MemberInfo &m = members_[static_cast<size_t>(names_.at(member))];
                 Expr term = bind(m.def->body->body(), m, int_c(0), x, Mode{});
-                v = substitute(v, term, make_load(d->name, idx, DType::f64, SType::Real));
+                Expr kept = local ? local_at(target, add_i(mul_i(rr(), L_), x)) : make_load(d->name, idx, DType::f64, SType::Real);
+                v = substitute(v, term, kept);
             }
             out.push_back(comment("epilogue: definition " + std::to_string(d - &p_.defs[0])));
             out.push_back(for_loop(x, int_c(0), product(ext), {store(make_load(d->name, idx, DType::f64, SType::Real), v)}, LoopKind::Simd));
@@ -1166,6 +1173,8 @@ public:
     /** One row of a single-segment pass (row variables already declared by the caller). */
     std::vector<StmtP> row_statements() {
         std::vector<StmtP> body;
+        for (const auto &[member, target] : ctx_.term_store)
+            if (target[0] == '$') body.push_back(decl(target, LocalClass::Tile, {mul_i(int_c(nb_), L_)}, nullptr));
         init_state(body, "$A");
         body.push_back(tiles("$A", int_c(0), L_));
         for (const StmtP &s : finalize("$A")) body.push_back(s);

@@ -27,7 +27,8 @@ struct PassContext {
     /** Member name -> element-wise definition whose body contains the member's term: the update
      *  stores each term into that definition's buffer, and the epilogue reads it back instead of
      *  recomputing it (softmax: exp(X - m) computed once per element). */
-    std::map<std::string, std::string> term_store;
+    std::map<std::string, std::string> term_store;  ///< a '$' target is a per-row float buffer
+    std::string term_reader;  ///< with a row buffer: the element-wise definition that reads it
 };
 
 struct PassKernel {

@@ -316,7 +316,10 @@ private:
             ctxs.back().epilogues = row_epilogues(c, done, elementwise, placed);
             for (auto &[member, target] : term_store)
                 for (const TensorDef *e : ctxs.back().epilogues)
-                    if (e->name == target) ctxs.back().term_store[member] = target;
+                    if (e->name == target || (target[0] == '$' && e->name == term_owner_)) {
+                        ctxs.back().term_store[member] = target;
+                        if (target[0] == '$') ctxs.back().term_reader = e->name;
+                    }
             Kernel k;
             k.name = "k" + std::to_string(m_.kernels.size()) + "_chain_onchip";
             k.what = "chain [" + what + "], " + std::to_string(c.passes.size()) + " passes on chip" + epilogue_text(ctxs.back());
@@ -379,7 +382,8 @@ private:
                 const OutputDecl *out = nullptr;
                 for (const OutputDecl &o : p_.outputs)
                     if (o.name == e->name) out = &o;
-                if (out && out->dtype != DType::f32 && out->dtype != DType::f64) continue;  // keep the term exact
+                // A float output holds the term exactly; any narrower one gets a per-row float buffer.
+                bool in_place = !out || out->dtype == DType::f32 || out->dtype == DType::f64;
                 // The member's term and the output over the same (row, axis) variables.
                 std::map<std::string, Expr> to_s, to_e;
                 for (size_t i = 0; i < c.n_row; i++) {
@@ -415,7 +419,8 @@ private:
                 }
                 split.passes = {first, second};
                 split.strategy = "onchip_multipass";
-                store[s->name] = e->name;
+                store[s->name] = in_place ? e->name : "$rowterm";
+                term_owner_ = e->name;
                 return split;
             }
         }
@@ -464,7 +469,8 @@ private:
     const LowerOptions &o_;
     Module m_;
     std::map<std::string, size_t> prologue_chain_;
-    std::deque<ChainPlan> split_chains_;  ///< chains re-split for term reuse (kernels point into them)
+    std::deque<ChainPlan> split_chains_;
+    std::string term_owner_;  ///< the element-wise definition whose terms go to a row buffer  ///< chains re-split for term reuse (kernels point into them)
 };
 
 }  // namespace
