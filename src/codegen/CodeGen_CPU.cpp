@@ -283,6 +283,21 @@ private:
             return;
         }
         case StmtKind::Gemm: gemm(s, ind); return;
+        case StmtKind::CopyRow: {
+            const Buffer *b = nullptr;
+            for (const Buffer &x : m_.buffers)
+                if (x.name == s->target->name && x.role == Buffer::Role::Output) b = &x;
+            RF_INTERNAL_ASSERT(b) << "row copy to a non-output";
+            std::string total = "(int64_t)1";
+            for (Expr d : b->dims) total += " * (int64_t)(" + int_expr(d) + ")";
+            std::vector<std::string> idx;
+            for (Expr a : s->target->args) idx.push_back(int_expr(a));
+            // Stream (bypass the caches) when the whole output is bigger than they are.
+            pad(ind) << "rfk::copy_row_f32(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], &" << local_name(s->value->name)
+                     << "[" << int_expr(s->value->args[0]) << "], " << int_expr(s->end) << ", (" << total
+                     << ") * 4 > ((int64_t)24 << 20));\n";
+            return;
+        }
         case StmtKind::Store: {
             // Every buffer of the tensor: the float64 temporary and/or the output in its dtype.
             std::string v = expr(s->value, R);
@@ -453,12 +468,11 @@ std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
               "// int8 x int8 with exact int32 accumulation (VNNI), converted to float for the running state.\n"
               "static inline void gemm_nt_s8_to_f32(int64_t M, int64_t N, int64_t K, float alpha, const int8_t *A, int64_t lda,\n"
               "                                     const int8_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {\n"
-              "    static thread_local std::vector<int32_t> acc;\n"
-              "    acc.resize((size_t)(M * N));\n"
-              "    gemm_nt_s8s8_s32(M, N, K, A, lda, B, ldb, acc.data(), N, false);\n"
+              "    int32_t *acc = (int32_t *)simd_detail::scratch(2, (size_t)(M * N) * sizeof(int32_t));\n"
+              "    gemm_nt_s8s8_s32(M, N, K, A, lda, B, ldb, acc, N, false);\n"
               "    for (int64_t i = 0; i < M; i++)\n"
               "        for (int64_t j = 0; j < N; j++)\n"
-              "            C[i * ldc + j] = (accumulate ? C[i * ldc + j] : 0.0f) + alpha * (float)acc[(size_t)(i * N + j)];\n"
+              "            C[i * ldc + j] = (accumulate ? C[i * ldc + j] : 0.0f) + alpha * (float)acc[i * N + j];\n"
               "}\n}  // namespace rfk\n";
     os << "\nnamespace {\n\n";
     for (const Kernel &k : m.kernels) KernelPrinter(m, k, os).print();

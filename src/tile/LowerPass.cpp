@@ -1101,6 +1101,7 @@ private:
     std::vector<StmtP> epilogue() {
         std::vector<StmtP> out;
         if (ctx_.epilogues.empty()) return out;
+        epilogue_arrays_.clear();
         for (const TensorDef *d : ctx_.epilogues) {
             std::vector<Expr> ext(d->extents.begin() + static_cast<long>(c_.n_row), d->extents.end());
             Expr x = make_index("$e" + std::to_string(uid_++));
@@ -1124,9 +1125,21 @@ private:
                 v = substitute(v, term, kept);
             }
             out.push_back(comment("epilogue: definition " + std::to_string(d - &p_.defs[0])));
+            if (ctx_.row_outputs.count(d->name)) {
+                std::string buf = "$ep" + std::to_string(uid_++);
+                Expr X = product(ext);
+                epilogue_arrays_.push_back(decl(buf, LocalClass::Tile, {mul_i(int_c(nb_), X)}, nullptr));
+                out.push_back(for_loop(x, int_c(0), X, {assign(local_at(buf, add_i(mul_i(rr(), X), x)), v)}, LoopKind::Simd));
+                std::vector<Expr> first(row_vars_.begin(), row_vars_.end());
+                for (size_t i = c_.n_row; i < d->vars.size(); i++) first.push_back(int_c(0));
+                out.push_back(copy_row(make_load(d->name, first, DType::f64, SType::Real), local_at(buf, mul_i(rr(), X)), X));
+                continue;
+            }
             out.push_back(for_loop(x, int_c(0), product(ext), {store(make_load(d->name, idx, DType::f64, SType::Real), v)}, LoopKind::Simd));
         }
-        return {rows_of_block(out)};
+        std::vector<StmtP> all = epilogue_arrays_;
+        all.push_back(rows_of_block(out));
+        return all;
     }
 
     // ---- Kernel shapes.
@@ -1248,7 +1261,8 @@ private:
     Expr L_ = nullptr;
     std::map<std::string, std::string> prologue_ids_;
     std::map<int, MemberGemm> gemm_of_;
-    std::map<int, std::vector<Expr>> hoisted_;  ///< member -> δ locals declared once per row
+    std::map<int, std::vector<Expr>> hoisted_;
+    std::vector<StmtP> epilogue_arrays_;  ///< row buffers of streamed epilogue outputs  ///< member -> δ locals declared once per row
     std::set<std::string> int8_arrays_;
     std::map<Expr, std::pair<std::string, bool>> shared_;  ///< factor -> (tile array, computed yet)
     int uid_ = 0;

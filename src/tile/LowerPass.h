@@ -28,7 +28,9 @@ struct PassContext {
      *  stores each term into that definition's buffer, and the epilogue reads it back instead of
      *  recomputing it (softmax: exp(X - m) computed once per element). */
     std::map<std::string, std::string> term_store;  ///< a '$' target is a per-row float buffer
-    std::string term_reader;  ///< with a row buffer: the element-wise definition that reads it
+    std::string term_reader;
+    /** f32 outputs nobody reads back: the epilogue writes them a row at a time (streamed when large). */
+    std::set<std::string> row_outputs;  ///< with a row buffer: the element-wise definition that reads it
 };
 
 struct PassKernel {

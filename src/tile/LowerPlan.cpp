@@ -320,6 +320,7 @@ private:
                         ctxs.back().term_store[member] = target;
                         if (target[0] == '$') ctxs.back().term_reader = e->name;
                     }
+            mark_row_outputs(ctxs.back());
             Kernel k;
             k.name = "k" + std::to_string(m_.kernels.size()) + "_chain_onchip";
             k.what = "chain [" + what + "], " + std::to_string(c.passes.size()) + " passes on chip" + epilogue_text(ctxs.back());
@@ -334,6 +335,7 @@ private:
                 if (pi + 1 == ctxs.size()) {
                     for (const std::string &n : c.members) done.insert(n);
                     ctx.epilogues = row_epilogues(c, done, elementwise, placed);
+                    mark_row_outputs(ctx);
                 }
                 Kernel k;
                 k.name = "k" + std::to_string(m_.kernels.size()) + "_chain_pass" + std::to_string(pi);
@@ -383,7 +385,9 @@ private:
                 for (const OutputDecl &o : p_.outputs)
                     if (o.name == e->name) out = &o;
                 // A float output holds the term exactly; any narrower one gets a per-row float buffer.
-                bool in_place = !out || out->dtype == DType::f32 || out->dtype == DType::f64;
+                // Terms go to a per-row float buffer, so the output itself is written once (streamed
+                // when large); a float64 temporary (an output read back) holds them in place.
+                bool in_place = !out;
                 // The member's term and the output over the same (row, axis) variables.
                 std::map<std::string, Expr> to_s, to_e;
                 for (size_t i = 0; i < c.n_row; i++) {
@@ -425,6 +429,21 @@ private:
             }
         }
         return std::nullopt;
+    }
+
+    /** f32 outputs of the epilogue that no definition reads and no term is stored into. */
+    void mark_row_outputs(PassContext &ctx) {
+        for (const TensorDef *d : ctx.epilogues) {
+            const OutputDecl *out = nullptr;
+            for (const OutputDecl &o : p_.outputs)
+                if (o.name == d->name) out = &o;
+            if (!out || out->dtype != DType::f32 || d->vars.size() <= ctx.chain->n_row) continue;
+            bool read = false;
+            for (const TensorDef &u : p_.defs)
+                visit(u.body, [&](Expr n) { read = read || (n->kind == Kind::Load && n->name == d->name); });
+            for (auto &[member, target] : ctx.term_store) read = read || target == d->name;
+            if (!read) ctx.row_outputs.insert(d->name);
+        }
     }
 
     std::string epilogue_text(const PassContext &ctx) {

@@ -117,6 +117,15 @@ StmtP store(Expr target, Expr value) {
     return s;
 }
 
+StmtP copy_row(Expr target, Expr source, Expr count) {
+    RF_INTERNAL_ASSERT(target && target->kind == Kind::Load && source && source->kind == Kind::Load) << "copy of loads";
+    auto s = make(StmtKind::CopyRow);
+    s->target = target;
+    s->value = source;
+    s->end = count;
+    return s;
+}
+
 StmtP comment(const std::string &text) {
     auto s = make(StmtKind::Comment);
     s->name = text;
@@ -263,6 +272,10 @@ void print(std::ostringstream &os, const StmtP &s, int indent) {
         return;
     }
     case StmtKind::Store: os << pad << "store " << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; return;
+    case StmtKind::CopyRow:
+        os << pad << "copy " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ") = " << rf::to_string(s->value)
+           << "...\n";
+        return;
     case StmtKind::Comment: os << pad << "# " << s->name << "\n"; return;
     }
 }

@@ -51,6 +51,8 @@ enum class StmtKind : uint8_t {
     PolyShift,   ///< move the shift-form state `name`[α] from reference `args` to reference `args2`
     Gemm,        ///< C (+)= alpha · A · B or A · Bᵀ over tiles (see GemmInfo)
     Store,       ///< global tensor element target = value, rounded to the tensor's dtype
+    CopyRow,     ///< f32 output elements target[0..end) = local value[0..end); streamed past the caches
+                 ///< (non-temporal stores) when the whole output is larger than the caches
     Comment,     ///< text (already sanitized) kept in dumps and generated code
 };
 
@@ -99,6 +101,8 @@ StmtP topk_insert(const std::string &list, Expr offset, Expr count_index, Expr k
 StmtP poly_shift(const std::string &state, std::vector<std::vector<int>> alphas, std::vector<Expr> from, std::vector<Expr> to);
 StmtP gemm(GemmInfo info);
 StmtP store(Expr target, Expr value);
+/** target: a Load of an f32 output at the row's first element; source: a Load of a local array. */
+StmtP copy_row(Expr target, Expr source, Expr count);
 StmtP comment(const std::string &text);
 /** A copy of s with new children. */
 StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else_body = {});

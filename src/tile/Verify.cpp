@@ -169,6 +169,18 @@ private:
             if (in_simd) fail(s, "gemm inside a simd loop");
             return;
         }
+        case StmtKind::CopyRow: {
+            bool f32_output = false;
+            for (const Buffer &x : m_.buffers)
+                f32_output = f32_output || (x.name == s->target->name && x.role == Buffer::Role::Output && x.dtype == DType::f32);
+            if (!f32_output) fail(s, "row copy to something other than an f32 output");
+            if (s->value->name.empty() || s->value->name[0] != '$') fail(s, "row copy from a non-local");
+            if (in_simd) fail(s, "row copy inside a simd loop");
+            expr(s, s->target);
+            expr(s, s->value);
+            expr(s, s->end);
+            return;
+        }
         case StmtKind::Store: {
             const Buffer *b = m_.find(s->target->name);
             if (!b) fail(s, "store to unknown buffer " + s->target->name);

@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#if defined(__AVX__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 // The vector variants of exp/log in glibc's libmvec: declared here so that `omp simd` loops call
 // them (GCC only declares them under -ffast-math, which would also break inf/NaN semantics).
@@ -188,6 +191,37 @@ static inline uint8_t store_f8e5m2(double v) { return static_cast<uint8_t>(encod
 static inline int8_t store_i8(double v) { return static_cast<int8_t>(cast_i8(v)); }
 static inline int32_t store_i32(double v) { return static_cast<int32_t>(cast_i32(v)); }
 static inline int64_t store_i64(double v) { return static_cast<int64_t>(cast_i64(v)); }
+
+// A row of float results into an f32 output. `stream`: non-temporal stores (no read-for-ownership,
+// no cache pollution) for outputs larger than the caches; plain copies otherwise.
+static inline void copy_row_f32(float *dst, const float *src, int64_t n, bool stream) {
+#if defined(__AVX512F__) || defined(__AVX__)
+    if (stream && n >= 64) {
+#if defined(__AVX512F__)
+        const int64_t w = 16;
+#else
+        const int64_t w = 8;
+#endif
+        int64_t i = 0;
+        while (i < n && (reinterpret_cast<uintptr_t>(dst + i) % (4 * w)) != 0) {
+            dst[i] = src[i];
+            i++;
+        }
+        for (; i + w <= n; i += w) {
+#if defined(__AVX512F__)
+            _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+#else
+            _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+#endif
+        }
+        for (; i < n; i++) dst[i] = src[i];
+        _mm_sfence();
+        return;
+    }
+#endif
+    (void)stream;
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
 
 // ---- Running-state helpers of the generated kernels (the plan interpreter's semantics).
 // "a is a better selection than b": larger (want_max) or smaller; NaN ranks first; ties: lower index.

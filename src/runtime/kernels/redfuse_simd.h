@@ -6,13 +6,17 @@
  * Self-contained (no redfuse headers) and C++17, because JIT-compiled kernels include it. Every function
  * is `static inline`, so translation units built with different -m flags never share a definition.
  * No pointer needs any alignment; leading dimensions are in elements. Scratch memory (B panels) is
- * thread_local per translation unit and only grows: up to 512 KiB per thread for large GEMMs (plus up to
+ * per thread and translation unit (a process-wide map, not thread_local) and only grows: up to 512 KiB per thread for large GEMMs (plus up to
  * 128 KiB for bf16 A without AVX512_BF16), 64 KiB or less for attention-sized tiles. No function uses
  * OpenMP; all are safe to call from several threads at once.
  */
 #ifndef REDFUSE_SIMD_H
 #define REDFUSE_SIMD_H
 
+#include <array>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -97,8 +101,25 @@ struct ScratchBuffer {
     size_t bytes = 0;
     ~ScratchBuffer() { std::free(data); }
 };
+// Per thread, but not thread_local: generated kernels live in dlopen'd objects, and thread-local
+// objects with destructors registered from such an object (by OpenMP worker threads that outlive it)
+// crash LeakSanitizer's exit-time scan. A process-wide map from thread id to buffers, freed when the
+// object is unloaded, costs one uncontended lock per call (calls are per tile, not per element).
+struct ScratchPool {
+    std::mutex lock;
+    std::unordered_map<std::thread::id, std::array<ScratchBuffer, 3>> per_thread;  // node addresses are stable
+};
+static inline ScratchPool &scratch_pool() {
+    static ScratchPool pool;
+    return pool;
+}
 static inline void *scratch(int slot, size_t bytes) {
-    thread_local ScratchBuffer buffers[2];
+    ScratchPool &pool = scratch_pool();
+    ScratchBuffer *buffers;
+    {
+        std::lock_guard<std::mutex> guard(pool.lock);
+        buffers = pool.per_thread[std::this_thread::get_id()].data();
+    }
     ScratchBuffer &b = buffers[slot];
     if (b.bytes < bytes) {
         size_t rounded = (bytes + 63) / 64 * 64;
