@@ -41,25 +41,6 @@ struct State {
     std::vector<std::vector<Elem>> members;
 };
 
-ReduceOp flip(ReduceOp op) {
-    switch (op) {
-    case ReduceOp::Max: return ReduceOp::Min;
-    case ReduceOp::Min: return ReduceOp::Max;
-    case ReduceOp::ArgMax: return ReduceOp::ArgMin;
-    case ReduceOp::ArgMin: return ReduceOp::ArgMax;
-    default: return op;
-    }
-}
-
-double identity_of(ReduceOp op) {
-    switch (op) {
-    case ReduceOp::Sum: return 0;
-    case ReduceOp::Prod: return 1;
-    case ReduceOp::Max: case ReduceOp::ArgMax: return -INFINITY;
-    default: return INFINITY;
-    }
-}
-
 /** "a is a better selection than b": larger (max) or smaller (min), ties to the lower index; NaN ranks first. */
 bool better(ReduceOp op, double va, int64_t ia, double vb, int64_t ib) {
     bool want_max = op == ReduceOp::Max || op == ReduceOp::ArgMax || op == ReduceOp::TopK;
@@ -208,7 +189,7 @@ private:
             m.sel_op = m.a->op;
             if (m.def->is_topk()) m.k = eval_extent(m.def->extents.back(), sizes_);
             if ((m.a->relation == Relation::Monotone || m.a->relation == Relation::Additive) && !m.a->increasing)
-                m.sel_op = flip(m.a->op);
+                m.sel_op = mirrored(m.a->op);
             mem.push_back(m);
             Tensor out(def_shape(*m.def, sizes_));
             t_[m.def->name] = out;
@@ -232,7 +213,7 @@ private:
         for (const MemberRt &m : mem) {
             std::vector<Elem> elems(static_cast<size_t>(m.extra_count));
             for (Elem &e : elems) {
-                e.acc = identity_of(m.a->relation == Relation::Multiplicative || m.a->relation == Relation::Polynomial
+                e.acc = reduce_identity(m.a->relation == Relation::Multiplicative || m.a->relation == Relation::Polynomial
                                         ? m.a->op : m.sel_op);
                 if (m.a->relation == Relation::Polynomial) e.S.assign(m.a->alphas.size(), 0.0);
             }
@@ -520,7 +501,7 @@ private:
                         break;
                     }
                     ec.seen = false;
-                    ec.acc = identity_of(op);
+                    ec.acc = reduce_identity(op);
                     for (const auto *side : {&ea, &eb}) {
                         if (!side->seen) continue;
                         if (op == ReduceOp::TopK) {

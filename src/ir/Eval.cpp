@@ -170,4 +170,23 @@ double Evaluator::eval_reduce(Expr e) {
     return acc;
 }
 
+double reduce_identity(ReduceOp op) {
+    switch (op) {
+    case ReduceOp::Sum: return 0;
+    case ReduceOp::Prod: return 1;
+    case ReduceOp::Max: case ReduceOp::ArgMax: case ReduceOp::TopK: return -INFINITY;
+    default: return INFINITY;
+    }
+}
+
+ReduceOp mirrored(ReduceOp op) {
+    switch (op) {
+    case ReduceOp::Max: return ReduceOp::Min;
+    case ReduceOp::Min: return ReduceOp::Max;
+    case ReduceOp::ArgMax: return ReduceOp::ArgMin;
+    case ReduceOp::ArgMin: return ReduceOp::ArgMax;
+    default: return op;
+    }
+}
+
 }  // namespace rf

@@ -50,4 +50,9 @@ double eval_sub(double a, double b);
 double eval_div(double a, double b);
 double eval_func(Func f, double x);
 
+/** The identity of a reduction (0, 1, -inf for max/argmax/top-k, +inf for min/argmin). */
+double reduce_identity(ReduceOp op);
+/** The selection that a decreasing map turns op into (max <-> min, argmax <-> argmin). */
+ReduceOp mirrored(ReduceOp op);
+
 }  // namespace rf

@@ -1,6 +1,6 @@
 /** \file Lower.h
- * Lowering of a fusion plan to the tile IR (one kernel per chain pass, literal kernels for the rest)
- * and the passes over the result.
+ * Lowering of a fusion plan to the tile IR: one kernel per chain pass (or per chain on chip),
+ * single-definition kernels for the rest, tile GEMMs recognized on the way.
  */
 #pragma once
 
@@ -38,11 +38,7 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
  *  cannot express yet (named, with the definition's location). */
 Module lower_plan(const Plan &plan, const LowerOptions &opts);
 
-/** Hoists, out of loops over a member's extra axes, the per-tile subexpressions that do not depend
- *  on them (exp(S - m) shared by every column of the attention output), into tile arrays. */
-Module hoist_invariants(const Module &m);
-
-/** Rewrites recognized tile contractions (Σ_k A[i,k]·B[k,j] over a tile) into Gemm statements. */
-Module recognize_gemm(const Module &m);
+// GEMM recognition and the sharing of per-tile factors (exp(S - m) for l and O) happen during
+// lowering, where the loop structure is known: see LowerPass.cpp ("Tile GEMMs") and docs/tile-ir.md.
 
 }  // namespace rf::tile

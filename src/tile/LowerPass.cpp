@@ -11,6 +11,7 @@
 #include <optional>
 #include <limits>
 
+#include "ir/Eval.h"
 #include "support/Error.h"
 
 namespace rf::tile {
@@ -50,25 +51,6 @@ Expr add_i(Expr a, Expr b) { return make_add(a, b); }
 Expr mul_i(Expr a, Expr b) { return make_mul(a, b); }
 
 enum class Form { SumShift, Select, ArgSelect, TopK, Prod, Mult, Poly };
-
-ReduceOp flip(ReduceOp op) {
-    switch (op) {
-    case ReduceOp::Max: return ReduceOp::Min;
-    case ReduceOp::Min: return ReduceOp::Max;
-    case ReduceOp::ArgMax: return ReduceOp::ArgMin;
-    case ReduceOp::ArgMin: return ReduceOp::ArgMax;
-    default: return op;
-    }
-}
-
-double identity_of(ReduceOp op) {
-    switch (op) {
-    case ReduceOp::Sum: return 0;
-    case ReduceOp::Prod: return 1;
-    case ReduceOp::Max: case ReduceOp::ArgMax: case ReduceOp::TopK: return -INFINITY;
-    default: return INFINITY;
-    }
-}
 
 struct MemberInfo {
     int k = 0;
@@ -133,7 +115,7 @@ private:
         const MemberAnalysis &a = *m.a;
         m.sel = a.relation == Relation::Additive || a.relation == Relation::Monotone;
         m.op = a.op;
-        if (m.sel && !a.increasing) m.op = flip(a.op);
+        if (m.sel && !a.increasing) m.op = mirrored(a.op);
         m.nd = a.delta_syms.size();
         if (m.def->is_topk()) m.K = m.def->extents.back();
         if (a.relation == Relation::Multiplicative) m.form = Form::Mult;
@@ -187,10 +169,10 @@ private:
 
     double acc_init(const MemberInfo &m) {
         switch (m.form) {
-        case Form::Mult: case Form::Poly: return identity_of(m.a->op);
+        case Form::Mult: case Form::Poly: return reduce_identity(m.a->op);
         case Form::SumShift: return 0;
         case Form::Prod: return 1;
-        default: return identity_of(m.op);
+        default: return reduce_identity(m.op);
         }
     }
 
@@ -312,9 +294,16 @@ private:
 
     /** The value member m would have if the axis ended now (PlanInterp's member_value/finalize). */
     Expr current_value(const MemberInfo &m, Expr x, const Mode &mode) {
-        const std::string &P = mode.P;
+        Expr v = value_of(mode.P, m, x, Mode{mode.P, false, false});
+        if (mode.estimate && m.a->op == ReduceOp::Sum)
+            v = make_select(make_cmp(CmpOp::GT, count(mode.P), int_c(0)), make_div(make_mul(v, L_), count(mode.P)), v);
+        return v;
+    }
+
+    /** The value of member m at x from the state P, its own dependencies read as `raw` says (running
+     *  values of this pass, or the final values in the buffers): PlanInterp's finalize. */
+    Expr value_of(const std::string &P, const MemberInfo &m, Expr x, const Mode &raw) {
         const MemberAnalysis &a = *m.a;
-        Mode raw{P, false, false};
         Expr n = count(P);
         Expr v = nullptr;
         switch (m.form) {
@@ -341,9 +330,8 @@ private:
             break;
         case Form::TopK: RF_INTERNAL_ASSERT(false) << "top-k value read in its pass";
         }
-        if (m.sel) v = apply_phi(m, x, v, raw);
-        if (mode.estimate && a.op == ReduceOp::Sum)
-            v = make_select(make_cmp(CmpOp::GT, n, int_c(0)), make_div(make_mul(v, L_), n), v);
+        // φ maps the selected G to the member's value; an arg-selection's value is the index itself.
+        if (m.sel && m.form != Form::ArgSelect) v = apply_phi(m, x, v, raw);
         return v;
     }
 
@@ -864,7 +852,7 @@ private:
         }
         case Form::Select: {
             std::string t = "$t" + std::to_string(uid_++);
-            s.push_back(decl(t, LocalClass::Tile, {}, real_c(identity_of(m.op))));
+            s.push_back(decl(t, LocalClass::Tile, {}, real_c(reduce_identity(m.op))));
             s.push_back(for_loop(j, j0, j1, {accum(m.op, local_var(t), v)}, LoopKind::Simd));
             Expr best = m.op == ReduceOp::Max ? make_max(acc(P, m, x), local_var(t)) : make_min(acc(P, m, x), local_var(t));
             s.push_back(assign(acc(P, m, x), best));
@@ -876,7 +864,7 @@ private:
             // tile can win (ties keep the earlier, lower index).
             ReduceOp vop = m.op == ReduceOp::ArgMax ? ReduceOp::Max : ReduceOp::Min;
             std::string t = "$t" + std::to_string(uid_++);
-            s.push_back(decl(t, LocalClass::Tile, {}, real_c(identity_of(vop))));
+            s.push_back(decl(t, LocalClass::Tile, {}, real_c(reduce_identity(vop))));
             s.push_back(for_loop(j, j0, j1, {accum(vop, local_var(t), v)}, LoopKind::Simd));
             Expr tv = local_var(t), cur = acc(P, m, x);
             Expr wins = make_or(make_not(seen_b(P, m, x)),
@@ -1069,33 +1057,7 @@ private:
         return {rows_of_block(out)};
     }
 
-    Expr final_value(const std::string &P, const MemberInfo &m, Expr x) {
-        const MemberAnalysis &a = *m.a;
-        Mode fin{};
-        switch (m.form) {
-        case Form::Mult: {
-            std::vector<Expr> raw = deltas(m, x, fin), safe;
-            for (Expr e : raw) safe.push_back(sanitize(e));
-            std::vector<Expr> t = tags(P, m, x);
-            Expr n = count(P);
-            Expr al = alpha(m, x, safe, t, fin);
-            if (a.op == ReduceOp::Prod) al = make_pow(al, n);
-            Expr s = make_select(differs(safe, t), make_mul(acc(P, m, x), al), acc(P, m, x));
-            Expr h = bind(with_deltas(a.H_def, m, raw, {}), m, x, nullptr, fin);
-            if (a.op == ReduceOp::Prod) h = make_pow(h, n);
-            Expr empty = make_or(make_not(seen_b(P, m, x)), make_cmp(CmpOp::EQ, acc(P, m, x), real_c(0)));
-            return make_select(empty, real_c(0), make_mul(s, h));
-        }
-        case Form::Poly: return make_select(seen_b(P, m, x), poly_value(P, m, x, deltas(m, x, fin)), real_c(0));
-        case Form::SumShift:
-            return make_select(seen_b(P, m, x), make_add(acc(P, m, x), make_mul(count(P), tag(P, m, x, 0))), real_c(0));
-        case Form::ArgSelect: return make_select(seen_b(P, m, x), idx(P, m, x), real_c(0));
-        default: {
-            Expr u = acc(P, m, x);
-            return m.sel ? apply_phi(m, x, u, fin) : u;
-        }
-        }
-    }
+    Expr final_value(const std::string &P, const MemberInfo &m, Expr x) { return value_of(P, m, x, Mode{}); }
 
     // ---- Epilogue: element-wise definitions of this row.
     std::vector<StmtP> epilogue() {

@@ -6,6 +6,8 @@
  */
 #include <gtest/gtest.h>
 
+#include "../ExampleSizes.h"
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -19,49 +21,11 @@ using namespace rf;
 
 namespace {
 
-std::string read(const std::filesystem::path &p) {
-    std::ifstream f(p);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-std::vector<std::filesystem::path> examples() {
-    std::vector<std::filesystem::path> out;
-    for (const auto &e : std::filesystem::directory_iterator(std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples"))
-        if (e.path().extension() == ".rf") out.push_back(e.path());
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
-bool accepted(const Program &p, const std::map<std::string, int64_t> &s) {
-    try {
-        bind_sizes(p, s);
-        return true;
-    } catch (const UserError &) {
-        return false;
-    }
-}
-
-int64_t next_prime(int64_t n) {
-    for (int64_t c = std::max<int64_t>(n + 1, 2);; c++) {
-        bool prime = true;
-        for (int64_t d = 2; d * d <= c; d++)
-            if (c % d == 0) prime = false;
-        if (prime) return c;
-    }
-}
-
-std::map<std::string, int64_t> variant(const Program &p, const std::function<int64_t(int64_t)> &f) {
-    std::map<std::string, int64_t> s;
-    for (const SizeDecl &d : p.sizes) s[d.name] = *d.default_value;
-    for (const SizeDecl &d : p.sizes) {
-        auto trial = s;
-        trial[d.name] = f(s[d.name]);
-        if (accepted(p, trial)) s = trial;
-    }
-    return s;
-}
+using test::read_text;
+using test::next_prime;
+std::vector<std::filesystem::path> examples() { return test::example_paths(); }
+std::string read(const std::filesystem::path &p) { return read_text(p); }
+std::map<std::string, int64_t> variant(const Program &p, const std::function<int64_t(int64_t)> &f) { return test::size_variant(p, f); }
 
 /** The spec with every bf16/f16/f32 input and output declared as `to` (quantized types kept). */
 std::string with_float_dtype(const std::string &src, const std::string &to) {
