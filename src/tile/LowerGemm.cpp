@@ -1,0 +1,350 @@
+/** \file LowerGemm.cpp
+ * Tile GEMMs recognized while lowering a pass: QKᵀ prologues and Σ_j F(j)·W(j, x) members over a block
+ * of rows (one GEMM, a GEMM per GQA group, or a GEMV per row), and per-tile factors shared by members.
+ */
+#include "tile/PassLowering.h"
+
+namespace rf::tile::lowering {
+
+int PassLowering::dim_of(Expr load, Expr v) {
+    int at = -1;
+    for (size_t i = 0; i < load->args.size(); i++) {
+        Expr a = load->args[i];
+        bool exact = a == v || (v == rr() && a == make_add(local_var("$rbase", SType::Int), rr()));
+        if (exact) {
+            if (at != -1) return -2;
+            at = static_cast<int>(i);
+        } else if (mentions(a, v->name)) {
+            return -2;
+        }
+    }
+    return at;
+}
+
+Expr PassLowering::group_divisor(Expr e) {
+    Expr row = make_add(local_var("$rbase", SType::Int), rr());
+    Expr G = nullptr;
+    bool ok = true;
+    Expr rest = substitute(e, [&](Expr n) -> Expr {
+        if (n->kind != Kind::IDiv || n->args[0] != row) return nullptr;
+        if (G && G != n->args[1]) ok = false;
+        G = n->args[1];
+        return int_c(0);
+    });
+    if (!ok || !G || mentions(rest, "$rr") || mentions(G, "$rr")) return nullptr;
+    return G;
+}
+
+Expr PassLowering::grouped(Expr e, Expr G) {
+    return substitute(e, make_idiv(make_add(local_var("$rbase", SType::Int), rr()), G),
+                      make_idiv(local_var("$rbase", SType::Int), G));
+}
+
+StmtP PassLowering::when_grouped(Expr G, StmtP block, StmtP rows) {
+    return if_then(make_cmp(CmpOp::EQ, make_mod(G, int_c(nb_)), int_c(0)), {block}, {rows});
+}
+
+Expr PassLowering::stride(Expr load, int d) {
+    const TensorDef *def = p_.find_def(load->name);
+    const InputDecl *in = p_.find_input(load->name);
+    const std::vector<Expr> &dims = in ? in->dims : def->extents;
+    std::vector<Expr> later(dims.begin() + d + 1, dims.end());
+    return product(later);
+}
+
+Expr PassLowering::gemm_operand(Expr e) {
+    while (e->kind == Kind::Cast && (e->dtype == DType::f32 || e->dtype == DType::f64)) e = e->args[0];
+    if (e->kind != Kind::Load || e->name.empty() || e->name[0] == '$') return nullptr;
+    if (e->dtype != DType::f32 && e->dtype != DType::bf16) return nullptr;
+    return e;
+}
+
+Expr PassLowering::at_origin(Expr load, const std::map<Expr, Expr> &to) {
+    std::vector<Expr> args;
+    for (Expr a : load->args) {
+        Expr r = a;
+        for (auto &[v, o] : to) {
+            if (a == v) r = o;
+            if (v == rr() && a == make_add(local_var("$rbase", SType::Int), rr())) r = local_var("$rbase", SType::Int);
+        }
+        args.push_back(r);
+    }
+    return make_load(load->name, args, load->dtype, load->stype);
+}
+
+StmtP PassLowering::prologue_gemm(Expr v, Expr j, const std::string &local) {
+    Expr alpha = real_c(1);
+    Expr red = v;
+    if (v->kind == Kind::Mul) {
+        red = nullptr;
+        std::vector<Expr> rest;
+        for (Expr a : v->args) {
+            if (a->kind == Kind::Reduce && !red) red = a;
+            else rest.push_back(a);
+        }
+        if (!red) return nullptr;
+        alpha = rest.size() == 1 ? rest[0] : make_mul(rest);
+        if (mentions(alpha, j->name) || mentions(alpha, "$rr")) return nullptr;
+    }
+    if (red->kind != Kind::Reduce || red->rop != ReduceOp::Sum || red->num_axes() != 1) return nullptr;
+    Expr body = red->body(), d = red->axis(0);
+    if (body->kind != Kind::Mul || body->args.size() != 2) return nullptr;
+    Expr l0 = gemm_operand(body->args[0]), l1 = gemm_operand(body->args[1]);
+    if (!l0 || !l1) return nullptr;
+    if (mentions(l0, j->name)) std::swap(l0, l1);
+    Expr A = l0, B = l1;
+    if (mentions(A, j->name)) return nullptr;
+    // B shared by the block (attention: K[b, h, j, d]) gives one GEMM over the block; B that
+    // depends on the row (GQA decode: K[b, hq / G, j, d]) gives one GEMV per row.
+    bool per_row = mentions(B, "$rr");
+    int ak = dim_of(A, d), bk = dim_of(B, d), bj = dim_of(B, j), ar = per_row ? -1 : dim_of(A, rr());
+    if (per_row && (mentions(A->args[static_cast<size_t>(std::max(ak, 0))], "$rr") || dim_of(B, d) < 0)) return nullptr;
+    if (ak != static_cast<int>(A->args.size()) - 1 || bk != static_cast<int>(B->args.size()) - 1 || bj < 0 || ar == -2) return nullptr;
+    if (A->dtype == DType::bf16 && B->dtype == DType::f32) return nullptr;  // no such kernel
+    GemmInfo g;
+    g.M = per_row ? int_c(1) : local_var("$nbv", SType::Int);
+    g.N = make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int));
+    g.K = red->extents[0];
+    if (per_row) {
+        // Row rr's operands as they are (their indices already hold $rbase + $rr).
+        g.a_base = substitute(A, d, int_c(0));
+        g.b_base = substitute(substitute(B, d, int_c(0)), j, local_var("$tb", SType::Int));
+        g.c_base = local_at(local, mul_i(rr(), int_c(ctx_.schedule.tile)));
+    } else {
+        g.a_base = at_origin(A, {{d, int_c(0)}, {rr(), int_c(0)}});
+        g.b_base = at_origin(B, {{d, int_c(0)}, {j, local_var("$tb", SType::Int)}});
+        g.c_base = local_at(local, int_c(0));
+    }
+    g.a_si = ar >= 0 ? stride(A, ar) : int_c(0);
+    g.a_sk = int_c(1);
+    g.b_sj = stride(B, bj);
+    g.b_sk = int_c(1);
+    g.c_si = int_c(ctx_.schedule.tile);
+    g.alpha = alpha;
+    g.trans_b = true;
+    g.accumulate = false;
+    if (!per_row) return gemm(g);
+    StmtP rows = rows_of_block({gemm(g)});
+    Expr G = group_divisor(B);
+    int ar_block = dim_of(A, rr());
+    if (!G || nb_ == 1 || ar_block == -2) return rows;
+    GemmInfo gb = g;
+    gb.M = local_var("$nbv", SType::Int);
+    gb.a_base = at_origin(A, {{d, int_c(0)}, {rr(), int_c(0)}});
+    gb.a_si = ar_block >= 0 ? stride(A, ar_block) : int_c(0);
+    gb.b_base = at_origin(grouped(B, G), {{d, int_c(0)}, {j, local_var("$tb", SType::Int)}});
+    gb.c_base = local_at(local, int_c(0));
+    return when_grouped(G, gemm(gb), rows);
+}
+
+Expr PassLowering::strip_widening(Expr e) {
+    while (e->kind == Kind::Cast && (e->dtype == DType::f32 || e->dtype == DType::f64)) e = e->args[0];
+    return e;
+}
+
+Expr PassLowering::term_of(const std::string &P, const MemberInfo &m, Expr x) {
+    if (m.form == Form::Mult) {
+        if (!m.a->H_def->is_const(1)) return nullptr;
+        return bind(m.def->body->body(), m, x, jh(), Mode{P, false, true});
+    }
+    if (m.form == Form::SumShift && !m.sel && m.a->relation != Relation::Polynomial)
+        return bind(m.def->body->body(), m, x, jh(), Mode{P, false, false});
+    return nullptr;
+}
+
+std::optional<PassLowering::MemberGemm> PassLowering::gemm_form(const std::string &P, const MemberInfo &m) {
+    if (m.extra_vars.size() != 1 || axis_ext_.size() != 1) return std::nullopt;
+    // A few columns (x, y, z) are better as vector loops over the tile than as a GEMM call.
+    if (m.X->is_const() && m.X->value < 16) return std::nullopt;
+    Expr t = term_of(P, m, xg());
+    if (!t || t->kind != Kind::Mul) return std::nullopt;
+    MemberGemm g;
+    std::vector<Expr> f;
+    for (Expr a : t->args) {
+        if (!mentions(a, "$xg")) {
+            f.push_back(a);
+            continue;
+        }
+        if (g.W) return std::nullopt;  // two factors carry the extra axis
+        g.W = gemm_operand(a);
+        if (!g.W) {
+            Expr w = strip_widening(a);
+            if (w->kind != Kind::Load || w->dtype != DType::i8 || w->name.empty() || w->name[0] == '$') return std::nullopt;
+            g.W = w;
+            g.int8 = true;
+        }
+    }
+    if (!g.W || f.empty()) return std::nullopt;
+    g.per_row = mentions(g.W, "$rr");
+    g.F = f.size() == 1 ? f[0] : make_mul(f);
+    if (g.int8) {
+        // Quantized activations times int8 weights: F must itself be an i8-rounded value.
+        Expr q = strip_widening(g.F);
+        if (q->kind != Kind::Cast || q->dtype != DType::i8) return std::nullopt;
+    }
+    g.w_x = dim_of(g.W, xg());
+    g.w_j = dim_of(g.W, jh());
+    int last = static_cast<int>(g.W->args.size()) - 1;
+    if (g.w_x < 0 || g.w_j < 0) return std::nullopt;
+    if (g.w_x == last) g.nn = true;
+    else if (g.w_j == last) g.nn = false;
+    else return std::nullopt;
+    if (g.int8 && g.nn) return std::nullopt;  // the int8 kernel takes W[x][j] (K contiguous)
+    return g;
+}
+
+void PassLowering::plan_gemms(const std::string &P) {
+    gemm_of_.clear();
+    shared_.clear();
+    for (const MemberInfo &m : members_)
+        if (auto g = gemm_form(P, m)) {
+            gemm_of_[m.k] = *g;
+            if (!shared_.count(g->F)) shared_[g->F] = {"$f" + std::to_string(uid_++), false};
+            if (g->int8) int8_arrays_.insert(shared_.at(g->F).first);
+        }
+}
+
+Expr PassLowering::shared_term(const std::string &P, const MemberInfo &m) {
+    if (!m.extra_vars.empty()) return nullptr;
+    Expr t = term_of(P, m, int_c(0));
+    return t && shared_.count(t) ? t : nullptr;
+}
+
+Expr PassLowering::shared_at(Expr F) {
+    return local_at(shared_.at(F).first, add_i(mul_i(rr(), int_c(ctx_.schedule.tile)), make_sub(jh(), local_var("$tb", SType::Int))));
+}
+
+bool PassLowering::materialize(Expr F, std::vector<StmtP> &out) {
+    auto it = shared_.find(F);
+    if (it == shared_.end()) return false;
+    if (!it->second.second) {
+        it->second.second = true;
+        out.push_back(rows_of_block({for_loop(jh(), local_var("$tb", SType::Int), local_var("$te", SType::Int),
+                                              {assign(shared_at(F), F)}, LoopKind::Simd)}));
+    }
+    return true;
+}
+
+void PassLowering::hoist_deltas(const std::string &P, const MemberInfo &m, std::vector<StmtP> &out) {
+    hoisted_.erase(m.k);
+    if (m.form != Form::Mult || m.extra_vars.empty()) return;
+    std::vector<Expr> probe = deltas(m, xg(), Mode{P, false, true});
+    for (Expr e : probe)
+        if (mentions(e, "$xg")) return;
+    std::string dn = "$dh" + std::to_string(uid_++);
+    std::vector<Expr> locals;
+    for (size_t i = 0; i < probe.size(); i++) {
+        out.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, probe[i]));
+        locals.push_back(local_var(dn + "_" + std::to_string(i)));
+    }
+    hoisted_[m.k] = locals;
+}
+
+std::vector<StmtP> PassLowering::rescale(const std::string &P, const MemberInfo &m, Expr x, std::vector<Expr> &d) {
+    std::vector<StmtP> s;
+    if (m.form != Form::Mult) return s;
+    const MemberAnalysis &a = *m.a;
+    Mode san{P, false, true};
+    if (auto it = hoisted_.find(m.k); it != hoisted_.end()) {
+        d = it->second;
+    } else {
+        std::string dn = "$d" + std::to_string(uid_++);
+        std::vector<Expr> dv = deltas(m, x, san);
+        for (size_t i = 0; i < dv.size(); i++) {
+            s.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, dv[i]));
+            d.push_back(local_var(dn + "_" + std::to_string(i)));
+        }
+    }
+    std::vector<Expr> t = tags(P, m, x);
+    Expr al = alpha(m, x, d, t, san);
+    if (a.op == ReduceOp::Prod) al = make_pow(al, local_var("$nold", SType::Int));
+    Expr cond = make_and(seen_b(P, m, x), differs(d, t));
+    if (a.op == ReduceOp::Sum) cond = make_and(cond, make_cmp(CmpOp::NE, acc(P, m, x), real_c(0)));
+    s.push_back(if_then(cond, {assign(acc(P, m, x), make_mul(acc(P, m, x), al))}));
+    return s;
+}
+
+std::vector<StmtP> PassLowering::after_terms(const std::string &P, const MemberInfo &m, Expr x, const std::vector<Expr> &d) {
+    std::vector<StmtP> s;
+    for (size_t i = 0; i < d.size(); i++) s.push_back(assign(tag(P, m, x, i), d[i]));
+    s.push_back(assign(seen(P, m, x), real_c(1)));
+    return s;
+}
+
+std::vector<StmtP> PassLowering::shared_update(const std::string &P, const MemberInfo &m, Expr x, Expr F) {
+    std::vector<Expr> d;
+    std::vector<StmtP> s = rescale(P, m, x, d);
+    std::string tn = "$t" + std::to_string(uid_++);
+    s.push_back(decl(tn, LocalClass::Tile, {}, real_c(0)));
+    s.push_back(for_loop(jh(), local_var("$tb", SType::Int), local_var("$te", SType::Int),
+                         {accum(ReduceOp::Sum, local_var(tn), shared_at(F))}, LoopKind::Simd));
+    s.push_back(accum(ReduceOp::Sum, acc(P, m, x), local_var(tn)));
+    for (const StmtP &q : after_terms(P, m, x, d)) s.push_back(q);
+    return s;
+}
+
+std::vector<StmtP> PassLowering::member_gemm(const std::string &P, const MemberInfo &m, const MemberGemm &g) {
+    std::vector<StmtP> out;
+    materialize(g.F, out);
+    std::vector<StmtP> pre;
+    hoist_deltas(P, m, pre);
+    pre.push_back(over_extra(m, [&](Expr x) {
+        std::vector<Expr> d;
+        return rescale(P, m, x, d);
+    }));
+    if (m.form == Form::Mult) out.push_back(rows_of_block(pre));
+    std::string tmp = "$g" + std::to_string(uid_++);
+    out.push_back(decl(tmp, LocalClass::Tile, {mul_i(int_c(nb_), m.X)}, g.nn ? real_c(0) : nullptr));
+    GemmInfo gi;
+    gi.M = g.per_row ? int_c(1) : local_var("$nbv", SType::Int);
+    gi.N = m.X;
+    gi.K = make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int));
+    gi.a_base = local_at(shared_.at(g.F).first, g.per_row ? mul_i(rr(), int_c(ctx_.schedule.tile)) : int_c(0));
+    gi.a_si = int_c(ctx_.schedule.tile);
+    gi.a_sk = int_c(1);
+    gi.b_base = g.per_row ? substitute(substitute(g.W, xg(), int_c(0)), jh(), local_var("$tb", SType::Int))
+                          : at_origin(g.W, {{xg(), int_c(0)}, {jh(), local_var("$tb", SType::Int)}});
+    gi.b_sj = stride(g.W, g.w_x);
+    gi.b_sk = stride(g.W, g.w_j);
+    gi.c_base = local_at(tmp, g.per_row ? mul_i(rr(), m.X) : int_c(0));
+    gi.c_si = m.X;
+    gi.alpha = real_c(1);
+    gi.trans_b = !g.nn;
+    gi.accumulate = g.nn;
+    if (!g.per_row) {
+        out.push_back(gemm(gi));
+    } else {
+        StmtP rows = rows_of_block({gemm(gi)});
+        Expr G = group_divisor(g.W);
+        if (G && nb_ > 1) {
+            GemmInfo gb = gi;
+            gb.M = local_var("$nbv", SType::Int);
+            gb.a_base = local_at(shared_.at(g.F).first, int_c(0));
+            gb.b_base = at_origin(grouped(g.W, G), {{xg(), int_c(0)}, {jh(), local_var("$tb", SType::Int)}});
+            gb.c_base = local_at(tmp, int_c(0));
+            out.push_back(when_grouped(G, gemm(gb), rows));
+        } else {
+            out.push_back(rows);
+        }
+    }
+    std::vector<StmtP> post;
+    hoist_deltas(P, m, post);
+    post.push_back(over_extra(m, [&](Expr x) {
+        std::vector<Expr> d;
+        std::vector<StmtP> s;
+        if (m.form == Form::Mult) {
+            // δ again for the tag (hoisted when it does not depend on x); the rescale happened above.
+            if (auto it = hoisted_.find(m.k); it != hoisted_.end()) d = it->second;
+            else
+                for (size_t i = 0; i < m.nd; i++) d.push_back(deltas(m, x, Mode{P, false, true})[i]);
+        }
+        s.push_back(accum(ReduceOp::Sum, acc(P, m, x), local_at(tmp, add_i(mul_i(rr(), m.X), x))));
+        for (const StmtP &q : after_terms(P, m, x, d)) s.push_back(q);
+        return s;
+    }));
+    out.push_back(rows_of_block(post));
+    hoisted_.erase(m.k);
+    return out;
+}
+
+}  // namespace rf::tile::lowering

@@ -1,0 +1,191 @@
+/** \file LowerMerge.cpp
+ * The end of a pass: merging segment states with the derived merge, finalizing members (with the
+ * literal recompute of rows whose final δ is not finite), and the per-row epilogue.
+ */
+#include "tile/PassLowering.h"
+
+namespace rf::tile::lowering {
+
+std::vector<StmtP> PassLowering::merge(const std::string &A, const std::string &B) {
+    std::vector<StmtP> out;
+    Expr nA = local_var("$nA", SType::Int);
+    out.push_back(decl("$nA", LocalClass::Index, {}, count(A)));
+    out.push_back(assign(count(A), make_add(count(A), count(B))));
+    std::vector<StmtP> per_row;
+    for (const MemberInfo &m : members_) {
+        const MemberAnalysis &a = *m.a;
+        per_row.push_back(over_extra(m, [&](Expr x) {
+            std::vector<StmtP> s;
+            Expr sa = seen_b(A, m, x), sb = seen_b(B, m, x);
+            switch (m.form) {
+            case Form::Mult: {
+                std::string dn = "$d" + std::to_string(uid_++);
+                std::vector<Expr> d, dv = deltas(m, x, Mode{A, false, true});
+                for (size_t i = 0; i < dv.size(); i++) {
+                    s.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, dv[i]));
+                    d.push_back(local_var(dn + "_" + std::to_string(i)));
+                }
+                bool prod = a.op == ReduceOp::Prod;
+                auto moved = [&](const std::string &P, Expr n) {
+                    Expr al = alpha(m, x, d, tags(P, m, x), Mode{A, false, true});
+                    if (prod) al = make_pow(al, n);
+                    Expr keep = make_not(differs(d, tags(P, m, x)));
+                    if (!prod) keep = make_or(keep, make_cmp(CmpOp::EQ, acc(P, m, x), real_c(0)));
+                    return make_select(seen_b(P, m, x), make_select(keep, acc(P, m, x), make_mul(acc(P, m, x), al)),
+                                       real_c(prod ? 1 : 0));
+                };
+                Expr va = moved(A, nA), vb = moved(B, count(B));
+                s.push_back(assign(acc(A, m, x), prod ? make_mul(va, vb) : make_add(va, vb)));
+                for (size_t i = 0; i < d.size(); i++) s.push_back(assign(tag(A, m, x, i), d[i]));
+                break;
+            }
+            case Form::Poly: {
+                std::string cn = "$c" + std::to_string(uid_++);
+                std::vector<Expr> c, cvv = deltas(m, x, Mode{A, true, true});
+                for (size_t i = 0; i < cvv.size(); i++) {
+                    s.push_back(decl(cn + "_" + std::to_string(i), LocalClass::State, {}, cvv[i]));
+                    c.push_back(local_var(cn + "_" + std::to_string(i)));
+                }
+                Expr nb = int_c(static_cast<int64_t>(a.alphas.size()));
+                s.push_back(if_then(sa, {shift_at(A, m, x, tags(A, m, x), c)}));
+                s.push_back(if_then(sb, {shift_at(B, m, x, tags(B, m, x), c)}));
+                Expr q = make_index("$q" + std::to_string(uid_++));
+                Expr slot = add_i(mul_i(sl(m, x), nb), q);
+                Expr sA = local_at(field(A, m.k, "_S"), slot), sB = local_at(field(B, m.k, "_S"), slot);
+                s.push_back(for_loop(q, int_c(0), nb, {assign(sA, make_add(make_select(sa, sA, real_c(0)), make_select(sb, sB, real_c(0))))}));
+                for (size_t i = 0; i < c.size(); i++) s.push_back(assign(tag(A, m, x, i), c[i]));
+                break;
+            }
+            case Form::SumShift:
+                // Move B to A's reference point: Σ = T_A + T_B + n_B (ref_B - ref_A).
+                s.push_back(if_then(make_and(sa, sb),
+                                    {assign(acc(A, m, x), make_add({acc(A, m, x), acc(B, m, x),
+                                                                    make_mul(count(B), make_sub(tag(B, m, x, 0), tag(A, m, x, 0)))}))},
+                                    {if_then(sb, {assign(acc(A, m, x), acc(B, m, x)), assign(tag(A, m, x, 0), tag(B, m, x, 0))})}));
+                break;
+            case Form::Prod: s.push_back(if_then(sb, {accum(ReduceOp::Prod, acc(A, m, x), acc(B, m, x))})); break;
+            case Form::Select: {
+                Expr best = m.op == ReduceOp::Max ? make_max(acc(A, m, x), acc(B, m, x)) : make_min(acc(A, m, x), acc(B, m, x));
+                s.push_back(if_then(sb, {if_then(sa, {assign(acc(A, m, x), best)}, {assign(acc(A, m, x), acc(B, m, x))})}));
+                break;
+            }
+            case Form::ArgSelect:
+                s.push_back(if_then(sb, {if_then(sa, {arg_select(m.op, acc(A, m, x), idx(A, m, x), acc(B, m, x), idx(B, m, x))},
+                                                 {assign(acc(A, m, x), acc(B, m, x)), assign(idx(A, m, x), idx(B, m, x))})}));
+                break;
+            case Form::TopK: {
+                Expr q = make_index("$q" + std::to_string(uid_++));
+                Expr slot = add_i(mul_i(sl(m, x), m.K), q);
+                s.push_back(for_loop(q, int_c(0), make_cast(DType::i64, local_at(field(B, m.k, "_tk_n"), sl(m, x))),
+                                     {topk_insert(field(A, m.k, "_tk"), mul_i(sl(m, x), m.K), sl(m, x), m.K, ReduceOp::TopK,
+                                                  local_at(field(B, m.k, "_tk_v"), slot), local_at(field(B, m.k, "_tk_i"), slot))}));
+                break;
+            }
+            }
+            s.push_back(assign(seen(A, m, x), make_select(make_or(sa, sb), real_c(1), real_c(0))));
+            return s;
+        }));
+    }
+    out.push_back(rows_of_block(per_row));
+    return out;
+}
+
+std::vector<StmtP> PassLowering::finalize(const std::string &P) {
+    std::vector<StmtP> out;
+    Mode fin{};  // member loads read the buffers (earlier members are written first)
+    std::vector<Expr> row_idx(row_vars_.begin(), row_vars_.end());
+    for (const MemberInfo &m : members_) {
+        const MemberAnalysis &a = *m.a;
+        std::string lit = "$lit" + std::to_string(m.k);
+        Expr deps_literal = make_bool(false);
+        for (const std::string &dep : a.deps)
+            if (auto it = names_.find(dep); it != names_.end() && it->second < m.k)
+                deps_literal = make_or(deps_literal, make_cmp(CmpOp::NE, local_var("$lit" + std::to_string(it->second), SType::Int), int_c(0)));
+        out.push_back(decl(lit, LocalClass::Index, {}, make_select(deps_literal, int_c(1), int_c(0))));
+        if (m.form == Form::Mult || m.form == Form::Poly) {
+            out.push_back(over_extra(m, [&](Expr x) {
+                std::vector<Expr> bad;
+                for (Expr d : deltas(m, x, fin)) bad.push_back(make_not(is_finite(d)));
+                return std::vector<StmtP>{if_then(any(bad), {assign(local_var(lit, SType::Int), int_c(1))})};
+            }));
+        }
+        auto target = [&](const std::string &name, Expr x, Expr slot) {
+            std::vector<Expr> i = row_idx;
+            for (size_t q = 0; q < m.extra_ext.size(); q++) i.push_back(unravel(x, m.extra_ext, q));
+            if (slot) i.push_back(slot);
+            return make_load(name, i, DType::f64, SType::Real);
+        };
+        std::vector<StmtP> normal;
+        if (m.form == Form::TopK) {
+            normal.push_back(over_extra(m, [&](Expr x) {
+                Expr sl = make_index("$sl" + std::to_string(uid_++));
+                Expr slot = add_i(mul_i(this->sl(m, x), m.K), sl);
+                Expr u = local_at(field(P, m.k, "_tk_v"), slot);
+                if (m.sel && !a.increasing) u = make_neg(u);
+                Expr value = m.sel ? apply_phi(m, x, u, fin) : u;
+                return std::vector<StmtP>{for_loop(sl, int_c(0), m.K,
+                                                   {store(target(m.def->name, x, sl), value),
+                                                    store(target(m.def->index_name, x, sl), local_at(field(P, m.k, "_tk_i"), slot))})};
+            }));
+        } else {
+            normal.push_back(over_extra(m, [&](Expr x) {
+                return std::vector<StmtP>{store(target(m.def->name, x, nullptr), final_value(P, m, x))};
+            }));
+        }
+        if (m.def->is_topk()) {
+            for (const StmtP &s : normal) out.push_back(s);
+            continue;
+        }
+        std::vector<StmtP> literal{over_extra(m, [&](Expr x) {
+            return std::vector<StmtP>{store(target(m.def->name, x, nullptr), bind(m.def->body, m, x, nullptr, fin))};
+        })};
+        out.push_back(if_then(make_cmp(CmpOp::NE, local_var(lit, SType::Int), int_c(0)), literal, normal));
+    }
+    return {rows_of_block(out)};
+}
+
+std::vector<StmtP> PassLowering::epilogue() {
+    std::vector<StmtP> out;
+    if (ctx_.epilogues.empty()) return out;
+    epilogue_arrays_.clear();
+    for (const TensorDef *d : ctx_.epilogues) {
+        std::vector<Expr> ext(d->extents.begin() + static_cast<long>(c_.n_row), d->extents.end());
+        Expr x = make_index("$e" + std::to_string(uid_++));
+        std::map<std::string, Expr> vars;
+        std::vector<Expr> idx(row_vars_.begin(), row_vars_.end());
+        for (size_t i = 0; i < c_.n_row; i++) vars[d->vars[i]->name] = row_vars_[i];
+        for (size_t i = c_.n_row; i < d->vars.size(); i++) {
+            Expr u = unravel(x, ext, i - c_.n_row);
+            vars[d->vars[i]->name] = u;
+            idx.push_back(u);
+        }
+        Expr v = translate(d->body, vars, nullptr, Mode{});
+        for (const auto &[member, target] : ctx_.term_store) {
+            bool local = target[0] == '$';
+            if (!local && target != d->name) continue;
+            if (local && ctx_.term_reader != d->name) continue;
+            // The member's term at this element was kept during the sweep: read it back.
+            const MemberInfo &m = members_[static_cast<size_t>(names_.at(member))];
+            Expr term = bind(m.def->body->body(), m, int_c(0), x, Mode{});
+            Expr kept = local ? local_at(target, add_i(mul_i(rr(), L_), x)) : make_load(d->name, idx, DType::f64, SType::Real);
+            v = substitute(v, term, kept);
+        }
+        out.push_back(comment("epilogue: definition " + std::to_string(d - &p_.defs[0])));
+        if (ctx_.row_outputs.count(d->name)) {
+            std::string buf = "$ep" + std::to_string(uid_++);
+            Expr X = product(ext);
+            epilogue_arrays_.push_back(decl(buf, LocalClass::Tile, {mul_i(int_c(nb_), X)}, nullptr));
+            out.push_back(for_loop(x, int_c(0), X, {assign(local_at(buf, add_i(mul_i(rr(), X), x)), v)}, LoopKind::Simd));
+            std::vector<Expr> first(row_vars_.begin(), row_vars_.end());
+            for (size_t i = c_.n_row; i < d->vars.size(); i++) first.push_back(int_c(0));
+            out.push_back(copy_row(make_load(d->name, first, DType::f64, SType::Real), local_at(buf, mul_i(rr(), X)), X));
+            continue;
+        }
+        out.push_back(for_loop(x, int_c(0), product(ext), {store(make_load(d->name, idx, DType::f64, SType::Real), v)}, LoopKind::Simd));
+    }
+    std::vector<StmtP> all = epilogue_arrays_;
+    all.push_back(rows_of_block(out));
+    return all;
+}
+
+}  // namespace rf::tile::lowering

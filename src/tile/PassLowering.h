@@ -1,0 +1,255 @@
+/** \file PassLowering.h
+ * Internal to src/tile: the class that lowers one chain pass (LowerPass.cpp: state, expressions,
+ * per-tile updates, kernel shapes; LowerGemm.cpp: tile GEMMs and shared factors; LowerMerge.cpp:
+ * segment merges, finalization and the per-row epilogue).
+ */
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/Eval.h"
+#include "support/Error.h"
+#include "tile/LowerPass.h"
+
+namespace rf::tile::lowering {
+
+inline Expr sanitize(Expr v) { return make_select(is_finite(v), v, real_c(0)); }
+inline Expr any(const std::vector<Expr> &c) {
+    if (c.empty()) return make_bool(false);
+    Expr r = c[0];
+    for (size_t i = 1; i < c.size(); i++) r = make_or(r, c[i]);
+    return r;
+}
+inline Expr add_i(Expr a, Expr b) { return make_add(a, b); }
+inline Expr mul_i(Expr a, Expr b) { return make_mul(a, b); }
+
+enum class Form { SumShift, Select, ArgSelect, TopK, Prod, Mult, Poly };
+
+struct MemberInfo {
+    int k = 0;
+    const TensorDef *def = nullptr;
+    const MemberAnalysis *a = nullptr;
+    std::vector<Expr> extra_vars, extra_ext;  ///< the def's vars after the row (without a top-k axis)
+    Expr X = nullptr;                         ///< number of extra points
+    Form form = Form::SumShift;
+    ReduceOp op = ReduceOp::Sum;              ///< the operation performed on state values
+    bool sel = false;                         ///< additive / monotone: selection over Gsel
+    Expr K = nullptr;                         ///< top-k capacity
+    size_t nd = 0;                            ///< number of δ atoms
+};
+
+/** Lowers one chain pass; see LowerPass.h for the entry points that use it. */
+class PassLowering {
+public:
+    explicit PassLowering(const PassContext &ctx) : ctx_(ctx), p_(*ctx.program), c_(*ctx.chain) {}
+
+    PassKernel run();
+
+    void prepare();
+
+private:
+    // ---- Members and their state.
+    MemberInfo info(int k);
+
+    static std::string field(const std::string &P, int k, const char *f) { return P + std::to_string(k) + f; }
+    static Expr rr() { return make_index("$rr"); }
+    /** The state slot of extra point x of the current row of the block. */
+    Expr sl(const MemberInfo &m, Expr x) { return nb_ == 1 ? x : add_i(mul_i(rr(), m.X), x); }
+    /** for $rr in [0, $nbv): body — one row of the block at a time. */
+    StmtP rows_of_block(std::vector<StmtP> body) { return for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), std::move(body)); }
+    Expr acc(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_acc"), sl(m, x)); }
+    Expr idx(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_idx"), sl(m, x)); }
+    Expr seen(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_seen"), sl(m, x)); }
+    Expr tag(const std::string &P, const MemberInfo &m, Expr x, size_t i);
+    Expr count(const std::string &P) { return local_var(P + "_n", SType::Int); }
+    Expr seen_b(const std::string &P, const MemberInfo &m, Expr x) { return make_cmp(CmpOp::NE, seen(P, m, x), real_c(0)); }
+
+    /** (local name, element count) of every field of a state instance, in a fixed order. */
+    std::vector<std::pair<std::string, Expr>> fields(const std::string &P);
+
+    double acc_init(const MemberInfo &m);
+
+    void init_state(std::vector<StmtP> &out, const std::string &P);
+
+    // ---- Expression translation.
+    /** How loads of pass members are read: from the running state P (optionally as estimates of
+     *  the final value, optionally with non-finite values replaced by 0), or from the buffers. */
+    struct Mode {
+        std::string P;  ///< empty: final values from the buffers
+        bool estimate = false, sanitize = false;
+    };
+
+    /** Binds a member's own variables: row vars, extra vars (from the flat extra index x) and, when
+     *  j is given, the reduction axes (from the flat axis index j). */
+    Expr bind(Expr e, const MemberInfo &m, Expr x, Expr j, const Mode &mode);
+
+    Expr translate(Expr e, const std::map<std::string, Expr> &vars, Expr j, const Mode &mode);
+
+    std::string prologue_local(const std::string &def);
+
+    /** δ of member m at x, from the running state P (or the final values when P is empty). */
+    std::vector<Expr> deltas(const MemberInfo &m, Expr x, const Mode &mode);
+
+    Expr with_deltas(Expr e, const MemberInfo &m, const std::vector<Expr> &now, const std::vector<Expr> &old);
+
+    Expr alpha(const MemberInfo &m, Expr x, const std::vector<Expr> &now, const std::vector<Expr> &old, const Mode &mode);
+
+    std::vector<Expr> tags(const std::string &P, const MemberInfo &m, Expr x);
+
+    Expr differs(const std::vector<Expr> &a, const std::vector<Expr> &b);
+
+    /** Σ_α Π_i (c'_i - c_i)^α_i S_α: the shift-form state's value at a new reference point. */
+    Expr poly_value(const std::string &P, const MemberInfo &m, Expr x, const std::vector<Expr> &now);
+
+    /** The value member m would have if the axis ended now (PlanInterp's member_value/finalize). */
+    Expr current_value(const MemberInfo &m, Expr x, const Mode &mode);
+
+    /** The value of member m at x from the state P, its own dependencies read as `raw` says (running
+     *  values of this pass, or the final values in the buffers): PlanInterp's finalize. */
+    Expr value_of(const std::string &P, const MemberInfo &m, Expr x, const Mode &raw);
+
+    Expr apply_phi(const MemberInfo &m, Expr x, Expr u, const Mode &mode);
+
+    // ---- Loops.
+    /** for x in [0, X): body(x) */
+    StmtP over_extra(const MemberInfo &m, const std::function<std::vector<StmtP>(Expr)> &body);
+
+    Expr jvar() { return make_index("$jj" + std::to_string(uid_++)); }
+
+    // ---- Tile GEMMs (the recognize_gemm pass, done while the loop structure is known).
+    /** Where a load's indices put the GEMM variables: the dimension holding exactly `v` (or the
+     *  block's row `$rbase + $rr`), -1 when v does not occur, -2 when it occurs in another form. */
+    static int dim_of(Expr load, Expr v);
+
+    /** When every use of the block's row in e is floor((rbase + rr) / G) — GQA: the KV head of a
+     *  query head — the divisor G (then a block of rows aligned to G shares the operand); else null. */
+    Expr group_divisor(Expr e);
+
+    /** e with floor((rbase + rr) / G) replaced by floor(rbase / G): valid when G % nb == 0. */
+    Expr grouped(Expr e, Expr G);
+
+    /** Runs `block` when G is a multiple of the block (every row of the block shares the operand),
+     *  else `rows` (one GEMV per row). */
+    StmtP when_grouped(Expr G, StmtP block, StmtP rows);
+
+    /** The element stride of dimension d of a global buffer: the product of the later extents. */
+    Expr stride(Expr load, int d);
+
+    /** A global f32/bf16 load, possibly widened by a cast to f32/f64 (bf16 → float is exact). */
+    Expr gemm_operand(Expr e);
+
+    Expr at_origin(Expr load, const std::map<Expr, Expr> &to);
+
+    /** S[rr][j] = alpha · Σ_d A[rr, d] · B[j, d] for a tile of j: one GEMM over the row block. */
+    StmtP prologue_gemm(Expr v, Expr j, const std::string &local);
+
+    struct MemberGemm {
+        Expr F = nullptr;  ///< the factor shared by every extra point (over $rr, $jh)
+        Expr W = nullptr;  ///< the load that carries the extra axis
+        int w_x = -1, w_j = -1;
+        bool nn = true;    ///< W[j][x] (x contiguous) rather than W[x][j]
+        bool int8 = false; ///< F is an i8-rounded value and W an i8 load: exact int32 GEMM
+        bool per_row = false;  ///< W depends on the row (GQA decode's V[b, hq / G, j, e]): a GEMV per row
+    };
+
+    static Expr strip_widening(Expr e);
+
+    static Expr jh() { return make_index("$jh"); }
+    static Expr xg() { return make_index("$xg"); }
+
+    /** The term of a member as the update loop sums it, over $rr and $jh (for sharing). */
+    Expr term_of(const std::string &P, const MemberInfo &m, Expr x);
+
+    /** Recognizes Σ_j F(j)·W(j, x) over one axis and one extra variable. */
+    std::optional<MemberGemm> gemm_form(const std::string &P, const MemberInfo &m);
+
+    void plan_gemms(const std::string &P);
+
+    /** A member without extra axes whose term is some GEMM's shared factor (l = Σ exp(S - m)). */
+    Expr shared_term(const std::string &P, const MemberInfo &m);
+
+    Expr shared_at(Expr F);
+
+    /** Computes the tile array of a shared factor once, before its first use. */
+    bool materialize(Expr F, std::vector<StmtP> &out);
+
+    /** The rescale of a multiplicative member at x before new terms are added; δ locals into d. */
+    /** δ of a multiplicative member once per row when it does not depend on the extra point
+     *  (δ = -m for every output column of attention): declared into `out` before the loop over x,
+     *  and used by rescale/after_terms instead of recomputing it per column. */
+    void hoist_deltas(const std::string &P, const MemberInfo &m, std::vector<StmtP> &out);
+
+    std::vector<StmtP> rescale(const std::string &P, const MemberInfo &m, Expr x, std::vector<Expr> &d);
+
+    std::vector<StmtP> after_terms(const std::string &P, const MemberInfo &m, Expr x, const std::vector<Expr> &d);
+
+    /** A member summing a shared tile array (no shift: the terms are the array's values). */
+    std::vector<StmtP> shared_update(const std::string &P, const MemberInfo &m, Expr x, Expr F);
+
+    /** acc[rr][x] += Σ_j F[rr][j] · W(j, x) as one GEMM over the block and the tile. */
+    std::vector<StmtP> member_gemm(const std::string &P, const MemberInfo &m, const MemberGemm &g);
+
+    // ---- Per-tile update (PlanInterp::update).
+    std::vector<StmtP> update_tile(const std::string &P);
+
+    StmtP shift_at(const std::string &P, const MemberInfo &m, Expr x, std::vector<Expr> from, std::vector<Expr> to);
+
+    /** Independent members (sum, product, max/min, arg-selection, top-k) and selections over Gsel. */
+    std::vector<StmtP> plain_update(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run);
+
+    /** s = s·α(δ, tag) + Σ U(x, δ): the multiplicative update with PlanInterp's guards. */
+    std::vector<StmtP> mult_update(const std::string &P, const MemberInfo &m, Expr x, const Mode &san);
+
+    // ---- Merge B into A (PlanInterp::merge), member by member in order.
+    std::vector<StmtP> merge(const std::string &A, const std::string &B);
+
+    // ---- Finalize and store (PlanInterp::write_outputs).
+    std::vector<StmtP> finalize(const std::string &P);
+
+    Expr final_value(const std::string &P, const MemberInfo &m, Expr x) { return value_of(P, m, x, Mode{}); }
+
+    // ---- Epilogue: element-wise definitions of this row.
+    std::vector<StmtP> epilogue();
+
+    // ---- Kernel shapes.
+    std::vector<StmtP> row_decls(Expr flat_row);
+
+    /** Tiles of [lo, hi) with the update of state P. */
+    StmtP tiles(const std::string &P, Expr lo, Expr hi);
+
+    PassKernel single_segment();
+
+public:
+    /** One row of a single-segment pass (row variables already declared by the caller). */
+    std::vector<StmtP> row_statements();
+    std::vector<StmtP> row_decls_public(Expr flat_row) { return row_decls(flat_row); }
+    Expr rows() const { return product(block_ext_); }
+
+private:
+
+    PassKernel multi_segment();
+
+    const PassContext &ctx_;
+    const Program &p_;
+    const ChainPlan &c_;
+    std::vector<MemberInfo> members_;
+    std::map<std::string, int> names_;
+    std::vector<Expr> row_ext_, block_ext_, row_vars_, axis_ext_;
+    int64_t nb_ = 1;
+    Expr L_ = nullptr;
+    std::map<std::string, std::string> prologue_ids_;
+    std::map<int, MemberGemm> gemm_of_;
+    std::map<int, std::vector<Expr>> hoisted_;
+    std::vector<StmtP> epilogue_arrays_;  ///< row buffers of streamed epilogue outputs  ///< member -> δ locals declared once per row
+    std::set<std::string> int8_arrays_;
+    std::map<Expr, std::pair<std::string, bool>> shared_;  ///< factor -> (tile array, computed yet)
+    int uid_ = 0;
+};
+
+}  // namespace rf::tile::lowering
