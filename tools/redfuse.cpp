@@ -66,13 +66,14 @@ int main(int argc, char **argv) {
     int threads = 0;
     bool unfused = false;
     int64_t tile = 0, segments = 0, row_block = 0;
+    bool no_tensor_cores = false;
 
     auto *analyze = app.add_subcommand("analyze", "Prove which reductions fuse and show the derived algorithm");
     analyze->add_option("SPEC", spec, "Spec file (.rf)")->required();
     analyze->add_flag("--json", json, "Print one JSON object (brief §5.2)");
     analyze->add_option("--size", size_items, "Sizes for the cost model: N=V,M=W");
-    analyze->add_option("--emit", emit_stage, "Dump a stage instead: ir | graph | plan | tile | cpp")
-        ->check(CLI::IsMember({"ir", "graph", "plan", "tile", "cpp"}));
+    analyze->add_option("--emit", emit_stage, "Dump a stage instead: ir | graph | plan | tile | cpp | opencl | cuda")
+        ->check(CLI::IsMember({"ir", "graph", "plan", "tile", "cpp", "opencl", "cuda"}));
     analyze->add_flag("--approx", approx, "Fuse through rounding casts with the running value (inexact)");
     std::string model_target = "gpu";
     analyze->add_option("--target", model_target, "Machine model for the strategy: gpu (default) | cpu (this host)")
@@ -80,9 +81,11 @@ int main(int argc, char **argv) {
 
     auto *run = app.add_subcommand("run", "Run a spec on random or saved inputs");
     run->add_option("SPEC", spec, "Spec file (.rf)")->required();
-    run->add_option("--target", target, "cpu | interp | interp-f32 (cuda, opencl: later)");
-    run->add_option("--threads", threads, "cpu: worker threads (default: all)");
-    run->add_flag("--unfused", unfused, "cpu: run the unfused plan (one kernel per definition)");
+    run->add_option("--target", target, "cpu | cuda | opencl | interp | interp-f32")
+        ->check(CLI::IsMember({"cpu", "cuda", "opencl", "interp", "interp-f32"}));
+    run->add_option("--threads", threads, "cpu: worker threads (default: all); cuda/opencl: work-group size (a power of two, 32..1024)");
+    run->add_flag("--unfused", unfused, "cpu/cuda/opencl: run the unfused plan (one kernel per definition)");
+    run->add_flag("--no-tensor-cores", no_tensor_cores, "cuda: tile GEMMs on the SIMT path only");
     run->add_option("--row-block", row_block, "cpu: rows handled together (the M of tile GEMMs)")->check(CLI::Range(int64_t(1), int64_t(4096)));
     run->add_option("--tile", tile, "cpu: tile length along the cascade axis (default: chosen)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     run->add_option("--segments", segments, "cpu: split the cascade axis into this many segments, merged with the derived merge")
@@ -149,7 +152,7 @@ int main(int argc, char **argv) {
                 if (emit_stage == "ir") std::cout << rf::to_string(c->program);
                 else if (emit_stage == "graph") std::cout << rf::to_string(rf::dependence_graph(c->program), c->program);
                 else if (emit_stage == "plan") std::cout << rf::plan_dump(*c);
-                else if (emit_stage == "tile" || emit_stage == "cpp") std::cout << rf::backend_dump(*c, emit_stage);
+                else if (emit_stage == "tile" || emit_stage == "cpp" || emit_stage == "opencl" || emit_stage == "cuda") std::cout << rf::backend_dump(*c, emit_stage);
                 else if (json) std::cout << rf::analysis_json(*c).dump(2) << "\n";
                 else std::cout << rf::analysis_text(*c);
                 return 0;
@@ -202,6 +205,13 @@ int main(int argc, char **argv) {
             ro.tile = tile;
             ro.segments = segments;
             ro.row_block = row_block;
+            if (target == "cuda" || target == "opencl") {
+                if (threads != 0 && (threads < 32 || threads > 1024 || (threads & (threads - 1)) != 0))
+                    throw UsageError("--threads for " + target + " is the work-group size: a power of two from 32 to 1024");
+                ro.gpu_threads = threads;
+                ro.threads = 0;
+            }
+            ro.no_tensor_cores = no_tensor_cores;
             rf::RunReport r = rf::run_compiled(*c, ro);
             if (json) std::cout << r.json.dump(2) << "\n";
             else std::cout << r.text;

@@ -53,6 +53,22 @@ public:
 
 private:
     const std::string &R() const { return ctx_.real; }
+    bool gpu() const { return ctx_.dialect != Dialect::Cpp; }
+    /** A semantics helper of the runtime header: rfk::name<T> (C++) or rf_name (GPU, float). */
+    std::string helper(const std::string &name) const { return gpu() ? "rf_" + name : "rfk::" + name + "<" + R() + ">"; }
+    /** A C math function: std::name (C++), name (OpenCL's overloaded built-ins), namef (CUDA float). */
+    std::string math(const std::string &name) const {
+        if (ctx_.dialect == Dialect::Cpp) return "std::" + name;
+        return ctx_.dialect == Dialect::Cuda && R() == "float" ? name + "f" : name;
+    }
+    std::string lit(double v) const {
+        if (gpu() && std::isinf(v)) return v < 0 ? "(-RF_INF)" : "RF_INF";
+        if (gpu() && std::isnan(v)) return "RF_NAN";
+        return c_real_literal(v, R());
+    }
+    std::string imin() const { return gpu() ? "rf_imin" : "std::min<int64_t>"; }
+    std::string imax() const { return gpu() ? "rf_imax" : "std::max<int64_t>"; }
+    std::string ihelper(const std::string &name) const { return (gpu() ? "rf_" : "rfk::") + name; }
 
     /** A real-typed operand: Int sub-expressions are converted. */
     std::string as_real(Expr e) { return e->stype == SType::Real ? real(e) : "((" + R() + ")(" + print(e) + "))"; }
@@ -87,18 +103,19 @@ private:
         }
         case Kind::Sub: return "(" + as_int(a[0]) + " - " + as_int(a[1]) + ")";
         case Kind::Neg: return "(-" + as_int(a[0]) + ")";
-        case Kind::IDiv: return "rfk::floordiv(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
-        case Kind::Mod: return "rfk::mod(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
-        case Kind::Min: return "std::min<int64_t>(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
-        case Kind::Max: return "std::max<int64_t>(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
+        case Kind::IDiv: return ihelper("floordiv") + "(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
+        case Kind::Mod: return ihelper("mod") + "(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
+        case Kind::Min: return imin() + "(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
+        case Kind::Max: return imax() + "(" + as_int(a[0]) + ", " + as_int(a[1]) + ")";
         case Kind::Select: return "(" + boolean(a[0]) + " ? " + as_int(a[1]) + " : " + as_int(a[2]) + ")";
-        case Kind::Cast: return "((int64_t)rfk::cast_" + std::string(dtype_name(e->dtype)) + "(" + as_double(a[0]) + "))";
+        case Kind::Cast: return "((int64_t)" + ihelper("cast_") + std::string(dtype_name(e->dtype)) + "(" + as_double(a[0]) + "))";
         case Kind::Reduce: return reduce(e);
         default: return "((int64_t)(" + real(e) + "))";
         }
     }
 
-    std::string as_double(Expr e) { return "((double)(" + print(e) + "))"; }
+    /** The argument of a rounding cast: double on the CPU, the compute type on the GPU. */
+    std::string as_double(Expr e) { return gpu() ? as_real(e) : "((double)(" + print(e) + "))"; }
 
     std::string boolean(Expr e) {
         const auto &a = e->args;
@@ -121,7 +138,7 @@ private:
     std::string real(Expr e) {
         const auto &a = e->args;
         switch (e->kind) {
-        case Kind::Const: return c_real_literal(e->value, R());
+        case Kind::Const: return lit(e->value);
         case Kind::Var: return "((" + R() + ")" + var(e) + ")";
         case Kind::Load: return load(e);
         case Kind::Add: case Kind::Mul: {
@@ -130,41 +147,42 @@ private:
             for (size_t i = 1; i < a.size(); i++) s += op + as_real(a[i]);
             return s + ")";
         }
-        case Kind::Sub: return "rfk::sub<" + R() + ">(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
-        case Kind::Div: return "rfk::div<" + R() + ">(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
+        case Kind::Sub: return helper("sub") + "(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
+        case Kind::Div: return helper("div") + "(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
         case Kind::Neg: return "(-" + as_real(a[0]) + ")";
         case Kind::Pow: {
             Expr ex = a[1];
-            if (ex->is_const(-1)) return "rfk::div<" + R() + ">((" + R() + ")1, " + as_real(a[0]) + ")";
+            if (ex->is_const(-1)) return helper("div") + "((" + R() + ")1, " + as_real(a[0]) + ")";
             // A function, not a lambda: an immediately invoked lambda stops GCC vectorizing the loop.
-            if (ex->is_const(2)) return "rfk::sq<" + R() + ">(" + as_real(a[0]) + ")";
-            if (ex->is_const(0.5)) return "std::sqrt(" + as_real(a[0]) + ")";
-            if (ex->is_const(-0.5)) return "rfk::rsqrt<" + R() + ">(" + as_real(a[0]) + ")";
-            return "std::pow(" + as_real(a[0]) + ", " + as_real(ex) + ")";
+            if (ex->is_const(2)) return helper("sq") + "(" + as_real(a[0]) + ")";
+            if (ex->is_const(0.5)) return math("sqrt") + "(" + as_real(a[0]) + ")";
+            if (ex->is_const(-0.5)) return helper("rsqrt") + "(" + as_real(a[0]) + ")";
+            return math("pow") + "(" + as_real(a[0]) + ", " + as_real(ex) + ")";
         }
         case Kind::Call: {
             std::string x = as_real(a[0]);
             switch (e->func) {
-            case Func::exp: return "rfk::exp_f(" + x + ")";  // inline and vectorizable in float
-            case Func::exp2: return "std::exp2(" + x + ")";
-            case Func::log: return "std::log(" + x + ")";
-            case Func::log2: return "std::log2(" + x + ")";
-            case Func::sqrt: return "std::sqrt(" + x + ")";
-            case Func::rsqrt: return "rfk::rsqrt<" + R() + ">(" + x + ")";
-            case Func::abs: return "std::fabs(" + x + ")";
-            case Func::tanh: return "std::tanh(" + x + ")";
-            case Func::sigmoid: return "rfk::sigmoid<" + R() + ">(" + x + ")";
-            case Func::round: return "rfk::round_even<" + R() + ">(" + x + ")";
-            case Func::floor: return "std::floor(" + x + ")";
-            case Func::ceil: return "std::ceil(" + x + ")";
+            // CPU: an inline polynomial that vectorizes; GPU: exp2 with log2(e) folded in (one MUFU op).
+            case Func::exp: return (gpu() ? "rf_exp(" : "rfk::exp_f(") + x + ")";
+            case Func::exp2: return math("exp2") + "(" + x + ")";
+            case Func::log: return math("log") + "(" + x + ")";
+            case Func::log2: return math("log2") + "(" + x + ")";
+            case Func::sqrt: return math("sqrt") + "(" + x + ")";
+            case Func::rsqrt: return helper("rsqrt") + "(" + x + ")";
+            case Func::abs: return math("fabs") + "(" + x + ")";
+            case Func::tanh: return math("tanh") + "(" + x + ")";
+            case Func::sigmoid: return helper("sigmoid") + "(" + x + ")";
+            case Func::round: return helper("round_even") + "(" + x + ")";
+            case Func::floor: return math("floor") + "(" + x + ")";
+            case Func::ceil: return math("ceil") + "(" + x + ")";
             }
             break;
         }
-        case Kind::Min: return "rfk::min<" + R() + ">(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
-        case Kind::Max: return "rfk::max<" + R() + ">(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
+        case Kind::Min: return helper("min") + "(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
+        case Kind::Max: return helper("max") + "(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
         case Kind::Select: return "(" + boolean(a[0]) + " ? " + as_real(a[1]) + " : " + as_real(a[2]) + ")";
         case Kind::Cast:
-            return "((" + R() + ")rfk::cast_" + std::string(dtype_name(e->dtype)) + "(" + as_double(a[0]) + "))";
+            return "((" + R() + ")" + ihelper("cast_") + std::string(dtype_name(e->dtype)) + "(" + as_double(a[0]) + "))";
         case Kind::Reduce: return reduce(e);
         case Kind::Cmp: case Kind::And: case Kind::Or: case Kind::Not:
             return "((" + R() + ")" + boolean(e) + ")";
@@ -183,18 +201,19 @@ private:
         const char *f = nullptr;
         switch (e->rop) {
         case ReduceOp::Sum: case ReduceOp::Prod: break;
-        case ReduceOp::Max: f = "rfk::max"; break;
-        case ReduceOp::Min: f = "rfk::min"; break;
+        case ReduceOp::Max: f = "max"; break;
+        case ReduceOp::Min: f = "min"; break;
         default: return "";
         }
+        const std::string fn = f ? helper(f) : std::string();
         std::string acc;
         for (int64_t k = 0; k < n; k++) {
             bound_[e->axis(0)] = std::to_string(k);
             std::string term = as_real(e->body());
-            if (k == 0) acc = e->rop == ReduceOp::Sum ? "((" + R() + ")0 + " + term + ")" : e->rop == ReduceOp::Prod ? "((" + R() + ")1 * " + term + ")" : f + std::string("<") + R() + ">(" + c_real_literal(e->rop == ReduceOp::Max ? -INFINITY : INFINITY, R()) + ", " + term + ")";
+            if (k == 0) acc = e->rop == ReduceOp::Sum ? "((" + R() + ")0 + " + term + ")" : e->rop == ReduceOp::Prod ? "((" + R() + ")1 * " + term + ")" : fn + "(" + lit(e->rop == ReduceOp::Max ? -INFINITY : INFINITY) + ", " + term + ")";
             else if (e->rop == ReduceOp::Sum) acc = "(" + acc + " + " + term + ")";
             else if (e->rop == ReduceOp::Prod) acc = "(" + acc + " * " + term + ")";
-            else acc = f + std::string("<") + R() + ">(" + acc + ", " + term + ")";
+            else acc = fn + "(" + acc + ", " + term + ")";
         }
         bound_.erase(e->axis(0));
         return acc;
@@ -223,29 +242,31 @@ private:
         for (size_t i = 0; i < names.size(); i++)
             flat = i == 0 ? names[0] : "(" + flat + ") * " + as_int(e->extents[i]) + " + " + names[i];
         std::string vtype = e->body()->stype == SType::Int ? "int64_t" : R();
-        std::string s = "([&]() -> " + T + " { ";
+        // OpenCL C has no lambdas: a GNU statement expression there (clang, PoCL's compiler, has them).
+        const bool stmt_expr = ctx_.dialect == Dialect::OpenCL;
+        const std::string ret = stmt_expr ? "" : "return ";
+        std::string s = stmt_expr ? "({ " : "([&]() -> " + T + " { ";
         switch (e->rop) {
-        case ReduceOp::Sum: s += T + " acc_ = 0; " + loops + "acc_ += " + body + "; " + close + "return acc_; "; break;
-        case ReduceOp::Prod: s += T + " acc_ = 1; " + loops + "acc_ *= " + body + "; " + close + "return acc_; "; break;
+        case ReduceOp::Sum: s += T + " acc_ = 0; " + loops + "acc_ += " + body + "; " + close + ret + "acc_; "; break;
+        case ReduceOp::Prod: s += T + " acc_ = 1; " + loops + "acc_ *= " + body + "; " + close + ret + "acc_; "; break;
         case ReduceOp::Max: case ReduceOp::Min: {
             bool mx = e->rop == ReduceOp::Max;
-            std::string init = int_result ? std::string(mx ? "INT64_MIN" : "INT64_MAX")
-                                          : std::string(mx ? "-" : "") + "std::numeric_limits<" + T + ">::infinity()";
-            std::string f = int_result ? std::string(mx ? "std::max<int64_t>" : "std::min<int64_t>")
-                                       : std::string(mx ? "rfk::max<" : "rfk::min<") + T + ">";
-            s += T + " acc_ = " + init + "; " + loops + "acc_ = " + f + "(acc_, " + body + "); " + close + "return acc_; ";
+            std::string init = int_result ? std::string(mx ? "(-9223372036854775807 - 1)" : "9223372036854775807")
+                                          : lit(mx ? -INFINITY : INFINITY);
+            std::string f = int_result ? (mx ? imax() : imin()) : helper(mx ? "max" : "min");
+            s += T + " acc_ = " + init + "; " + loops + "acc_ = " + f + "(acc_, " + body + "); " + close + ret + "acc_; ";
             break;
         }
         case ReduceOp::ArgMax: case ReduceOp::ArgMin: {
             std::string cmp = e->rop == ReduceOp::ArgMax ? ">" : "<";
             s += vtype + " best_ = 0; int64_t at_ = 0; bool have_ = false; " + loops + vtype + " v_ = " + body +
                  "; if (!have_ || v_ " + cmp + " best_) { best_ = v_; at_ = " + flat + "; have_ = true; } " + close +
-                 "return at_; ";
+                 ret + "at_; ";
             break;
         }
         default: break;
         }
-        return s + "}())";
+        return s + (stmt_expr ? "})" : "}())");
     }
 
     const CEmitContext &ctx_;

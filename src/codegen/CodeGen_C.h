@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,8 +15,14 @@
 
 namespace rf {
 
+/** The C-like language printed: C++ for the CPU (helpers in rfk::, templates), OpenCL C 1.2 and CUDA
+ *  C++ for the GPU (float helpers rf_* of redfuse_gpu.h; nested reductions as GNU statement
+ *  expressions in OpenCL, lambdas in CUDA). */
+enum class Dialect : uint8_t { Cpp, OpenCL, Cuda };
+
 struct CEmitContext {
-    std::string real = "double";  ///< the compute type of real values (float or double)
+    std::string real = "double";  ///< the compute type of real values (float or double; GPU: float)
+    Dialect dialect = Dialect::Cpp;
     /** The C++ expression of a Load given its index expressions already printed (as int64_t). */
     std::function<std::string(Expr load, const std::vector<std::string> &index)> load;
     /** The C++ name of a Var not bound by a nested reduction (sizes, row and axis variables, symbols). */

@@ -21,6 +21,7 @@
 #include "codegen/CodeGen_C.h"
 #include "codegen/CodeGen_CPU.h"
 #include "runtime/CpuBackend.h"
+#include "runtime/GpuBackend.h"
 #include "runtime/CpuFeatures.h"
 #include "spec/Frontend.h"
 
@@ -139,6 +140,11 @@ std::string backend_dump(const Compilation &c, const std::string &stage) {
     tile::LowerOptions lo;
     for (const SizeDecl &s : c.program.sizes)
         if (s.default_value) lo.sizes[s.name] = *s.default_value;
+    if (stage == "opencl" || stage == "cuda") {
+        GpuOptions go;
+        go.target = stage;
+        return generate_gpu_module(c.plan, lo.sizes, go).source;
+    }
     tile::Module m = tile::lower_plan(c.plan, lo);
     tile::verify(m);
     if (stage == "tile") return tile::to_string(m);
@@ -198,10 +204,10 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
     RunReport rep;
     const Program &p = c.program;
     SizeBinding sizes = bind_sizes(p, o.sizes);
-    bool cpu = o.target == "cpu";
-    if (o.target != "interp" && o.target != "interp-f32" && !cpu)
-        throw UserError({}, "target '" + o.target + "' is not available yet (this build has: cpu, interp, interp-f32)");
-    bool f32 = o.f32 || o.target == "interp-f32" || cpu;
+    bool cpu = o.target == "cpu", gpu = o.target == "opencl" || o.target == "cuda";
+    if (o.target != "interp" && o.target != "interp-f32" && !cpu && !gpu)
+        throw UserError({}, "unknown target '" + o.target + "' (cpu, cuda, opencl, interp, interp-f32)");
+    bool f32 = o.f32 || o.target == "interp-f32" || cpu || gpu;
     // The interpreters hold every tensor as doubles: refuse sizes that would not fit in memory rather
     // than be killed by it.
     const double kMaxElements = double(1 << 27);
@@ -216,7 +222,7 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
         for (int64_t e : def_shape(d, sizes)) n *= static_cast<double>(e);
         elements += n;
     }
-    if (elements > kMaxElements && (!cpu || o.check))
+    if (elements > kMaxElements && (!(cpu || gpu) || o.check))
         throw UserError({}, "these sizes need " + std::to_string(static_cast<long long>(elements)) +
                                 " tensor elements; the interpreters are for checking at small sizes (at most " +
                                 std::to_string(static_cast<long long>(kMaxElements)) + ")");
@@ -250,6 +256,27 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
         j["compile_ms"] = prog->compile_ms;
         j["jit_cached"] = prog->from_cache;
         j["kernels"] = prog->module.kernels.size();
+        for (const InputDecl &in : p.inputs) results[in.name] = round_output(inputs.at(in.name), in.dtype);
+    } else if (gpu) {
+        GpuOptions go;
+        go.target = o.target;
+        go.threads = o.gpu_threads;
+        go.unfused = o.unfused;
+        go.tile = o.tile;
+        go.segments = o.segments;
+        go.row_block = o.row_block;
+        go.tensor_cores = !o.no_tensor_cores;
+        std::unique_ptr<GpuProgram> prog = compile_gpu(plan, sizes, go);
+        GpuBuffers bufs(*prog, p, sizes, inputs);
+        bufs.poison();
+        auto t0 = std::chrono::steady_clock::now();
+        bufs.run();
+        bufs.sync();
+        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        outputs = bufs.outputs();
+        j["compile_ms"] = prog->compile_ms;
+        j["device"] = prog->device_name;
+        j["launches"] = prog->gpu.launches.size();
         for (const InputDecl &in : p.inputs) results[in.name] = round_output(inputs.at(in.name), in.dtype);
     } else {
         PlanInterpOptions pio;
@@ -340,7 +367,10 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
     rep.ok = ok;
     rep.json = j;
     std::ostringstream head;
-    head << c.file << ": ran on " << o.target << (cpu ? (o.unfused ? " (generated C++, unfused plan)" : " (generated C++)") : (f32 ? " (float32)" : " (float64)"))
+    std::string how = cpu ? (o.unfused ? " (generated C++, unfused plan)" : " (generated C++)")
+                      : gpu ? std::string(o.target == "cuda" ? " (generated CUDA" : " (generated OpenCL C") + (o.unfused ? ", unfused plan)" : ")")
+                            : (f32 ? " (float32)" : " (float64)");
+    head << c.file << ": ran on " << o.target << how
          << " in " << ms << " ms\n";
     rep.text = head.str() + text.str() + (o.check ? (ok ? "check: ok\n" : "check: FAILED\n") : "");
     return rep;

@@ -63,7 +63,9 @@ struct RunOptions {
     bool approx = false;  ///< run the approximate incremental plan through rounding casts (brief §1.4)
     int threads = 0;      ///< cpu: worker threads (0: all)
     bool unfused = false; ///< cpu: run the in-house unfused plan instead of the fused one
-    int64_t tile = 0, segments = 0, row_block = 0;  ///< cpu: schedule knobs forced on every chain (0: default)
+    int64_t tile = 0, segments = 0, row_block = 0;  ///< cpu/gpu: schedule knobs forced on every chain (0: default)
+    int gpu_threads = 0;        ///< opencl/cuda: work-group size (0: the backend's default)
+    bool no_tensor_cores = false;  ///< cuda: SIMT GEMMs only
 };
 
 struct RunReport {

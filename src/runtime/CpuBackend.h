@@ -60,6 +60,12 @@ public:
     void run(const CpuProgram &prog, int threads);
     std::map<std::string, Tensor> outputs() const;
     int64_t bytes() const;
+    /** The user buffers in ABI order (inputs, then outputs) as bytes in their storage formats, and
+     *  the sizes in spec order: the host side of the GPU backends' copies. */
+    size_t count() const { return storage_.size(); }
+    unsigned char *data(size_t i) { return storage_[i].data(); }
+    size_t bytes_of(size_t i) const { return storage_[i].size(); }
+    const std::vector<int64_t> &size_values() const { return sizes_; }
 
 private:
     const Program &p_;

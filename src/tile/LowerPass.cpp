@@ -290,7 +290,7 @@ Expr PassLowering::apply_phi(const MemberInfo &m, Expr x, Expr u, const Mode &mo
 
 StmtP PassLowering::over_extra(const MemberInfo &m, const std::function<std::vector<StmtP>(Expr)> &body) {
     Expr x = make_index("$x" + std::to_string(m.k) + "_" + std::to_string(uid_++));
-    return for_loop(x, int_c(0), m.X, body(x));
+    return for_loop(x, int_c(0), m.X, body(x), LoopKind::Independent);
 }
 
 std::vector<StmtP> PassLowering::update_tile(const std::string &P) {

@@ -62,7 +62,7 @@ private:
     /** The state slot of extra point x of the current row of the block. */
     Expr sl(const MemberInfo &m, Expr x) { return nb_ == 1 ? x : add_i(mul_i(rr(), m.X), x); }
     /** for $rr in [0, $nbv): body — one row of the block at a time. */
-    StmtP rows_of_block(std::vector<StmtP> body) { return for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), std::move(body)); }
+    StmtP rows_of_block(std::vector<StmtP> body) { return for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), std::move(body), LoopKind::Independent); }
     Expr acc(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_acc"), sl(m, x)); }
     Expr idx(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_idx"), sl(m, x)); }
     Expr seen(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_seen"), sl(m, x)); }

@@ -195,6 +195,7 @@ const char *loop_name(LoopKind k) {
     switch (k) {
     case LoopKind::Serial: return "serial";
     case LoopKind::Parallel: return "parallel";
+    case LoopKind::Independent: return "independent";
     default: return "simd";
     }
 }

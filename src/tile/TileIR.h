@@ -32,8 +32,10 @@ struct Schedule {
 };
 
 /** How a loop runs. Parallel loops are distributed over workers; Simd loops are vector loops whose
- *  Accum statements are reductions. */
-enum class LoopKind : uint8_t { Serial, Parallel, Simd };
+ *  Accum statements are reductions. Independent loops (rows of a block, free indices of a state)
+ *  touch disjoint elements in every iteration: the CPU runs them in order, the GPU printer may
+ *  spread them over the threads of a work-group (it checks that no scalar outside is written). */
+enum class LoopKind : uint8_t { Serial, Parallel, Simd, Independent };
 
 /** Storage class of a local: State values are kept in float64 (they are few and long-lived); Tile
  *  values are the compute type of the kernel (float32 by default); Index holds integer positions. */

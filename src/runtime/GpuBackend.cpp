@@ -1,0 +1,262 @@
+/** \file GpuBackend.cpp
+ * The GPU backends (GpuBackend.h): lowering options for GPUs, the OpenCL and CUDA device sides
+ * behind one small interface, and the run-time evaluation of launch shapes.
+ */
+#include "runtime/GpuBackend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "ir/Eval.h"
+#include "runtime/CpuBackend.h"
+#include "runtime/CudaRuntime.h"
+#include "runtime/OpenCLRuntime.h"
+#include "support/Error.h"
+
+namespace rf {
+
+namespace {
+
+struct DevBuf {
+    virtual ~DevBuf() = default;
+    virtual void write(const void *src, size_t bytes) = 0;
+    virtual void read(void *dst, size_t bytes) = 0;
+};
+
+}  // namespace
+
+/** One device: buffers, launches, waiting, timing. */
+class GpuDevice {
+public:
+    virtual ~GpuDevice() = default;
+    virtual std::unique_ptr<DevBuf> alloc(size_t bytes) = 0;
+    virtual void launch(const GpuLaunch &l, int64_t groups, int64_t smem, const std::vector<DevBuf *> &bufs,
+                        const std::vector<int64_t> &sizes) = 0;
+    virtual void sync() = 0;
+    /** Device milliseconds of f() (which enqueues work). */
+    virtual double time(const std::function<void()> &f) = 0;
+};
+
+namespace {
+
+// ---- OpenCL.
+struct OclBuf : DevBuf {
+    explicit OclBuf(size_t n) : b(n) {}
+    void write(const void *src, size_t bytes) override { b.write(src, bytes); }
+    void read(void *dst, size_t bytes) override { b.read(dst, bytes); }
+    ocl::Buffer b;
+};
+
+class OclDevice : public GpuDevice {
+public:
+    explicit OclDevice(const std::string &source) : prog_(source, "-cl-std=CL1.2") {}
+    std::unique_ptr<DevBuf> alloc(size_t bytes) override { return std::make_unique<OclBuf>(bytes); }
+    void launch(const GpuLaunch &l, int64_t groups, int64_t smem, const std::vector<DevBuf *> &bufs,
+                const std::vector<int64_t> &sizes) override {
+        std::vector<ocl::KernelArg> args;
+        for (DevBuf *b : bufs) args.push_back(ocl::KernelArg::buffer(static_cast<OclBuf *>(b)->b));
+        for (int64_t s : sizes) args.push_back(ocl::KernelArg::i64(s));
+        args.push_back(ocl::KernelArg::local(static_cast<size_t>(std::max<int64_t>(smem, 16))));
+        prog_.launch(l.kernel, static_cast<size_t>(groups), static_cast<size_t>(l.threads), args);
+    }
+    void sync() override { ocl::finish(); }
+    double time(const std::function<void()> &f) override {
+        ocl::finish();
+        auto t0 = std::chrono::steady_clock::now();
+        f();
+        ocl::finish();
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    double build_ms() const { return prog_.build_ms(); }
+
+private:
+    ocl::Program prog_;
+};
+
+// ---- CUDA.
+struct CudaBuf : DevBuf {
+    explicit CudaBuf(size_t n) : b(n) {}
+    void write(const void *src, size_t bytes) override { b.write(src, bytes); }
+    void read(void *dst, size_t bytes) override { b.read(dst, bytes); }
+    cuda::Buffer b;
+};
+
+class CudaDevice : public GpuDevice {
+public:
+    explicit CudaDevice(const cuda::CompiledModule &m) : mod_(m) {}
+    std::unique_ptr<DevBuf> alloc(size_t bytes) override { return std::make_unique<CudaBuf>(bytes); }
+    void launch(const GpuLaunch &l, int64_t groups, int64_t smem, const std::vector<DevBuf *> &bufs,
+                const std::vector<int64_t> &sizes) override {
+        std::vector<cuda::KernelArg> args;
+        for (DevBuf *b : bufs) args.push_back(cuda::KernelArg::buffer(static_cast<CudaBuf *>(b)->b));
+        for (int64_t s : sizes) args.push_back(cuda::KernelArg::i64(s));
+        if (groups > 0x7fffffff) throw UserError({}, "a launch needs " + std::to_string(groups) + " blocks: more than CUDA's grid allows");
+        mod_.launch(l.kernel, static_cast<unsigned>(groups), static_cast<unsigned>(l.threads), static_cast<size_t>(smem), args);
+    }
+    void sync() override { cuda::synchronize(); }
+    double time(const std::function<void()> &f) override {
+        cuda::Event a, b;
+        a.record();
+        f();
+        b.record();
+        return cuda::Event::elapsed_ms(a, b);
+    }
+
+private:
+    cuda::Module mod_;
+};
+
+double eval_sizes(Expr e, const SizeBinding &sizes) {
+    EvalEnv env;
+    env.var_value = [&](Expr v) -> double {
+        auto it = sizes.find(v->name);
+        RF_INTERNAL_ASSERT(it != sizes.end()) << "launch shape uses " << v->name << ", not a size";
+        return static_cast<double>(it->second);
+    };
+    return Evaluator(env).eval(e);
+}
+
+std::string read_text(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw UserError({}, "cannot read REDFUSE_GPU_SOURCE_OVERRIDE file '" + path + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+int default_threads(const std::string &target) { return target == "cuda" ? 128 : 64; }
+
+}  // namespace
+
+GpuProgram::~GpuProgram() = default;
+
+GpuModule generate_gpu_module(const Plan &plan, const SizeBinding &sizes, const GpuOptions &o) {
+    if (o.target != "opencl" && o.target != "cuda") throw UserError({}, "unknown GPU target '" + o.target + "' (opencl, cuda)");
+    tile::LowerOptions lo;
+    lo.sizes = sizes;
+    lo.schedules = o.schedules;
+    lo.unfused = o.unfused;
+    // The segment split fills the device's work-groups, not CPU threads.
+    lo.threads = o.workers > 0 ? o.workers : (o.target == "cuda" ? 264 : 8);
+    lo.force_tile = o.tile;
+    lo.force_segments = o.segments;
+    lo.force_row_block = o.row_block;
+    lo.force_strategy = o.strategy;
+    tile::Module m = tile::lower_plan(plan, lo);
+    if (tile::verify_each_pass()) tile::verify(m);
+    GpuCodegenOptions go;
+    go.dialect = o.target == "cuda" ? Dialect::Cuda : Dialect::OpenCL;
+    go.threads = o.threads > 0 ? o.threads : default_threads(o.target);
+    go.sizes = sizes;
+    go.tensor_cores = o.tensor_cores;
+    return generate_gpu(m, go);
+}
+
+std::unique_ptr<GpuProgram> compile_gpu(const Plan &plan, const SizeBinding &sizes, const GpuOptions &o) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto prog = std::make_unique<GpuProgram>();
+    GpuOptions opts = o;
+    if (o.target == "cuda") {
+        const cuda::DeviceInfo &d = cuda::device();  // UserError "no CUDA driver/device: ..." without one
+        if (opts.workers == 0) opts.workers = 2 * d.sms;
+        prog->device_name = d.name;
+        prog->gpu = generate_gpu_module(plan, sizes, opts);
+        cuda::CompiledModule cm = cuda::compile(prog->gpu.source, o.arch.empty() ? cuda::device_arch() : o.arch, {}, o.cache_dir);
+        prog->from_cache = cm.from_cache;
+        prog->log = cm.log;
+        prog->device = std::make_shared<CudaDevice>(cm);
+    } else {
+        const ocl::DeviceInfo &d = ocl::device();  // UserError "no OpenCL platform/device: ..." without one
+        if (opts.workers == 0) opts.workers = d.gpu ? 4 * d.compute_units : 8;
+        prog->device_name = d.name;
+        prog->gpu = generate_gpu_module(plan, sizes, opts);
+        // A developer's hook: build a hand-edited copy of the generated source instead (printf
+        // debugging); the launches and buffers stay those of the generated module.
+        if (const char *dump = std::getenv("REDFUSE_GPU_SOURCE_DUMP"); dump && *dump) std::ofstream(dump) << prog->gpu.source;
+        if (const char *alt = std::getenv("REDFUSE_GPU_SOURCE_OVERRIDE"); alt && *alt) prog->gpu.source = read_text(alt);
+        prog->device = std::make_shared<OclDevice>(prog->gpu.source);
+    }
+    prog->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return prog;
+}
+
+struct GpuBuffers::Impl {
+    const GpuProgram &prog;
+    SizeBinding sizes;
+    CpuBuffers host;
+    std::vector<std::unique_ptr<DevBuf>> dev;  // every module buffer, in module order
+    std::vector<int> user_of;                   // module buffer -> host buffer (or -1: a temporary)
+    std::vector<int64_t> size_values;
+    Impl(const GpuProgram &p, const Program &prog_ir, const SizeBinding &s, const std::map<std::string, Tensor> &inputs)
+        : prog(p), sizes(s), host(prog_ir, s, inputs) {}
+};
+
+GpuBuffers::GpuBuffers(const GpuProgram &prog, const Program &p, const SizeBinding &sizes, const std::map<std::string, Tensor> &inputs)
+    : impl_(std::make_unique<Impl>(prog, p, sizes, inputs)) {
+    Impl &I = *impl_;
+    I.size_values = I.host.size_values();
+    const tile::Module &m = prog.gpu.module;
+    // Module buffers: user buffers in ABI order (inputs then outputs, as CpuBuffers holds them).
+    size_t user = 0;
+    for (const tile::Buffer &b : m.buffers) {
+        if (b.role == tile::Buffer::Role::Temp) {
+            double n = 1;
+            for (Expr d : b.dims) n *= eval_sizes(d, sizes);
+            I.dev.push_back(prog.device->alloc(static_cast<size_t>(std::max(1.0, n)) * 4));
+            I.user_of.push_back(-1);
+            continue;
+        }
+        RF_INTERNAL_ASSERT(user < I.host.count()) << "module buffers do not match the program's inputs and outputs";
+        I.dev.push_back(prog.device->alloc(I.host.bytes_of(user)));
+        I.dev.back()->write(I.host.data(user), I.host.bytes_of(user));
+        I.user_of.push_back(static_cast<int>(user++));
+    }
+}
+
+GpuBuffers::~GpuBuffers() = default;
+
+void GpuBuffers::poison() {
+    Impl &I = *impl_;
+    I.host.poison();
+    const tile::Module &m = I.prog.gpu.module;
+    for (size_t i = 0; i < m.buffers.size(); i++)
+        if (m.buffers[i].role == tile::Buffer::Role::Output) I.dev[i]->write(I.host.data(I.user_of[i]), I.host.bytes_of(I.user_of[i]));
+}
+
+void GpuBuffers::run() {
+    Impl &I = *impl_;
+    std::vector<DevBuf *> bufs;
+    for (auto &d : I.dev) bufs.push_back(d.get());
+    for (const GpuLaunch &l : I.prog.gpu.launches) {
+        double groups = eval_sizes(l.groups, I.sizes);
+        if (groups < 1) continue;
+        int64_t smem = static_cast<int64_t>(eval_sizes(l.shared_bytes, I.sizes));
+        I.prog.device->launch(l, static_cast<int64_t>(groups), smem, bufs, I.size_values);
+    }
+}
+
+void GpuBuffers::sync() { impl_->prog.device->sync(); }
+
+std::vector<double> GpuBuffers::time_runs(int reps) {
+    std::vector<double> t;
+    for (int r = 0; r < reps; r++) t.push_back(impl_->prog.device->time([&] { run(); }));
+    return t;
+}
+
+std::map<std::string, Tensor> GpuBuffers::outputs() {
+    Impl &I = *impl_;
+    sync();
+    const tile::Module &m = I.prog.gpu.module;
+    for (size_t i = 0; i < m.buffers.size(); i++)
+        if (m.buffers[i].role == tile::Buffer::Role::Output) I.dev[i]->read(I.host.data(I.user_of[i]), I.host.bytes_of(I.user_of[i]));
+    return I.host.outputs();
+}
+
+int64_t GpuBuffers::bytes() const { return impl_->host.bytes(); }
+
+}  // namespace rf
