@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
     bool no_unfused = false, retune = false, no_tuned = false;
     auto *emit = app.add_subcommand("emit", "Write the generated kernels as standalone C++ with a C ABI");
     emit->add_option("SPEC", spec, "Spec file (.rf)")->required();
-    emit->add_option("--target", target, "cpu (cuda, opencl: later)")->check(CLI::IsMember({"cpu"}));
+    emit->add_option("--target", target, "cpu | cuda | opencl")->check(CLI::IsMember({"cpu", "cuda", "opencl"}));
     emit->add_option("--size", size_items, "Sizes the schedule is chosen for (the code accepts any)");
     emit->add_option("-o", out_file, "Output directory")->required();
     emit->add_option("--name", emit_name, "Prefix of the exported C symbols and of the file names");
@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
     auto *tune = app.add_subcommand("tune", "Search tile sizes, segments and strategy; keep the best in the cache");
     for (CLI::App *sub : {bench, tune}) {
         sub->add_option("SPEC", spec, "Spec file (.rf)")->required();
-        sub->add_option("--target", target, "cpu")->check(CLI::IsMember({"cpu"}));
+        sub->add_option("--target", target, "cpu | cuda | opencl (tune: cpu)")->check(CLI::IsMember({"cpu", "cuda", "opencl"}));
         sub->add_option("--size", size_items, "Sizes: N=V,M=W (defaults from the spec)");
         sub->add_flag("--json", json, "Print one JSON object");
         sub->add_option("--threads", threads, "Worker threads (default: all)");
@@ -158,7 +158,8 @@ int main(int argc, char **argv) {
                 return 0;
             }
             if (app.got_subcommand("emit")) {
-                std::vector<std::string> files = rf::emit_cpu(*c, out_file, emit_name);
+                std::vector<std::string> files =
+                    target == "cuda" || target == "opencl" ? rf::emit_gpu(*c, out_file, emit_name, target) : rf::emit_cpu(*c, out_file, emit_name) ;
                 for (const std::string &f : files) std::cout << "wrote " << f << "\n";
                 return 0;
             }
@@ -175,6 +176,14 @@ int main(int argc, char **argv) {
                 bo.tile = tile;
                 bo.segments = segments;
                 bo.row_block = row_block;
+                bo.target = target;
+                if (target == "cuda" || target == "opencl") {
+                    if (app.got_subcommand("tune")) throw UsageError("tune runs on the cpu target only (GPU tuning is not built yet)");
+                    if (threads != 0 && (threads < 32 || threads > 1024 || (threads & (threads - 1)) != 0))
+                        throw UsageError("--threads for " + target + " is the work-group size: a power of two from 32 to 1024");
+                    bo.gpu_threads = threads;
+                    bo.threads = 0;
+                }
                 rf::BenchReport r;
                 if (app.got_subcommand("tune")) {
                     rf::TuneOptions to;

@@ -255,6 +255,8 @@ CpuOptions cpu_options(const BenchOptions &o, const Variant &v) {
 }  // namespace
 
 BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
+    if (o.target == "opencl" || o.target == "cuda") return bench_gpu(c, o);
+    if (o.target != "cpu") throw UserError({}, "unknown bench target '" + o.target + "' (cpu, cuda, opencl)");
     const Program &p = c.program;
     SizeBinding sizes = bind_sizes(p, o.sizes);
     int threads = usable_threads(o.threads);

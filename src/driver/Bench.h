@@ -44,6 +44,9 @@ struct BenchOptions {
     bool unfused_too = true;  ///< also time the unfused plan
     bool use_tuned = true;    ///< apply a cached `tune` result when one exists
     int64_t tile = 0, segments = 0, row_block = 0;
+    std::string target = "cpu";  ///< cpu | opencl | cuda
+    int gpu_threads = 0;         ///< opencl/cuda: work-group size (0: the backend's default)
+    bool tensor_cores = true;    ///< cuda
 };
 
 /** The bench JSON (see bench/README.md for the fields the harness reads) and a text table. */
@@ -52,6 +55,9 @@ struct BenchReport {
     std::string text;
 };
 BenchReport bench_compiled(const Compilation &c, const BenchOptions &o);
+/** bench on a GPU target (BenchGpu.cpp): device-timed runs (CUDA events; the L2 flushed before
+ *  each), the nominal memory bandwidth of the device as the floor. */
+BenchReport bench_gpu(const Compilation &c, const BenchOptions &o);
 
 struct TuneOptions {
     BenchOptions bench;

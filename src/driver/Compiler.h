@@ -48,6 +48,10 @@ std::string plan_dump(const Compilation &c);
  *  returns the paths written. */
 std::vector<std::string> emit_cpu(const Compilation &c, const std::string &dir, const std::string &name);
 
+/** `emit --target opencl|cuda -o DIR`: writes DIR/NAME.cl or NAME.cu and DIR/NAME.launch.json (the
+ *  kernels in launch order with work-group counts and shared memory as C expressions of the sizes). */
+std::vector<std::string> emit_gpu(const Compilation &c, const std::string &dir, const std::string &name, const std::string &target);
+
 /** `--emit tile` (the tile IR module) or `--emit cpp` (the generated C++) at the compilation's sizes. */
 std::string backend_dump(const Compilation &c, const std::string &stage);
 

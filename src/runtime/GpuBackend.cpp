@@ -40,6 +40,7 @@ public:
     virtual void sync() = 0;
     /** Device milliseconds of f() (which enqueues work). */
     virtual double time(const std::function<void()> &f) = 0;
+    virtual void flush_caches() {}
 };
 
 namespace {
@@ -99,6 +100,7 @@ public:
         mod_.launch(l.kernel, static_cast<unsigned>(groups), static_cast<unsigned>(l.threads), static_cast<size_t>(smem), args);
     }
     void sync() override { cuda::synchronize(); }
+    void flush_caches() override { cuda::flush_l2(); }
     double time(const std::function<void()> &f) override {
         cuda::Event a, b;
         a.record();
@@ -135,6 +137,8 @@ int default_threads(const std::string &target) { return target == "cuda" ? 128 :
 
 GpuProgram::~GpuProgram() = default;
 
+std::vector<std::string> cuda_compile_options() { return {"--prec-div=false", "-lineinfo"}; }
+
 GpuModule generate_gpu_module(const Plan &plan, const SizeBinding &sizes, const GpuOptions &o) {
     if (o.target != "opencl" && o.target != "cuda") throw UserError({}, "unknown GPU target '" + o.target + "' (opencl, cuda)");
     tile::LowerOptions lo;
@@ -157,6 +161,27 @@ GpuModule generate_gpu_module(const Plan &plan, const SizeBinding &sizes, const 
     return generate_gpu(m, go);
 }
 
+/** The module with the largest row block and tile (up to the plan's) whose work-groups fit in
+ *  `limit` bytes of shared memory at `sizes`: halves them in turn until they fit. */
+GpuModule fit_shared_memory(const Plan &plan, const SizeBinding &sizes, GpuOptions o, int64_t limit) {
+    for (int attempt = 0;; attempt++) {
+        GpuModule g = generate_gpu_module(plan, sizes, o);
+        double worst = 0;
+        for (const GpuLaunch &l : g.launches) worst = std::max(worst, eval_sizes(l.shared_bytes, sizes));
+        if (worst <= static_cast<double>(limit)) return g;
+        int64_t rb = 1, tile = 1;
+        for (const tile::Kernel &k : g.module.kernels) {
+            rb = std::max(rb, k.schedule.row_block);
+            tile = std::max(tile, k.schedule.tile);
+        }
+        if (attempt >= 12 || (rb <= 1 && tile <= 32))
+            throw UserError({}, "the kernels need " + std::to_string(static_cast<long long>(worst)) + " bytes of shared memory per work-group at these sizes; the device has " +
+                                    std::to_string(static_cast<long long>(limit)));
+        if (rb > 1 && (attempt % 2 == 0 || tile <= 32)) o.row_block = std::max<int64_t>(1, rb / 2);
+        else o.tile = std::max<int64_t>(32, tile / 2);
+    }
+}
+
 std::unique_ptr<GpuProgram> compile_gpu(const Plan &plan, const SizeBinding &sizes, const GpuOptions &o) {
     auto t0 = std::chrono::steady_clock::now();
     auto prog = std::make_unique<GpuProgram>();
@@ -165,8 +190,8 @@ std::unique_ptr<GpuProgram> compile_gpu(const Plan &plan, const SizeBinding &siz
         const cuda::DeviceInfo &d = cuda::device();  // UserError "no CUDA driver/device: ..." without one
         if (opts.workers == 0) opts.workers = 2 * d.sms;
         prog->device_name = d.name;
-        prog->gpu = generate_gpu_module(plan, sizes, opts);
-        cuda::CompiledModule cm = cuda::compile(prog->gpu.source, o.arch.empty() ? cuda::device_arch() : o.arch, {}, o.cache_dir);
+        prog->gpu = fit_shared_memory(plan, sizes, opts, d.smem_per_block_optin > 0 ? d.smem_per_block_optin : 48 * 1024);
+        cuda::CompiledModule cm = cuda::compile(prog->gpu.source, o.arch.empty() ? cuda::device_arch() : o.arch, cuda_compile_options(), o.cache_dir);
         prog->from_cache = cm.from_cache;
         prog->log = cm.log;
         prog->device = std::make_shared<CudaDevice>(cm);
@@ -174,7 +199,7 @@ std::unique_ptr<GpuProgram> compile_gpu(const Plan &plan, const SizeBinding &siz
         const ocl::DeviceInfo &d = ocl::device();  // UserError "no OpenCL platform/device: ..." without one
         if (opts.workers == 0) opts.workers = d.gpu ? 4 * d.compute_units : 8;
         prog->device_name = d.name;
-        prog->gpu = generate_gpu_module(plan, sizes, opts);
+        prog->gpu = fit_shared_memory(plan, sizes, opts, static_cast<int64_t>(d.local_mem_bytes));
         // A developer's hook: build a hand-edited copy of the generated source instead (printf
         // debugging); the launches and buffers stay those of the generated module.
         if (const char *dump = std::getenv("REDFUSE_GPU_SOURCE_DUMP"); dump && *dump) std::ofstream(dump) << prog->gpu.source;
@@ -241,6 +266,8 @@ void GpuBuffers::run() {
 }
 
 void GpuBuffers::sync() { impl_->prog.device->sync(); }
+
+void GpuBuffers::flush_caches() { impl_->prog.device->flush_caches(); }
 
 std::vector<double> GpuBuffers::time_runs(int reps) {
     std::vector<double> t;

@@ -29,6 +29,10 @@ struct GpuOptions {
     std::string cache_dir;          ///< CUDA cubin cache (empty: the default)
 };
 
+/** NVRTC options of generated CUDA: --prec-div=false (division within 2 ulp, as FlashAttention's
+ *  reciprocal-multiply; the IEEE slow path made ptxas spill in small kernels) and -lineinfo. */
+std::vector<std::string> cuda_compile_options();
+
 /** The GPU module of a plan at `sizes` (lowering + printing; needs no device: emit, CI cubins). */
 GpuModule generate_gpu_module(const Plan &plan, const SizeBinding &sizes, const GpuOptions &o);
 
@@ -61,6 +65,8 @@ public:
     /** Device milliseconds of `reps` runs, timed with device events (CUDA) or host clocks around a
      *  finished queue (OpenCL); returns the median over `reps`, one run each. */
     std::vector<double> time_runs(int reps);
+    /** Evicts the inputs from the device's last-level cache (CUDA: 256 MiB written; OpenCL: nothing). */
+    void flush_caches();
     std::map<std::string, Tensor> outputs();
     int64_t bytes() const;
 

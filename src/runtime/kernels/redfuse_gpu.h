@@ -41,12 +41,16 @@ typedef char int8_t;
 #define RF_KERNEL extern "C" __global__
 #define RF_GLOBAL
 #define RF_SHARED
+#if defined(__CUDACC_RTC__) /* NVRTC has no <cstdint> without the toolkit's include path */
 typedef long long int64_t;
 typedef int int32_t;
 typedef unsigned int uint32_t;
 typedef unsigned short uint16_t;
 typedef unsigned char uint8_t;
 typedef signed char int8_t;
+#else
+#include <cstdint>
+#endif
 #define RF_INF __int_as_float(0x7f800000)
 #define RF_NAN __int_as_float(0x7fffffff)
 #define RF_LID ((int64_t)threadIdx.x)

@@ -185,3 +185,50 @@ TEST(Cli, TuneKeepsItsResultAndBenchUsesIt) {
     EXPECT_TRUE(bench.contains("tuned"));
     std::filesystem::remove_all(cache);
 }
+
+TEST(Cli, GpuTargets) {
+    // CUDA where there is no driver: a clear user error, exit status 1, never a crash.
+    bool has_driver = std::filesystem::exists("/dev/nvidia0") || std::filesystem::exists("/dev/nvidiactl");
+    if (!has_driver) {
+        Result r = sh("run " + ex("softmax") + " --target cuda --check");
+        EXPECT_EQ(r.status, 1) << r.out;
+        EXPECT_NE(r.out.find("no CUDA driver/device"), std::string::npos) << r.out;
+        Result b = sh("bench " + ex("softmax") + " --target cuda --budget 0.01");
+        EXPECT_EQ(b.status, 1) << b.out;
+        EXPECT_NE(b.out.find("no CUDA driver/device"), std::string::npos) << b.out;
+    }
+    // The GPU sources print without a device; emit writes the source and its launch description.
+    Result cu = sh("analyze " + ex("attention") + " --emit cuda");
+    ASSERT_EQ(cu.status, 0) << cu.out.substr(0, 2000);
+    EXPECT_NE(cu.out.find("__global__ void __launch_bounds__"), std::string::npos);
+    Result cl = sh("analyze " + ex("softmax") + " --emit opencl");
+    ASSERT_EQ(cl.status, 0);
+    EXPECT_NE(cl.out.find("__kernel __attribute__((reqd_work_group_size("), std::string::npos);
+    auto dir = std::filesystem::temp_directory_path() / ("redfuse_emit_gpu_" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir);
+    Result e = sh("emit " + ex("decode_gqa") + " --target opencl -o " + dir.string() + " --name dec");
+    ASSERT_EQ(e.status, 0) << e.out;
+    std::ifstream launch(dir / "dec.launch.json");
+    auto j = nlohmann::json::parse(launch);
+    EXPECT_EQ(j["source"], "dec.cl");
+    ASSERT_FALSE(j["launches"].empty());
+    EXPECT_TRUE(j["launches"][0].contains("work_groups"));
+    EXPECT_TRUE(std::filesystem::exists(dir / "dec.cl"));
+    std::filesystem::remove_all(dir);
+    // Usage errors: a work-group size that is not a power of two, GPU tuning.
+    EXPECT_EQ(sh("run " + ex("softmax") + " --target opencl --threads 48").status, 2);
+    EXPECT_EQ(sh("tune " + ex("softmax") + " --target cuda").status, 2);
+}
+
+TEST(Cli, RunOnOpenCL) {
+    Result probe = sh("run " + ex("logsumexp") + " --target opencl --check --json --size R=3,C=1001 --segments 4 --threads 32");
+    if (probe.status == 1 && probe.out.find("no OpenCL") != std::string::npos) GTEST_SKIP() << probe.out;
+    ASSERT_EQ(probe.status, 0) << probe.out;
+    auto j = nlohmann::json::parse(probe.out.substr(probe.out.find('{')));
+    EXPECT_TRUE(j["ok"].get<bool>());
+    EXPECT_EQ(j["target"], "opencl");
+    Result b = sh("bench " + ex("softmax") + " --target opencl --size R=8,C=300 --json --budget 0.01");
+    ASSERT_EQ(b.status, 0) << b.out;
+    auto jb = nlohmann::json::parse(b.out.substr(b.out.find('{')));
+    for (const char *k : {"time_ms", "unfused_time_ms", "strategy", "gbps", "launches"}) EXPECT_TRUE(jb.contains(k)) << k;
+}

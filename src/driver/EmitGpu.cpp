@@ -1,0 +1,74 @@
+/** \file EmitGpu.cpp
+ * `redfuse emit --target opencl|cuda -o DIR`: the GPU kernels as a standalone source plus a launch
+ * description (JSON) a host program follows: which kernels, in which order, how many work-groups
+ * and how much shared memory, as expressions of the sizes.
+ */
+#include <filesystem>
+#include <fstream>
+
+#include "codegen/CodeGen_C.h"
+#include "driver/Compiler.h"
+#include "runtime/GpuBackend.h"
+#include "support/Error.h"
+
+namespace rf {
+
+std::vector<std::string> emit_gpu(const Compilation &c, const std::string &dir, const std::string &name, const std::string &target) {
+    std::string id = c_identifier(name, "");
+    if (id != name || name.empty() || std::isdigit(static_cast<unsigned char>(name[0])))
+        throw UserError({}, "--name must be a C identifier (letters, digits, '_'; not starting with a digit), got '" + name + "'");
+    SizeBinding sizes;
+    for (const SizeDecl &s : c.program.sizes)
+        if (s.default_value) sizes[s.name] = *s.default_value;
+    PlanOptions po = plan_options_for("gpu");
+    po.sizes = &sizes;
+    Plan plan = make_plan(c.program, po);
+    plan.program = &c.program;
+    GpuOptions go;
+    go.target = target;
+    GpuModule g = generate_gpu_module(plan, sizes, go);
+
+    // Launch shapes as C expressions over the size arguments (named as in the kernels' parameters).
+    CEmitContext ctx;
+    ctx.real = "double";
+    ctx.var = [](Expr v) { return c_identifier(v->name); };
+    nlohmann::json j;
+    j["target"] = target;
+    j["source"] = name + (target == "cuda" ? ".cu" : ".cl");
+    j["sizes"] = nlohmann::json::array();
+    for (const std::string &s : g.module.sizes) j["sizes"].push_back({{"name", s}, {"parameter", c_identifier(s)}});
+    j["buffers"] = nlohmann::json::array();
+    for (const tile::Buffer &b : g.module.buffers) {
+        const char *role = b.role == tile::Buffer::Role::Input ? "input" : b.role == tile::Buffer::Role::Output ? "output" : "temporary";
+        std::vector<std::string> dims;
+        for (Expr d : b.dims) dims.push_back(emit_c(d, ctx));
+        j["buffers"].push_back({{"name", b.name}, {"role", role}, {"dtype", b.role == tile::Buffer::Role::Temp ? "f32" : dtype_name(b.dtype)},
+                                {"dims", dims}});
+    }
+    j["launches"] = nlohmann::json::array();
+    for (const GpuLaunch &l : g.launches)
+        j["launches"].push_back({{"kernel", l.kernel}, {"work_groups", emit_c(l.groups, ctx)}, {"work_group_size", l.threads},
+                                 {"shared_bytes", emit_c(l.shared_bytes, ctx)}});
+    j["arguments"] = target == "cuda" ? "every buffer in order (device pointers; temporaries float), then every size as int64_t; "
+                                        "dynamic shared memory = shared_bytes"
+                                      : "every buffer in order (cl_mem; temporaries float), then every size as cl_long, then a "
+                                        "__local buffer of shared_bytes";
+    j["helpers"] = "floor division rf_floordiv(a, b) may appear in the expressions: floor(a / b) for integers";
+
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw UserError({}, "cannot create directory '" + dir + "': " + ec.message());
+    std::vector<std::string> written;
+    auto write = [&](const std::string &file, const std::string &text) {
+        std::string path = (std::filesystem::path(dir) / file).string();
+        std::ofstream out(path, std::ios::binary);
+        out << text;
+        if (!out) throw UserError({}, "cannot write '" + path + "'");
+        written.push_back(path);
+    };
+    write(j["source"].get<std::string>(), g.source);
+    write(name + ".launch.json", j.dump(2) + "\n");
+    return written;
+}
+
+}  // namespace rf

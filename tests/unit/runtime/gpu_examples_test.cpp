@@ -1,0 +1,128 @@
+/** \file gpu_examples_test.cpp
+ * Every example through the GPU backends without a GPU: the OpenCL C kernels run on PoCL (the CPU)
+ * against the float64 reference at awkward sizes and with forced schedules (tails, segments merged
+ * with the derived merge, row blocks, the unfused plan, two work-group sizes); the CUDA kernels are
+ * compiled to cubins for sm_80 and sm_90a with NVRTC, must not spill, and their register and shared
+ * memory report is kept as a golden summary (tests/golden/cuda/ptxas.txt; REDFUSE_UPDATE_GOLDEN=1
+ * rewrites it).
+ */
+#include <gtest/gtest.h>
+
+#include "../ExampleSizes.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "driver/Compiler.h"
+#include "fuse/Plan.h"
+#include "runtime/CudaRuntime.h"
+#include "runtime/GpuBackend.h"
+#include "runtime/OpenCLRuntime.h"
+#include "support/Error.h"
+
+using namespace rf;
+
+namespace {
+
+std::string describe(const RunOptions &o) {
+    std::ostringstream s;
+    for (auto &[n, v] : o.sizes) s << n << "=" << v << " ";
+    s << "tile=" << o.tile << " segments=" << o.segments << " row_block=" << o.row_block << " wg=" << o.gpu_threads
+      << (o.unfused ? " unfused" : "");
+    return s.str();
+}
+
+void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) {
+    ArenaScope arena;
+    auto c = compile_source(source, path.string(), {});
+    o.target = "opencl";
+    o.check = true;
+    if (path.stem() == "moment_of_inertia") o.dist = "positive";
+    o.seed = 31;
+    RunReport r = run_compiled(*c, o);
+    EXPECT_TRUE(r.ok) << path.filename() << " " << describe(o) << "\n" << r.text;
+}
+
+}  // namespace
+
+class OpenCLExamples : public ::testing::TestWithParam<std::filesystem::path> {};
+
+TEST_P(OpenCLExamples, AgainstTheReferenceOnPoCL) {
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    const auto &path = GetParam();
+    std::string src = test::read_text(path);
+    ArenaScope arena;
+    auto c = compile_source(src, path.string(), {});
+    // Sizes that are not multiples of anything, and all ones.
+    std::vector<std::map<std::string, int64_t>> sets{{},
+                                                     test::size_variant(c->program, [](int64_t) { return 1; }),
+                                                     test::size_variant(c->program, [](int64_t v) { return 2 * v + 1; })};
+    for (const auto &s : sets) {
+        RunOptions o;
+        o.sizes = s;
+        run_case(path, src, o);
+    }
+    // Forced schedules on the 2v+1 sizes: short tiles with tails and several segments (the derived
+    // merge across work-groups), row blocks of 3 spread over threads, the unfused plan, and a
+    // work-group of 32 (every tree level and stride path with another width).
+    RunOptions o;
+    o.sizes = sets[2];
+    o.tile = 3;
+    o.segments = 3;
+    o.row_block = 3;
+    run_case(path, src, o);
+    o = RunOptions{};
+    o.sizes = sets[2];
+    o.unfused = true;
+    o.gpu_threads = 32;
+    run_case(path, src, o);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, OpenCLExamples, ::testing::ValuesIn(test::example_paths()),
+                         [](const auto &info) { return info.param.stem().string(); });
+
+/** Every example's CUDA kernels, at its default sizes, compiled to machine code for sm_80 and
+ *  sm_90a; no spills; the per-kernel register / shared memory summary matches the golden file. */
+TEST(CudaCubins, EveryExampleCompilesWithoutSpills) {
+    if (std::string why = cuda::nvrtc_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    std::ostringstream summary;
+    summary << "# kernel: registers, static shared bytes, stack bytes, spill stores/loads (ptxas -v via NVRTC)\n";
+    std::string cache = (std::filesystem::temp_directory_path() / "redfuse-test-cubins").string();
+    for (const auto &path : test::example_paths()) {
+        ArenaScope arena;
+        auto c = compile_source(test::read_text(path), path.string(), {});
+        SizeBinding sizes = bind_sizes(c->program, {});
+        GpuOptions go;
+        go.target = "cuda";
+        GpuModule g = generate_gpu_module(c->plan, sizes, go);
+        for (const std::string arch : {"sm_80", "sm_90a"}) {
+            cuda::CompiledModule m;
+            try {
+                m = cuda::compile(g.source, arch, cuda_compile_options(), cache);
+            } catch (const std::exception &e) {
+                ADD_FAILURE() << path.filename() << " " << arch << ": " << e.what();
+                continue;
+            }
+            ASSERT_GT(m.cubin.size(), 4u);
+            EXPECT_EQ(std::string(m.cubin.data() + 1, 3), "ELF");
+            for (const GpuLaunch &l : g.launches) {
+                auto it = m.kernels.find(l.kernel);
+                if (it == m.kernels.end()) {
+                    ADD_FAILURE() << path.filename() << " " << arch << ": no ptxas report for " << l.kernel;
+                    continue;
+                }
+                const cuda::PtxasReport &r = it->second;
+                EXPECT_EQ(r.spill_stores + r.spill_loads, 0) << path.filename() << " " << arch << " " << l.kernel << " spills";
+                summary << path.stem().string() << " " << arch << " " << l.kernel << ": " << r.registers << " regs, " << r.shared_bytes
+                        << " smem, " << r.stack_bytes << " stack, " << r.spill_stores << "/" << r.spill_loads << " spills\n";
+            }
+        }
+    }
+    std::filesystem::path golden = std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests/golden/cuda/ptxas.txt";
+    if (std::getenv("REDFUSE_UPDATE_GOLDEN")) {
+        std::filesystem::create_directories(golden.parent_path());
+        std::ofstream(golden) << summary.str();
+    }
+    EXPECT_EQ(summary.str(), test::read_text(golden)) << "regenerate with REDFUSE_UPDATE_GOLDEN=1 after checking the change";
+}
