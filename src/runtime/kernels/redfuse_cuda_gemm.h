@@ -39,10 +39,16 @@
 //   or int32 for int8 x int8): the reference and fallback.
 //
 // Tunables (define before pasting this header): RF_GEMM_MAX_THREADS (default 256), the largest
-// blockDim.x of the kernels using the GEMM. It only selects register budgets: with <= 256 threads
-// a warp owns a 64x64 C tile (128 fp32 accumulators; ~200 registers), with <= 512 a 64x32 tile,
-// above that 32x32; the SIMT micro-tile is 8x8 up to 512 threads, 4x4 above. Any blockDim works
-// with any setting; a too small setting only costs speed, a too large one costs register spills.
+// blockDim.x of the kernels using the GEMM. It only selects register budgets: up to 256 threads
+// (255 registers a thread) a warp owns a 64x64 C tile (128 fp32 accumulators, ~250 registers)
+// and a SIMT thread an 8x8 one (~190); above 256 (128 registers at 512 threads) 32x32 and 4x4,
+// which fit 512 threads without spills (1024 threads, 64 registers, spill a little). Any blockDim
+// works with any setting: a too large setting costs spills, a too small one speed.
+// RF_GEMM_WARP_M / RF_GEMM_WARP_N (32 or 64) and RF_GEMM_SIMT_TILE (4 or 8) override the choice,
+// e.g. 32x32 warp tiles for a caller that keeps many registers live across the GEMM call.
+// RF_GEMM_STAGES (default 2): shared-memory stages of the tensor-core pipeline, 16 KiB each (the
+// scratch is RF_GEMM_STAGES x 16 KiB); 3 keeps two chunks in flight instead of one, which hides
+// more of the global-memory latency when few blocks share an SM.
 #ifndef REDFUSE_CUDA_GEMM_H
 #define REDFUSE_CUDA_GEMM_H
 
@@ -57,6 +63,18 @@ struct rf_fp8e5m2 { unsigned char bits; };
 
 #ifndef RF_GEMM_MAX_THREADS
 #define RF_GEMM_MAX_THREADS 256
+#endif
+#ifndef RF_GEMM_WARP_M
+#define RF_GEMM_WARP_M (RF_GEMM_MAX_THREADS <= 256 ? 64 : 32)
+#endif
+#ifndef RF_GEMM_WARP_N
+#define RF_GEMM_WARP_N (RF_GEMM_MAX_THREADS <= 256 ? 64 : 32)
+#endif
+#ifndef RF_GEMM_SIMT_TILE
+#define RF_GEMM_SIMT_TILE (RF_GEMM_MAX_THREADS <= 256 ? 8 : 4)
+#endif
+#ifndef RF_GEMM_STAGES
+#define RF_GEMM_STAGES 2
 #endif
 
 #ifdef RF_GEMM_EMULATE
@@ -92,7 +110,8 @@ __device__ __forceinline__ void cp_async16(unsigned dst, const void *src, int sr
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(g), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+// Waits until at most N of this thread's most recent commit groups are pending.
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void st_shared_v4(unsigned addr, uint4 v) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
 }
@@ -104,15 +123,8 @@ __device__ __forceinline__ uint4 ld_shared_v4(unsigned addr) {
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
     return v;
 }
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-// ldmatrix.x4, transposed when `trans` (warp-uniform); predicated, no branch.
+// ldmatrix.x4 of four 8x8 b16 matrices, transposed when `trans` (warp-uniform; both forms are
+// issued under complementary predicates, so there is no branch).
 __device__ __forceinline__ void ldsm_x4_sel(unsigned (&r)[4], unsigned addr, bool trans) {
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\t"
                  "@p ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n\t"
@@ -223,25 +235,31 @@ template <class TA, class TB> struct select {
 // ---- tensor-core path --------------------------------------------------------------------------
 //
 // Tile shapes. A warp owns a WM x WN block of C (64x64 for <= 256 threads): per k16 step it loads
-// WM/16 A fragments and WN/16 B fragment pairs with ldmatrix.x4 (8 ldmatrix for 32 mma at 64x64)
-// and issues (WM/16)*(WN/8) mma.m16n8k16. On H100/H200 an SM's shared memory delivers 128 B/clock,
-// so an ldmatrix.x4 (512 B) costs ~4 SM-clocks, while mma.sync bf16 sustains roughly one
-// m16n8k16 per ~2 SM-clocks: a 64x64 warp tile (32 clocks of ldmatrix, ~64 of mma per k16 step)
-// keeps the tensor pipe the bottleneck; 32x32 would be shared-memory bound (16 vs 16).
+// WM/16 A fragments and WN/16 B fragment pairs with ldmatrix.x4 and issues (WM/16)*(WN/8)
+// mma.m16n8k16 (2048 FMA each). Shared memory is the limit to beat: an SM reads 128 B/clock, and
+// mma.sync bf16 on H100/H200 sustains roughly 1000-1300 dense FMA/clock/SM (about 60% of the
+// wgmma peak), so the tensor pipe stays the bottleneck only above ~8-10 FMA per shared byte:
+//   warp tile 32x32:  8 mma / 4 ldmatrix.x4 (2 KiB)  =  8 FMA/B  (shared-memory bound)
+//   warp tile 64x32: 16 mma / 6 ldmatrix.x4 (3 KiB)  = 10.7 FMA/B
+//   warp tile 64x64: 32 mma / 8 ldmatrix.x4 (4 KiB)  = 16 FMA/B; with the staging stores (16 KiB
+//                    per 128x128x32 chunk, 32 FMA/B) 10.7 FMA/B overall.
+// 64x64 needs 128 accumulators a thread, hence ~250 registers and at most 256 threads.
 // The warps of a block are arranged WR x WC over a block tile of (WR*WM) x (WC*WN) (at most 256
 // operand rows in total: 128x128 for four 64x64 warps), chosen per call from M, N and the warp
 // count; warps beyond WR*WC form G split-K groups that take alternate k16 steps of the same
 // staged chunk (8 warps at M=N=128: two groups of 4) and add their partial tiles into C in turn.
-// K is staged in chunks of BK = 32 (two k16 steps) into a double buffer: 2 x 16 KiB, each stage
-// holding (WR*WM + WC*WN) rows x 64 bytes, so a 128x128 tile's chunk is 16 KiB. The next chunk's
-// copy (cp.async when possible) is issued right after the barrier that retires the previous
-// stage, one barrier per chunk, and overlaps the current chunk's 64 mma per warp.
+// K is staged in chunks of BK = 32 (two k16 steps) into a ring of S stages (RF_GEMM_STAGES,
+// default 2) of 16 KiB, each holding (WR*WM + WC*WN) rows x 64 bytes, so a 128x128 tile's chunk
+// is 16 KiB. The copy of chunk kc + S - 1 (cp.async when possible) is issued right after the
+// barrier that retires chunk kc - 1's stage, one barrier per chunk, and overlaps the current
+// chunk's 64 mma per warp.
 constexpr int kBK = 32;                 // k per staged chunk (two k16 steps)
 constexpr int kStageBytes = 16384;      // one stage: up to 256 rows x 64 bytes
-constexpr int kStages = 2;
-constexpr int kTcWM = 64;
-constexpr int kTcWN = RF_GEMM_MAX_THREADS <= 256 ? 64 : 32;
-constexpr int kTcWMx = RF_GEMM_MAX_THREADS <= 512 ? kTcWM : 32;
+constexpr int kStages = RF_GEMM_STAGES;
+static_assert(kStages >= 2 && kStages <= 4, "2 to 4 stages");
+constexpr int kTcWMx = RF_GEMM_WARP_M;  // warp tile rows
+constexpr int kTcWN = RF_GEMM_WARP_N;   // warp tile columns
+static_assert((kTcWMx == 32 || kTcWMx == 64) && (kTcWN == 32 || kTcWN == 64), "warp tiles are 32 or 64 wide");
 constexpr int kMI = kTcWMx / 16;   // m16 fragments per warp
 constexpr int kNJ = kTcWN / 8;     // n8 fragments per warp (even: loaded in pairs)
 static_assert(kNJ % 2 == 0, "B fragments are loaded in pairs");
@@ -290,22 +308,20 @@ RF_GEMM_UNROLL_NOT
             return make_uint4(static_cast<unsigned>(lo), static_cast<unsigned>(lo >> 32), static_cast<unsigned>(hi),
                               static_cast<unsigned>(hi >> 32));
         }
-        float f[8];
-        {
-            if constexpr (kind == kF32) {
-                const float4 x = reinterpret_cast<const float4 *>(p)[0], y = reinterpret_cast<const float4 *>(p)[1];
-                f[0] = x.x; f[1] = x.y; f[2] = x.z; f[3] = x.w;
-                f[4] = y.x; f[5] = y.y; f[6] = y.z; f[7] = y.w;
-            } else if constexpr (type_of<T>::bytes == 2) {
-                const uint4 v = *reinterpret_cast<const uint4 *>(p);
-                const unsigned w[4] = {v.x, v.y, v.z, v.w};
+        float f[8];  // one aligned vector load, then the conversions
+        if constexpr (kind == kF32) {
+            const float4 x = reinterpret_cast<const float4 *>(p)[0], y = reinterpret_cast<const float4 *>(p)[1];
+            f[0] = x.x; f[1] = x.y; f[2] = x.z; f[3] = x.w;
+            f[4] = y.x; f[5] = y.y; f[6] = y.z; f[7] = y.w;
+        } else if constexpr (type_of<T>::bytes == 2) {
+            const uint4 v = *reinterpret_cast<const uint4 *>(p);
+            const unsigned w[4] = {v.x, v.y, v.z, v.w};
 RF_GEMM_UNROLL
-                for (int e = 0; e < 8; ++e) f[e] = to_f32(from_raw<T>((w[e >> 1] >> ((e & 1) * 16)) & 0xffffu));
-            } else {
-                const uint2 v = *reinterpret_cast<const uint2 *>(p);
+            for (int e = 0; e < 8; ++e) f[e] = to_f32(from_raw<T>((w[e >> 1] >> ((e & 1) * 16)) & 0xffffu));
+        } else {
+            const uint2 v = *reinterpret_cast<const uint2 *>(p);
 RF_GEMM_UNROLL
-                for (int e = 0; e < 8; ++e) f[e] = to_f32(from_raw<T>(((e < 4 ? v.x : v.y) >> ((e & 3) * 8)) & 0xffu));
-            }
+            for (int e = 0; e < 8; ++e) f[e] = to_f32(from_raw<T>(((e < 4 ? v.x : v.y) >> ((e & 3) * 8)) & 0xffu));
         }
         return make_uint4(pack2<CT>(f[0], f[1]), pack2<CT>(f[2], f[3]), pack2<CT>(f[4], f[5]), pack2<CT>(f[6], f[7]));
     }
@@ -454,6 +470,8 @@ __device__ __forceinline__ frag_offsets tc_frag_offsets(int lane, int wm0, int w
     const int q = lane >> 3, rr = lane & 7;
     // K-major: o = row, unit c_j = (2j + h) ^ x with x = ((o >> 1) & 3), o = 16i + (lane & 15) + wm0
     // (wm0 a multiple of 16, so x only depends on the lane); c_1 - c_0 = (x & 2) ? -2 : 2.
+    // MN-major: the row o = 16j + (lane-dependent part); swz only reads o's low 3 bits, so the
+    // j step is 16 rows. (A 32-row region has 4 units per row and uses the cpr = 4 swizzle.)
 RF_GEMM_UNROLL
     for (int i = 0; i < kMI; ++i) {
         if (!amn) {
@@ -461,7 +479,7 @@ RF_GEMM_UNROLL
             f.a[i] = (o << 6) + (((lane >> 4) ^ x) << 4);
         } else {
             const int o = ((q >> 1) << 3) + rr;
-            f.a[i] = (o << (lcpr_a + 4)) + (((((wm0 + 16 * i) >> 3) + (q & 1)) ^ rr) << 4);
+            f.a[i] = (o << (lcpr_a + 4)) + (swz(o, ((wm0 + 16 * i) >> 3) + (q & 1), lcpr_a) << 4);
         }
     }
     f.da = amn ? (16 << (lcpr_a + 4)) : ((((lane >> 1) & 3) & 2) ? -32 : 32);
@@ -472,7 +490,7 @@ RF_GEMM_UNROLL
             f.b[pj] = (o << 6) + (((q & 1) ^ x) << 4);
         } else {
             const int o = ((q & 1) << 3) + rr;
-            f.b[pj] = (o << (lcpr_b + 4)) + (((((wn0 + 16 * pj) >> 3) + (q >> 1)) ^ rr) << 4);
+            f.b[pj] = (o << (lcpr_b + 4)) + (swz(o, ((wn0 + 16 * pj) >> 3) + (q >> 1), lcpr_b) << 4);
         }
     }
     f.db = bmn ? (16 << (lcpr_b + 4)) : ((((rr >> 1) & 3) & 2) ? -32 : 32);
@@ -507,24 +525,28 @@ RF_GEMM_UNROLL
 RF_GEMM_UNROLL
                     for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-            // Iteration it stages chunk it (into stage it & 1) and computes chunk it - 1. The barrier
-            // after the wait publishes chunk it - 1 and retires chunk it - 2, whose stage is refilled.
-            for (int it = 0; it <= chunks; ++it) {
-                if (it > 0) {
-                    rf_gemm_ptx::cp_async_wait_all();
+            // Iteration it stages chunk it (into stage it % S, one commit group per iteration, empty
+            // past the end) and computes chunk kc = it - (S - 1). Before that, wait_group(S - 2)
+            // leaves only chunks kc+1 .. it-1 in flight, and the barrier publishes chunk kc and
+            // retires chunk kc - 1, whose stage (it % S) is the one refilled.
+            for (int it = 0; it < chunks + kStages - 1; ++it) {
+                const int kc = it - (kStages - 1);
+                if (kc >= 0) {
+                    rf_gemm_ptx::cp_async_wait<kStages - 2>();
                     __syncthreads();
                 }
                 if (it < chunks) {
-                    const unsigned base = g.smem + static_cast<unsigned>(it & 1) * kStageBytes;
+                    const unsigned base = g.smem + static_cast<unsigned>(it % kStages) * kStageBytes;
                     const int k0 = it * kBK;
                     stage_operand<CT>(g.a, base, amn ? k0 : m0, amn ? m0 : k0, lcpr_a, units_a);
                     stage_operand<CT>(g.b, base + b_off, bmn ? k0 : n0, bmn ? n0 : k0, lcpr_b, units_b);
-                    rf_gemm_ptx::cp_async_commit();
                 }
-                if (it == 0 || !busy) continue;
-                const int kc = it - 1;
-                const unsigned sa = g.smem + static_cast<unsigned>(kc & 1) * kStageBytes, sb = sa + b_off;
-RF_GEMM_UNROLL
+                rf_gemm_ptx::cp_async_commit();
+                if (kc < 0 || !busy) continue;
+                const unsigned sa = g.smem + static_cast<unsigned>(kc % kStages) * kStageBytes, sb = sa + b_off;
+                // Not unrolled: overlapping the two k16 steps' fragments would raise the need from
+                // ~215 to ~250 registers (64x64 warp tiles), leaving nothing for the caller's state.
+RF_GEMM_UNROLL_NOT
                 for (int j = 0; j < 2; ++j) {
                     if (groups > 1 && ((kc * 2 + j) % groups) != grp) continue;
                     unsigned af[kMI][4];
@@ -607,8 +629,9 @@ __device__ __forceinline__ void tc_gemm(int M, int N, int K, const TA *a, long l
 
 // ---- SIMT path ---------------------------------------------------------------------------------
 //
-// Each thread of a compute group (Tg = 32..256 threads) owns a TM x TN micro-tile of C (8x8 for
-// <= 512 threads: 64 accumulators, 16 operand registers, 2+2 float4 shared loads per 64 FMA); the
+// Each thread of a compute group (Tg = 32..256 threads) owns a TM x TN micro-tile of C (8x8 by
+// default: 64 accumulators, 16 operand registers, 2+2 float4 shared loads per 64 FMA; 4x4 for
+// blocks of more than 256 threads); the
 // group's thread grid TY x TX (powers of two, chosen per call from M and N) covers a BM x BN
 // block tile with BM = TM*TY, BN = TN*TX. Rows of a thread: 4-row groups at a stride of BM/(TM/4)
 // (and likewise columns), so a warp's float4 loads are contiguous. K is staged in chunks of KS = 8
@@ -616,7 +639,8 @@ __device__ __forceinline__ void tc_gemm(int M, int N, int K, const TA *a, long l
 // as [slice][BM + 4] and [slice][BN + 4] 32-bit words, double-buffered; the next chunk's global
 // loads are issued before the current chunk's FMAs and stored after them. Further groups (T > 256)
 // take alternate slices (split K) and add their partial tiles into C in turn.
-constexpr int kSimtT = RF_GEMM_MAX_THREADS <= 512 ? 8 : 4;  // micro-tile TM = TN
+constexpr int kSimtT = RF_GEMM_SIMT_TILE;  // micro-tile TM = TN
+static_assert(kSimtT == 4 || kSimtT == 8, "SIMT micro-tiles are 4x4 or 8x8");
 constexpr int kKS = 8;                                     // slices per chunk
 constexpr int kPF = 4;                                     // prefetched words per operand and thread
 
@@ -850,7 +874,8 @@ __device__ __forceinline__ void simt_gemm(int M, int N, int K, const TA *a, long
 
 // ---- entry points --------------------------------------------------------------------------------
 __host__ __device__ constexpr int rf_block_gemm_scratch_bytes() {
-    return rf_gemm_detail::kStages * rf_gemm_detail::kStageBytes;  // 32 KiB; the SIMT path needs <= 25 KiB
+    // RF_GEMM_STAGES x 16 KiB (32 KiB by default); the SIMT path needs at most 24.5 KiB.
+    return rf_gemm_detail::kStages * rf_gemm_detail::kStageBytes;
 }
 
 template <typename TA, typename TB>
