@@ -27,6 +27,14 @@ std::string c_identifier(const std::string &name, const std::string &prefix) {
     return out;
 }
 
+std::string safe_comment(const std::string &s) {
+    std::string out;
+    for (char ch : s) out += (ch >= 32 && ch < 127 && ch != '\\') ? ch : '?';
+    size_t at;
+    while ((at = out.find("*/")) != std::string::npos) out.replace(at, 2, "* /");
+    return out;
+}
+
 std::string c_real_literal(double v, const std::string &real) {
     if (std::isnan(v)) return "std::numeric_limits<" + real + ">::quiet_NaN()";
     if (std::isinf(v)) return std::string(v < 0 ? "-" : "") + "std::numeric_limits<" + real + ">::infinity()";

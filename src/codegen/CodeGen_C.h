@@ -36,6 +36,10 @@ std::string emit_c(Expr e, const CEmitContext &ctx);
  *  it can never collide with a keyword or a helper ("O.sum" -> "v_O_x2esum"). */
 std::string c_identifier(const std::string &name, const std::string &prefix = "v_");
 
+/** Text for a comment in generated code: printable ASCII only, no backslashes (line splices), no
+ *  comment terminators. */
+std::string safe_comment(const std::string &s);
+
 /** A real literal that reads back exactly (shortest round-trip digits, or an infinity/NaN). */
 std::string c_real_literal(double v, const std::string &real);
 

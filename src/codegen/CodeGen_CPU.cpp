@@ -32,15 +32,6 @@ namespace {
 
 using namespace tile;
 
-/** Comment text in generated code: printable ASCII only, no comment terminators. */
-std::string safe_comment(const std::string &s) {
-    std::string out;
-    for (char ch : s) out += (ch >= 32 && ch < 127 && ch != '\\') ? ch : '?';
-    size_t at;
-    while ((at = out.find("*/")) != std::string::npos) out.replace(at, 2, "* /");
-    return out;
-}
-
 /** A C string literal for any text: every byte outside [A-Za-z0-9_. ] as an octal escape. */
 std::string c_string(const std::string &s) {
     std::string out = "\"";

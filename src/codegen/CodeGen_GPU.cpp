@@ -25,14 +25,6 @@ namespace {
 
 using namespace tile;
 
-std::string safe_comment(const std::string &s) {
-    std::string out;
-    for (char ch : s) out += (ch >= 32 && ch < 127 && ch != '\\') ? ch : '?';
-    size_t at;
-    while ((at = out.find("*/")) != std::string::npos) out.replace(at, 2, "* /");
-    return out;
-}
-
 /** Element type of a buffer in GPU memory: temporaries are float (fp32 running states, brief §2). */
 const char *gpu_storage_type(const Buffer &b) {
     if (b.role == Buffer::Role::Temp) return "float";

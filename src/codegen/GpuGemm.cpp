@@ -7,9 +7,9 @@
 
 namespace rf {
 
-extern const char *const kEmbeddedCudaGemmHeader __attribute__((weak));  // redfuse_cuda_gemm.h
+extern const char *const kEmbeddedCudaGemmHeader;  // generated from src/runtime/kernels/redfuse_cuda_gemm.h
 
-std::string cuda_gemm_header() { return &kEmbeddedCudaGemmHeader && kEmbeddedCudaGemmHeader ? kEmbeddedCudaGemmHeader : ""; }
+std::string cuda_gemm_header() { return kEmbeddedCudaGemmHeader; }
 
 namespace {
 

@@ -30,7 +30,7 @@ bool cuda_gemm_on_tensor_cores(DType a, DType b, const GpuCodegenOptions &o);
 std::string gpu_gemm(const tile::GemmInfo &g, const GemmOperand &a, const GemmOperand &b, const GemmOperand &c,
                      const std::function<std::string(Expr)> &ints, const std::string &alpha, const GpuCodegenOptions &o, int indent);
 
-/** Text of redfuse_cuda_gemm.h (empty until it is built in). */
+/** Text of redfuse_cuda_gemm.h (the tensor-core block GEMM). */
 std::string cuda_gemm_header();
 
 }  // namespace rf

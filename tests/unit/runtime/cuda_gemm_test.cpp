@@ -3,20 +3,24 @@
  *
  *  1. Emulated on the host (always runs). The header is compiled as C++ with RF_GEMM_EMULATE: every
  *     CUDA thread of a block is a std::thread, __syncthreads a block barrier, and the PTX primitives
- *     (ldmatrix .x4/.trans, mma.sync m16n8k16, cp.async with zero fill, cvt.rn.bf16x2/f16x2, dp4a,
- *     ld/st.shared) are implemented here from the PTX ISA's definitions, independently of the
- *     header. So all of the header's own logic (tile shapes, swizzles, fragment addressing, tails,
- *     the pipeline, split-K) runs against a float64 reference. The emulator also checks what the
- *     hardware would not report: every shared-memory word is tracked per barrier epoch, and a write
- *     and another thread's access in the same epoch (a missing barrier) is an error; cp.async copies
- *     land only at cp.async.wait_group (a read before the wait sees stale data); warp collectives
- *     must be reached by all 32 lanes with the same operation (divergence or a barrier mismatch
- *     deadlocks and is reported); addresses must be aligned and inside the scratch.
+ *     (ldmatrix .x4/.trans, mma.sync m16n8k16 bf16/f16, cp.async with zero fill and wait_group,
+ *     cvt.rn.bf16x2/f16x2, dp4a, ld/st.shared) are implemented here from the PTX ISA's definitions
+ *     (cross-checked with CuTe's SM75_U32x4_LDSM_N / SM75_U16x8_LDSM_T layouts and CUDA's
+ *     __floats2bfloat162_rn), independently of the header. So all of the header's own logic (tile
+ *     shapes, swizzles, fragment addressing, tails, the pipeline, split-K) runs against a float64
+ *     reference, in the default configuration and in the one for 512 threads with 3 stages. The
+ *     emulator also checks what a GPU would not report: every shared word is tracked per barrier
+ *     epoch, and a write and another thread's access in the same epoch (a missing barrier or wait)
+ *     is an error; cp.async copies land only at cp.async.wait_group; warp collectives must be
+ *     reached by all 32 lanes with the same operation (divergence deadlocks and is reported);
+ *     addresses must be aligned and inside the scratch (which starts as garbage); every ldmatrix
+ *     phase must hit 8 different bank groups.
  *  2. Compiled by NVRTC to cubins for sm_80 and sm_90a (needs NVRTC, no GPU): every instantiation
- *     at 128 and 256 threads, no register spills; registers and shared memory are printed.
+ *     at 128 and 256 threads without register spills (registers and shared memory printed), and the
+ *     tensor-core ones within 224 registers (headroom for the calling kernel).
  *  3. Run on a CUDA device when one is available (skipped otherwise): awkward shapes, layouts,
  *     strides, alignments, C and A in shared memory, accumulate on/off, against the same reference,
- *     plus an informational throughput figure for 128x128x128 bf16 tiles.
+ *     plus informational throughput figures for 128x128x128 bf16 tiles (2 and 3 stages).
  */
 #include <gtest/gtest.h>
 
@@ -1098,6 +1102,27 @@ TEST(CudaGemmDevice, CompilesForSm80AndSm90aWithoutSpills) {
                 EXPECT_EQ(r.spill_loads, 0) << arch << " " << name;
                 EXPECT_LE(r.registers * t, 65536) << arch << " " << name;
             }
+    }
+    // Headroom for the caller: the tensor-core instantiations fit in 224 registers without spills
+    // (they need ~216; ptxas fills up to 255 for scheduling when it may), so a generated kernel can
+    // keep ~30 registers of its own live across the call.
+    std::ostringstream capped;
+    capped << rf::kEmbeddedCudaGemmHeader << "\n";
+    for (const Inst &in : kInsts) {
+        if ((in.a == Ty::f32 && in.b == Ty::f32) || (in.a == Ty::i8 && in.b == Ty::i8)) continue;
+        capped << "extern \"C\" __global__ void capped_" << in.name << "(int M, int N, int K, const " << in.ta << " *a, long long a_si, "
+               << "long long a_sk, const " << in.tb << " *b, long long b_sj, long long b_sk, float *c, long long c_si, float alpha, "
+               << "int acc) {\n    extern __shared__ __align__(16) unsigned char smem[];\n    rf_block_gemm<" << in.ta << ", "
+               << in.tb << ">(M, N, K, a, a_si, a_sk, b, b_sj, b_sk, c, c_si, alpha, acc != 0, smem);\n}\n";
+    }
+    for (const char *arch : {"sm_80", "sm_90a"}) {
+        rf::cuda::CompiledModule m = rf::cuda::compile(capped.str(), arch, {"--maxrregcount=224"});
+        ASSERT_FALSE(m.kernels.empty()) << m.log;
+        for (auto &[name, r] : m.kernels) {
+            std::printf("  %s %-20s %3d registers at --maxrregcount=224, spills %lld/%lld\n", arch, name.c_str(), r.registers,
+                        static_cast<long long>(r.spill_stores), static_cast<long long>(r.spill_loads));
+            EXPECT_EQ(r.spill_stores + r.spill_loads, 0) << arch << " " << name << " at 224 registers";
+        }
     }
 }
 
