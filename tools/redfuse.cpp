@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
                 bo.tile = tile;
                 bo.segments = segments;
                 bo.row_block = row_block;
-                bo.target = target;
+                bo.target = target == "cuda" || target == "opencl" ? target : "cpu";
                 if (target == "cuda" || target == "opencl") {
                     if (app.got_subcommand("tune")) throw UsageError("tune runs on the cpu target only (GPU tuning is not built yet)");
                     if (threads != 0 && (threads < 32 || threads > 1024 || (threads & (threads - 1)) != 0))
