@@ -131,9 +131,23 @@ public:
         os_ = &body;
         Expr var = loop_->var;
         std::string v = cname(var->name);
-        pad(1) << "const int64_t " << v << " = " << int_expr(loop_->begin) << " + RF_GID;\n";
-        scope_[var->name] = {v, false, false, LocalClass::Index};
-        uniform_list(loop_->body, 1);
+        Expr iterations = make_sub(loop_->end, loop_->begin), groups = iterations;
+        // Fusion level "thread": one iteration (a row, or a (row, segment) pair) per thread, its
+        // running state private to the thread, no barriers; segments meet in the second launch
+        // with the derived merge. Needs every array of the body to have a constant size.
+        bool per_thread = o_.fusion_level == "thread" && private_arrays_ok(loop_);
+        if (per_thread) {
+            groups = make_idiv(make_add(iterations, make_int(T_ - 1)), make_int(T_));
+            pad(1) << "const int64_t w_ = RF_GID * " << T_ << " + RF_LID;\n";
+            pad(1) << "if (w_ >= " << int_expr(iterations) << ") return;\n";
+            pad(1) << "const int64_t " << v << " = " << int_expr(loop_->begin) << " + w_;\n";
+            scope_[var->name] = {v, false, false, LocalClass::Index};
+            private_list(loop_->body, 1);
+        } else {
+            pad(1) << "const int64_t " << v << " = " << int_expr(loop_->begin) << " + RF_GID;\n";
+            scope_[var->name] = {v, false, false, LocalClass::Index};
+            uniform_list(loop_->body, 1);
+        }
 
         bool cuda = o_.dialect == Dialect::Cuda;
         out << "// " << safe_comment(k_.what) << "\n";
@@ -166,7 +180,7 @@ public:
             offset = make_add(offset, s.bytes);
         }
         out << body.str() << "}\n\n";
-        return {name_, make_sub(loop_->end, loop_->begin), T_, offset};
+        return {name_, groups, T_, offset};
     }
 
 private:

@@ -28,6 +28,11 @@ struct GpuCodegenOptions {
     int threads = 128;          ///< work-group size: a power of two, 32..1024
     SizeBinding sizes;          ///< sizes the mapping is chosen for (kernels accept any sizes)
     bool tensor_cores = true;   ///< CUDA: tile GEMMs on mma.sync where the operand types allow
+    /** Where running states live and meet: "block" (one work-group per row / row block, states
+     *  shared by the work-group, vector loops spread over its threads) or "thread" (one row or
+     *  (row, segment) pair per thread, states private, segments merged by the derived merge in a
+     *  second launch; kernels whose arrays have run-time sizes stay at block level). */
+    std::string fusion_level = "block";
 };
 
 /** One kernel launch: `groups` work-groups of `threads` work-items, `shared_bytes` of dynamic shared

@@ -43,6 +43,7 @@ GpuOptions gpu_options(const BenchOptions &o, bool unfused) {
     GpuOptions g;
     g.target = o.target;
     g.threads = o.gpu_threads;
+    g.fusion_level = o.fusion_level;
     g.unfused = unfused || o.strategy == "unfused";
     g.tensor_cores = o.tensor_cores;
     g.tile = o.tile;

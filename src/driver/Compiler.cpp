@@ -261,6 +261,7 @@ RunReport run_compiled(const Compilation &c, const RunOptions &o) {
         GpuOptions go;
         go.target = o.target;
         go.threads = o.gpu_threads;
+        go.fusion_level = o.fusion_level;
         go.unfused = o.unfused;
         go.tile = o.tile;
         go.segments = o.segments;

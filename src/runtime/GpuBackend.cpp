@@ -158,6 +158,9 @@ GpuModule generate_gpu_module(const Plan &plan, const SizeBinding &sizes, const 
     go.threads = o.threads > 0 ? o.threads : default_threads(o.target);
     go.sizes = sizes;
     go.tensor_cores = o.tensor_cores;
+    if (o.fusion_level != "block" && o.fusion_level != "thread")
+        throw UserError({}, "unknown fusion level '" + o.fusion_level + "' (block, thread)");
+    go.fusion_level = o.fusion_level;
     return generate_gpu(m, go);
 }
 

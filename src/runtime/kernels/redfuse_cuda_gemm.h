@@ -40,10 +40,13 @@
 //
 // Tunables (define before pasting this header): RF_GEMM_MAX_THREADS (default 256), the largest
 // blockDim.x of the kernels using the GEMM. It only selects register budgets: up to 256 threads
-// (255 registers a thread) a warp owns a 64x64 C tile (128 fp32 accumulators, ~250 registers)
-// and a SIMT thread an 8x8 one (~190); above 256 (128 registers at 512 threads) 32x32 and 4x4,
-// which fit 512 threads without spills (1024 threads, 64 registers, spill a little). Any blockDim
-// works with any setting: a too large setting costs spills, a too small one speed.
+// (255 registers a thread) a warp owns a 64x64 C tile (128 fp32 accumulators; ~250 registers
+// when every stride is a run-time value, fewer when the call site's strides are constants) and a
+// SIMT thread an 8x8 one (~190); above 256 (128 registers at 512 threads) 32x32 and 4x4, which fit
+// 512 threads without spills (1024 threads, 64 registers, spill a little). Any blockDim works with
+// any setting: a too large setting costs spills, a too small one speed.
+// RF_GEMM_LOW_REGISTERS 1: the tensor-core loop does not overlap consecutive k16 steps, which
+// lowers its need to ~215 registers (64x64 warp tiles) for callers with much state of their own.
 // RF_GEMM_WARP_M / RF_GEMM_WARP_N (32 or 64) and RF_GEMM_SIMT_TILE (4 or 8) override the choice,
 // e.g. 32x32 warp tiles for a caller that keeps many registers live across the GEMM call.
 // RF_GEMM_STAGES (default 2): shared-memory stages of the tensor-core pipeline, 16 KiB each (the
@@ -75,6 +78,9 @@ struct rf_fp8e5m2 { unsigned char bits; };
 #endif
 #ifndef RF_GEMM_STAGES
 #define RF_GEMM_STAGES 2
+#endif
+#ifndef RF_GEMM_LOW_REGISTERS
+#define RF_GEMM_LOW_REGISTERS 0
 #endif
 
 #ifdef RF_GEMM_EMULATE
@@ -544,9 +550,14 @@ RF_GEMM_UNROLL
                 rf_gemm_ptx::cp_async_commit();
                 if (kc < 0 || !busy) continue;
                 const unsigned sa = g.smem + static_cast<unsigned>(kc % kStages) * kStageBytes, sb = sa + b_off;
-                // Not unrolled: overlapping the two k16 steps' fragments would raise the need from
-                // ~215 to ~250 registers (64x64 warp tiles), leaving nothing for the caller's state.
+                // Unrolled, ptxas overlaps the two k16 steps (the next step's fragments load during
+                // this step's mma); RF_GEMM_LOW_REGISTERS keeps the steps apart (~215 registers
+                // instead of ~250 at 64x64 warp tiles with all strides run-time values).
+#if RF_GEMM_LOW_REGISTERS
 RF_GEMM_UNROLL_NOT
+#else
+RF_GEMM_UNROLL
+#endif
                 for (int j = 0; j < 2; ++j) {
                     if (groups > 1 && ((kc * 2 + j) % groups) != grp) continue;
                     unsigned af[kMI][4];

@@ -1,7 +1,7 @@
 /** \file gpu_examples_test.cpp
  * Every example through the GPU backends without a GPU: the OpenCL C kernels run on PoCL (the CPU)
  * against the float64 reference at awkward sizes and with forced schedules (tails, segments merged
- * with the derived merge, row blocks, the unfused plan, two work-group sizes); the CUDA kernels are
+ * with the derived merge, row blocks, the unfused plan, two work-group sizes, states per thread); the CUDA kernels are
  * compiled to cubins for sm_80 and sm_90a with NVRTC, must not spill, and their register and shared
  * memory report is kept as a golden summary (tests/golden/cuda/ptxas.txt; REDFUSE_UPDATE_GOLDEN=1
  * rewrites it).
@@ -29,7 +29,7 @@ std::string describe(const RunOptions &o) {
     std::ostringstream s;
     for (auto &[n, v] : o.sizes) s << n << "=" << v << " ";
     s << "tile=" << o.tile << " segments=" << o.segments << " row_block=" << o.row_block << " wg=" << o.gpu_threads
-      << (o.unfused ? " unfused" : "");
+      << (o.unfused ? " unfused" : "") << " level=" << o.fusion_level;
     return s.str();
 }
 
@@ -76,6 +76,14 @@ TEST_P(OpenCLExamples, AgainstTheReferenceOnPoCL) {
     o.sizes = sets[2];
     o.unfused = true;
     o.gpu_threads = 32;
+    run_case(path, src, o);
+    // Fusion level "thread": a running state per thread over its segment of the axis, the segments
+    // merged with the derived merge in the second launch.
+    o = RunOptions{};
+    o.sizes = sets[2];
+    o.fusion_level = "thread";
+    o.segments = 4;
+    o.tile = 5;
     run_case(path, src, o);
 }
 
