@@ -3,6 +3,7 @@
  */
 #include "codegen/CodeGen_GPU.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -327,15 +328,21 @@ private:
     /** The extent of a directly nested independent loop (flattened with its parent), else 1. */
     double inner_extent(const StmtP &s) {
         const StmtP in = only_child_loop(s);
-        return in ? estimate(make_sub(in->end, in->begin)) : 1;
+        return in ? std::max(1.0, estimate(make_sub(in->end, in->begin))) : 1;  // tile bounds are locals: unknown
     }
-    /** The single independent loop that is s's whole body (comments aside), if its bounds do not
-     *  depend on s's variable. */
+    /** The single loop that is s's whole body (comments aside) and whose iterations are independent
+     *  too (an independent loop, or a vector loop without reductions: element-wise maps and stores),
+     *  if its bounds do not depend on s's variable; the two are then spread as one flat range (rows
+     *  x columns over all threads). */
     StmtP only_child_loop(const StmtP &s) {
         StmtP found;
         for (const StmtP &c : s->body) {
             if (c->kind == StmtKind::Comment) continue;
-            if (found || c->kind != StmtKind::For || c->loop != LoopKind::Independent) return nullptr;
+            if (found || c->kind != StmtKind::For) return nullptr;
+            bool elementwise = c->loop == LoopKind::Simd;
+            for (const StmtP &b : c->body)
+                elementwise = elementwise && b->kind != StmtKind::Accum && b->kind != StmtKind::For && b->kind != StmtKind::Gemm;
+            if (c->loop != LoopKind::Independent && !elementwise) return nullptr;
             found = c;
         }
         if (!found) return nullptr;
@@ -515,6 +522,27 @@ private:
 
     /** rf_red[0] = op over the threads' `value`s (a tree; every thread passes every barrier). */
     void tree(ReduceOp op, const std::string &value, int ind) {
+        if (o_.dialect == Dialect::Cuda) {
+            // Warp shuffles, then one value per warp through shared memory: two barriers instead of
+            // log2(T) + 1. The combine is the same (NaN-propagating) one, so the result is that of
+            // the tree up to the order of the partial sums.
+            std::string v = "v_", w = "w_";
+            pad(ind) << "{\n";
+            pad(ind + 1) << "float " << v << " = " << value << ";\n";
+            pad(ind + 1) << "for (int o_ = 16; o_ > 0; o_ >>= 1) " << v << " = " << combine(op, v, "__shfl_xor_sync(0xffffffffu, " + v + ", o_)")
+                         << ";\n";
+            pad(ind + 1) << "if ((RF_LID & 31) == 0) rf_red[RF_LID >> 5] = " << v << ";\n";
+            pad(ind + 1) << "RF_BARRIER();\n";
+            pad(ind + 1) << "if (RF_LID < 32) {\n";
+            pad(ind + 2) << "float " << w << " = RF_LID < " << T_ / 32 << " ? rf_red[RF_LID] : " << identity(op) << ";\n";
+            pad(ind + 2) << "for (int o_ = 16; o_ > 0; o_ >>= 1) " << w << " = " << combine(op, w, "__shfl_xor_sync(0xffffffffu, " + w + ", o_)")
+                         << ";\n";
+            pad(ind + 2) << "if (RF_LID == 0) rf_red[0] = " << w << ";\n";
+            pad(ind + 1) << "}\n";
+            pad(ind + 1) << "RF_BARRIER();\n";
+            pad(ind) << "}\n";
+            return;
+        }
         pad(ind) << "rf_red[RF_LID] = " << value << ";\n";
         pad(ind) << "RF_BARRIER();\n";
         pad(ind) << "for (int s_ = " << T_ / 2 << "; s_ > 0; s_ >>= 1) {\n";
