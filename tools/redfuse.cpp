@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
     auto *tune = app.add_subcommand("tune", "Search tile sizes, segments and strategy; keep the best in the cache");
     for (CLI::App *sub : {bench, tune}) {
         sub->add_option("SPEC", spec, "Spec file (.rf)")->required();
-        sub->add_option("--target", target, "cpu | cuda | opencl (tune: cpu)")->check(CLI::IsMember({"cpu", "cuda", "opencl"}));
+        sub->add_option("--target", target, "cpu | cuda | opencl")->check(CLI::IsMember({"cpu", "cuda", "opencl"}));
         sub->add_option("--size", size_items, "Sizes: N=V,M=W (defaults from the spec)");
         sub->add_flag("--json", json, "Print one JSON object");
         sub->add_option("--threads", threads, "Worker threads (default: all)");
@@ -182,7 +182,6 @@ int main(int argc, char **argv) {
                 bo.row_block = row_block;
                 bo.target = target == "cuda" || target == "opencl" ? target : "cpu";
                 if (target == "cuda" || target == "opencl") {
-                    if (app.got_subcommand("tune")) throw UsageError("tune runs on the cpu target only (GPU tuning is not built yet)");
                     if (threads != 0 && (threads < 32 || threads > 1024 || (threads & (threads - 1)) != 0))
                         throw UsageError("--threads for " + target + " is the work-group size: a power of two from 32 to 1024");
                     bo.gpu_threads = threads;

@@ -335,6 +335,7 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
 }
 
 BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
+    if (o.bench.target == "opencl" || o.bench.target == "cuda") return tune_gpu(c, o);
     const Program &p = c.program;
     SizeBinding sizes = bind_sizes(p, o.bench.sizes);
     int threads = usable_threads(o.bench.threads);

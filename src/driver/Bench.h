@@ -66,5 +66,8 @@ struct TuneOptions {
     std::function<void(const std::string &)> progress;  ///< one line per tried variant
 };
 BenchReport tune_compiled(const Compilation &c, const TuneOptions &o);
+/** tune on a GPU target: fusion level x work-group size x tile/row block, device-timed; the best is
+ *  kept in the cache and used by `bench --target` on the same device and sizes. */
+BenchReport tune_gpu(const Compilation &c, const TuneOptions &o);
 
 }  // namespace rf

@@ -3,7 +3,11 @@
  * against the floor of the bytes that must move at the device's nominal memory bandwidth.
  */
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "driver/Bench.h"
 #include "interp/Inputs.h"
@@ -11,6 +15,9 @@
 #include "runtime/CudaRuntime.h"
 #include "runtime/GpuBackend.h"
 #include "runtime/OpenCLRuntime.h"
+#include "runtime/Jit.h"
+#include "runtime/Sha256.h"
+#include "support/Error.h"
 
 namespace rf {
 
@@ -39,6 +46,29 @@ GpuTiming time_gpu(GpuBuffers &bufs, double budget_s, int min_reps) {
     return {ms[ms.size() / 2], ms.front(), static_cast<int>(ms.size())};
 }
 
+/** One point of the GPU schedule space `tune` searches. */
+struct GpuVariant {
+    std::string level = "block";
+    int threads = 0;
+    int64_t tile = 0, row_block = 0;
+    std::string label() const {
+        std::ostringstream s;
+        s << "level=" << level << " wg=" << (threads ? std::to_string(threads) : "auto") << " tile=" << (tile ? std::to_string(tile) : "auto")
+          << " row_block=" << (row_block ? std::to_string(row_block) : "auto");
+        return s.str();
+    }
+    nlohmann::json to_json() const { return {{"level", level}, {"threads", threads}, {"tile", tile}, {"row_block", row_block}, {"label", label()}}; }
+};
+
+std::filesystem::path gpu_tune_path(const Compilation &c, const SizeBinding &sizes, const std::string &target, const std::string &device) {
+    std::ostringstream k;
+    k << c.source << "|target=" << target << "|device=" << device;
+    for (auto &[n, v] : sizes) k << "|" << n << "=" << v;
+    return std::filesystem::path(default_cache_dir()) / "tune" / ("gpu-" + sha256_hex(k.str()).substr(0, 24) + ".json");
+}
+
+std::string device_name(const std::string &target) { return target == "cuda" ? cuda::device().name : ocl::device().name; }
+
 GpuOptions gpu_options(const BenchOptions &o, bool unfused) {
     GpuOptions g;
     g.target = o.target;
@@ -65,7 +95,25 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
     std::map<std::string, Tensor> inputs = o.load_dir.empty() ? make_random_inputs(p, sizes, o.seed) : load_dir(o.load_dir, p, sizes);
     WorkloadCost cost = workload_cost(p, sizes);
 
-    auto prog = compile_gpu(plan, sizes, gpu_options(o, false));
+    GpuOptions fused = gpu_options(o, false);
+    std::string tuned_from;
+    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments && !o.row_block && !o.gpu_threads && o.fusion_level == "block") {
+        std::filesystem::path tp = gpu_tune_path(c, sizes, o.target, device_name(o.target));
+        std::ifstream in(tp);
+        if (in) {
+            try {
+                nlohmann::json t = nlohmann::json::parse(in).at("best");
+                fused.fusion_level = t.at("level");
+                fused.threads = t.at("threads");
+                fused.tile = t.at("tile");
+                fused.row_block = t.at("row_block");
+                tuned_from = tp.string();
+            } catch (const std::exception &) {
+                fused = gpu_options(o, false);
+            }
+        }
+    }
+    auto prog = compile_gpu(plan, sizes, fused);
     GpuBuffers bufs(*prog, p, sizes, inputs);
     GpuTiming tf = time_gpu(bufs, o.budget_s, o.min_reps);
 
@@ -89,6 +137,8 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
     for (const tile::Kernel &k : prog->gpu.module.kernels) strategy += (strategy.empty() ? "" : "+") + k.schedule.strategy;
     j["strategy"] = strategy;
     j["launches"] = prog->gpu.launches.size();
+    j["fusion_level"] = fused.fusion_level;
+    if (!tuned_from.empty()) j["tuned"] = tuned_from;
     j["bytes"] = cost.bytes;
     j["flops"] = cost.flops;
     j["gbps"] = cost.bytes / (tf.median_ms * 1e-3) / 1e9;
@@ -122,6 +172,80 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
              << "x faster\n";
     }
     return {j, text.str()};
+}
+
+BenchReport tune_gpu(const Compilation &c, const TuneOptions &o) {
+    const Program &p = c.program;
+    SizeBinding sizes = bind_sizes(p, o.bench.sizes);
+    const std::string &target = o.bench.target;
+    std::filesystem::path path = gpu_tune_path(c, sizes, target, device_name(target));
+    if (!o.retune) {
+        std::ifstream in(path);
+        if (in) {
+            try {
+                nlohmann::json j = nlohmann::json::parse(in);
+                j["cached"] = path.string();
+                return {j, "cached tuning result: " + path.string() + "\n  best: " + j.at("best").at("label").get<std::string>() + "\n"};
+            } catch (const std::exception &) {
+                // Tune again.
+            }
+        }
+    }
+    PlanOptions po = plan_options_for("gpu");
+    po.sizes = &sizes;
+    Plan plan = make_plan(p, po);
+    plan.program = &p;
+    std::map<std::string, Tensor> inputs = make_random_inputs(p, sizes, o.bench.seed);
+    // Where states live (block / thread), the work-group size, and the tile and row block of the
+    // lowering; every variant runs the same inputs.
+    std::vector<GpuVariant> variants;
+    for (int wg : {64, 128, 256})
+        for (auto [tile, rb] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {64, 16}, {128, 64}}) variants.push_back({"block", wg, tile, rb});
+    for (int wg : {64, 128}) variants.push_back({"thread", wg, 0, 0});
+    nlohmann::json tried = nlohmann::json::array();
+    double best = 1e300;
+    GpuVariant best_v;
+    for (const GpuVariant &v : variants) {
+        BenchOptions bo = o.bench;
+        bo.gpu_threads = v.threads;
+        bo.tile = v.tile;
+        bo.row_block = v.row_block;
+        bo.fusion_level = v.level;
+        double ms;
+        try {
+            auto prog = compile_gpu(plan, sizes, gpu_options(bo, false));
+            GpuBuffers bufs(*prog, p, sizes, inputs);
+            ms = time_gpu(bufs, std::min(o.bench.budget_s, 0.3), 3).median_ms;
+        } catch (const UserError &e) {  // e.g. shared memory the device does not have
+            tried.push_back({{"label", v.label()}, {"error", e.what()}});
+            continue;
+        }
+        tried.push_back({{"label", v.label()}, {"time_ms", ms}});
+        if (o.progress) {
+            std::ostringstream line;
+            line << "  " << v.label() << ": " << ms << " ms" << (ms < best ? "  (best so far)" : "");
+            o.progress(line.str());
+        }
+        if (ms < best) {
+            best = ms;
+            best_v = v;
+        }
+    }
+    if (best == 1e300) throw UserError({}, "no GPU schedule variant could run at these sizes");
+    nlohmann::json j;
+    j["spec"] = c.file;
+    j["target"] = target;
+    j["sizes"] = sizes;
+    j["tried"] = tried;
+    j["best"] = best_v.to_json();
+    j["best"]["time_ms"] = best;
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    std::string tmp = path.string() + ".tmp" + std::to_string(::getpid());
+    std::ofstream(tmp) << j.dump(2);
+    std::filesystem::rename(tmp, path, ec);
+    j["saved"] = path.string();
+    return {j, "best: " + best_v.label() + " (" + std::to_string(best) + " ms), saved to " + path.string() + "\n"};
 }
 
 }  // namespace rf

@@ -193,7 +193,11 @@ std::unique_ptr<GpuProgram> compile_gpu(const Plan &plan, const SizeBinding &siz
         const cuda::DeviceInfo &d = cuda::device();  // UserError "no CUDA driver/device: ..." without one
         if (opts.workers == 0) opts.workers = 2 * d.sms;
         prog->device_name = d.name;
-        prog->gpu = fit_shared_memory(plan, sizes, opts, d.smem_per_block_optin > 0 ? d.smem_per_block_optin : 48 * 1024);
+        // Two work-groups per SM at least (one waits on memory while the other computes), within
+        // the per-block opt-in maximum.
+        int64_t limit = d.smem_per_block_optin > 0 ? d.smem_per_block_optin : 48 * 1024;
+        if (d.smem_per_sm > 0) limit = std::min(limit, d.smem_per_sm / 2 - 1024);
+        prog->gpu = fit_shared_memory(plan, sizes, opts, limit);
         cuda::CompiledModule cm = cuda::compile(prog->gpu.source, o.arch.empty() ? cuda::device_arch() : o.arch, cuda_compile_options(), o.cache_dir);
         prog->from_cache = cm.from_cache;
         prog->log = cm.log;
