@@ -950,7 +950,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("phase", choices=["check", "compare", "bench", "report"])
-    ap.add_argument("--target", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--target", choices=["cuda", "cpu", "opencl"], default="cuda")
     ap.add_argument("--redfuse", default=os.path.join(REPO, "build", "redfuse"))
     ap.add_argument("--work", required=True, help="scratch folder shared by the phases")
     ap.add_argument("--out", help="report: where gpu_results.json and table.md go")

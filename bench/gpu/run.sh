@@ -4,6 +4,7 @@
 #
 #   bash bench/gpu/run.sh                          # on the device machine: --target cuda, $OUT set
 #   bash bench/gpu/run.sh --target cpu --quick     # here, no GPU: every code path against the CPU backend
+#   bash bench/gpu/run.sh --target opencl --quick  # here: the GPU kernels (OpenCL C on PoCL) through the same script
 #
 #   a. unpacks the carried .deb files (.gpu-carry/debs) into a private prefix (dpkg -x, never into /),
 #      configures and builds redfuse (CMake + Ninja, -DREDFUSE_TESTS=OFF, Release, all cores)
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-case "$TARGET" in cuda|cpu) ;; *) echo "run.sh: --target cuda|cpu" >&2; exit 2 ;; esac
+case "$TARGET" in cuda|cpu|opencl) ;; *) echo "run.sh: --target cuda|cpu|opencl" >&2; exit 2 ;; esac
 [ -n "$TIME_LIMIT" ] || { [ "$TARGET" = cuda ] && TIME_LIMIT=440 || TIME_LIMIT=1800; }
 
 OUT=${OUT:-$ROOT/out/gpu-$TARGET}
@@ -68,7 +69,7 @@ main() {
   [ -d /opt/torch/.venv/bin ] && export PATH="$PATH:/opt/torch/.venv/bin"   # pip's cmake and ninja
   local py=${PYTHON:-}
   if [ -z "$py" ]; then
-    if [ "$TARGET" = cpu ] && [ -x "$ROOT/.venv/bin/python" ]; then py="$ROOT/.venv/bin/python"; else py=python3; fi
+    if [ "$TARGET" != cuda ] && [ -x "$ROOT/.venv/bin/python" ]; then py="$ROOT/.venv/bin/python"; else py=python3; fi
   fi
   if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
     for c in /opt/torch/.venv/bin/python3 "$ROOT/.venv/bin/python" python3; do
@@ -185,7 +186,7 @@ EOF
   local common=(--target "$TARGET" --redfuse "$RF" --work "$WORK")
   [ -n "$JOBS" ] && common+=(--jobs "$JOBS")
   local check_s=90 compare_s=60
-  [ "$TARGET" = cpu ] && { check_s=900; compare_s=300; }
+  [ "$TARGET" != cuda ] && { check_s=900; compare_s=300; }
 
   # ------------------------------------------------------------------------------ c. check
   if has_phase check && [ $have_rf = 1 ]; then
