@@ -283,15 +283,41 @@ std::vector<StmtP> PassLowering::shared_update(const std::string &P, const Membe
     return s;
 }
 
+bool PassLowering::row_rescale(const std::string &P, const MemberInfo &m, std::vector<StmtP> &out) {
+    // One factor per row instead of one exp per column: when δ does not depend on the free index x
+    // (hoisted) and neither does α = H(δ_new)/H(δ_old) apart from the tags, every column of the
+    // row carries the same tag and seen flag — this GEMM path rescales all columns before the tile,
+    // adds the tile's product to all of them and sets all their tags after it, the merge maps equal
+    // inputs to equal outputs, and every state starts equal — so column 0 speaks for the row:
+    //   s_x ← s_x · α(δ, tag_0)   for every x, when seen_0 and δ ≠ tag_0.
+    auto it = hoisted_.find(m.k);
+    if (m.form != Form::Mult || m.a->op != ReduceOp::Sum || it == hoisted_.end()) return false;
+    Mode san{P, false, true};
+    const std::vector<Expr> &d = it->second;
+    std::vector<Expr> t0 = tags(P, m, int_c(0));
+    Expr al = alpha(m, xg(), d, t0, san);
+    if (mentions(al, "$xg")) return false;
+    std::string f = "$rs" + std::to_string(uid_++);
+    out.push_back(decl(f, LocalClass::State, {}, real_c(1)));
+    out.push_back(if_then(make_and(make_cmp(CmpOp::GT, m.X, int_c(0)), make_and(seen_b(P, m, int_c(0)), differs(d, t0))),
+                          {assign(local_var(f), al)}));
+    out.push_back(over_extra(m, [&](Expr x) {
+        // acc = 0 stays 0 (α may overflow to inf where the old tag is far above the new δ).
+        return std::vector<StmtP>{if_then(make_cmp(CmpOp::NE, acc(P, m, x), real_c(0)), {assign(acc(P, m, x), make_mul(acc(P, m, x), local_var(f)))})};
+    }));
+    return true;
+}
+
 std::vector<StmtP> PassLowering::member_gemm(const std::string &P, const MemberInfo &m, const MemberGemm &g) {
     std::vector<StmtP> out;
     materialize(g.F, out);
     std::vector<StmtP> pre;
     hoist_deltas(P, m, pre);
-    pre.push_back(over_extra(m, [&](Expr x) {
-        std::vector<Expr> d;
-        return rescale(P, m, x, d);
-    }));
+    if (!row_rescale(P, m, pre))
+        pre.push_back(over_extra(m, [&](Expr x) {
+            std::vector<Expr> d;
+            return rescale(P, m, x, d);
+        }));
     if (m.form == Form::Mult) out.push_back(rows_of_block(pre));
     std::string tmp = "$g" + std::to_string(uid_++);
     out.push_back(decl(tmp, LocalClass::Tile, {mul_i(int_c(nb_), m.X)}, g.nn ? real_c(0) : nullptr));

@@ -186,6 +186,8 @@ private:
     void hoist_deltas(const std::string &P, const MemberInfo &m, std::vector<StmtP> &out);
 
     std::vector<StmtP> rescale(const std::string &P, const MemberInfo &m, Expr x, std::vector<Expr> &d);
+    /** The GEMM path's rescale with one factor per row (LowerGemm.cpp); false when it does not apply. */
+    bool row_rescale(const std::string &P, const MemberInfo &m, std::vector<StmtP> &out);
 
     std::vector<StmtP> after_terms(const std::string &P, const MemberInfo &m, Expr x, const std::vector<Expr> &d);
 
