@@ -136,7 +136,9 @@ public:
         // Fusion level "thread": one iteration (a row, or a (row, segment) pair) per thread, its
         // running state private to the thread, no barriers; segments meet in the second launch
         // with the derived merge. Needs every array of the body to have a constant size.
-        bool per_thread = o_.fusion_level == "thread" && private_arrays_ok(loop_);
+        bool per_thread = private_arrays_ok(loop_) &&
+                          (o_.fusion_level == "thread" ||
+                           (o_.fusion_level == "auto" && o_.longest_axis <= 256 && estimate(iterations) >= 4.0 * T_));
         if (per_thread) {
             groups = make_idiv(make_add(iterations, make_int(T_ - 1)), make_int(T_));
             pad(1) << "const int64_t w_ = RF_GID * " << T_ << " + RF_LID;\n";

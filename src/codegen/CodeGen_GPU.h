@@ -33,6 +33,10 @@ struct GpuCodegenOptions {
      *  (row, segment) pair per thread, states private, segments merged by the derived merge in a
      *  second launch; kernels whose arrays have run-time sizes stay at block level). */
     std::string fusion_level = "block";
+    /** "auto" picks "thread" for a launch when its arrays allow it, it has at least 4 x threads
+     *  iterations at the bound sizes, and no cascade axis is longer than 256 (many short rows: MoE
+     *  routing, per-token statistics); else "block". The longest cascade axis at the bound sizes: */
+    double longest_axis = 0;
 };
 
 /** One kernel launch: `groups` work-groups of `threads` work-items, `shared_bytes` of dynamic shared

@@ -46,7 +46,7 @@ struct BenchOptions {
     int64_t tile = 0, segments = 0, row_block = 0;
     std::string target = "cpu";  ///< cpu | opencl | cuda
     int gpu_threads = 0;         ///< opencl/cuda: work-group size (0: the backend's default)
-    std::string fusion_level = "block";  ///< opencl/cuda: block | thread
+    std::string fusion_level = "auto";  ///< opencl/cuda: auto | block | thread
     bool tensor_cores = true;    ///< cuda
 };
 

@@ -97,7 +97,7 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
 
     GpuOptions fused = gpu_options(o, false);
     std::string tuned_from;
-    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments && !o.row_block && !o.gpu_threads && o.fusion_level == "block") {
+    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments && !o.row_block && !o.gpu_threads && o.fusion_level == "auto") {
         std::filesystem::path tp = gpu_tune_path(c, sizes, o.target, device_name(o.target));
         std::ifstream in(tp);
         if (in) {

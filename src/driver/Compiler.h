@@ -69,7 +69,7 @@ struct RunOptions {
     bool unfused = false; ///< cpu: run the in-house unfused plan instead of the fused one
     int64_t tile = 0, segments = 0, row_block = 0;  ///< cpu/gpu: schedule knobs forced on every chain (0: default)
     int gpu_threads = 0;        ///< opencl/cuda: work-group size (0: the backend's default)
-    std::string fusion_level = "block";  ///< opencl/cuda: block | thread
+    std::string fusion_level = "auto";  ///< opencl/cuda: auto | block | thread
     bool no_tensor_cores = false;  ///< cuda: SIMT GEMMs only
 };
 
