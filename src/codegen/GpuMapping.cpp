@@ -1,0 +1,89 @@
+/** \file GpuMapping.cpp
+ * The facts of GpuMapping.h.
+ */
+#include "codegen/GpuMapping.h"
+
+namespace rf::gpu_mapping {
+
+using namespace tile;
+
+/** Element type of a buffer in GPU memory: temporaries are float (fp32 running states, brief §2). */
+const char *gpu_storage_type(const Buffer &b) {
+    if (b.role == Buffer::Role::Temp) return "float";
+    switch (b.dtype) {
+    case DType::f64: return "double";
+    case DType::f32: return "float";
+    case DType::f16: case DType::bf16: return "uint16_t";
+    case DType::f8e4m3: case DType::f8e5m2: return "uint8_t";
+    case DType::i8: return "int8_t";
+    case DType::i32: return "int32_t";
+    default: return "int64_t";
+    }
+}
+
+std::string class_type(LocalClass c) {
+    switch (c) {
+    case LocalClass::Index: return "int64_t";
+    case LocalClass::Int8: return "int8_t";
+    default: return "float";
+    }
+}
+int64_t class_bytes(LocalClass c) { return c == LocalClass::Index ? 8 : c == LocalClass::Int8 ? 1 : 4; }
+
+/** The value of an integer expression of constants only (dims of private arrays), else false. */
+bool const_int(Expr e, int64_t &out) {
+    switch (e->kind) {
+    case Kind::Const: out = static_cast<int64_t>(e->value); return true;
+    case Kind::Add: case Kind::Mul: {
+        int64_t acc = e->kind == Kind::Add ? 0 : 1;
+        for (Expr a : e->args) {
+            int64_t v;
+            if (!const_int(a, v)) return false;
+            acc = e->kind == Kind::Add ? acc + v : acc * v;
+        }
+        out = acc;
+        return true;
+    }
+    default: return false;
+    }
+}
+
+/** Locals declared anywhere in s. */
+void declared_in(const StmtP &s, std::set<std::string> &out) {
+    if (s->kind == StmtKind::Decl) out.insert(s->name);
+    if (s->kind == StmtKind::For) out.insert(s->var->name);
+    for (const StmtP &c : s->body) declared_in(c, out);
+    for (const StmtP &c : s->else_body) declared_in(c, out);
+}
+
+/** True when s writes a scalar local that is not in `inner` (a race if s were spread over threads). */
+bool writes_outer_scalar(const StmtP &s, const std::set<std::string> &inner) {
+    switch (s->kind) {
+    case StmtKind::Assign: case StmtKind::Accum: case StmtKind::ArgSelect:
+        if (s->target->kind == Kind::Var && !inner.count(s->target->name)) return true;
+        if (s->target2 && s->target2->kind == Kind::Var && !inner.count(s->target2->name)) return true;
+        break;
+    default: break;
+    }
+    for (const StmtP &c : s->body)
+        if (writes_outer_scalar(c, inner)) return true;
+    for (const StmtP &c : s->else_body)
+        if (writes_outer_scalar(c, inner)) return true;
+    return false;
+}
+
+/** True when every array declared in s has a constant size (private arrays need one). */
+bool private_arrays_ok(const StmtP &s) {
+    if (s->kind == StmtKind::Decl && !s->dims.empty()) {
+        int64_t v;
+        for (Expr d : s->dims)
+            if (!const_int(d, v)) return false;
+    }
+    for (const StmtP &c : s->body)
+        if (!private_arrays_ok(c)) return false;
+    for (const StmtP &c : s->else_body)
+        if (!private_arrays_ok(c)) return false;
+    return true;
+}
+
+}  // namespace rf::gpu_mapping
