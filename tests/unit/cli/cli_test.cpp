@@ -233,3 +233,32 @@ TEST(Cli, RunOnOpenCL) {
     auto jb = nlohmann::json::parse(b.out.substr(b.out.find('{')));
     for (const char *k : {"time_ms", "unfused_time_ms", "strategy", "gbps", "launches"}) EXPECT_TRUE(jb.contains(k)) << k;
 }
+
+TEST(Cli, TuneOnOpenCLKeepsItsResultAndBenchUsesIt) {
+    Result probe = sh("run " + ex("softmax") + " --target opencl");
+    if (probe.status == 1 && probe.out.find("no OpenCL") != std::string::npos) GTEST_SKIP() << probe.out;
+    auto cache = std::filesystem::temp_directory_path() / ("redfuse_gputune_" + std::to_string(getpid()));
+    std::string env = "REDFUSE_CACHE_DIR=" + cache.string() + " ";
+    std::string args = ex("logsumexp") + " --target opencl --size R=300,C=40 --json --budget 0.01";
+    // sh() prefixes the binary itself: run the environment-prefixed commands through popen directly.
+    auto run = [&](const std::string &c) {
+        FILE *p = popen((env + c + " 2>/dev/null").c_str(), "r");
+        std::string out;
+        std::array<char, 4096> buf;
+        size_t n;
+        while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+        pclose(p);
+        return out;
+    };
+    auto t1 = nlohmann::json::parse(run(std::string(REDFUSE_BINARY) + " tune " + args));
+    EXPECT_FALSE(t1.contains("cached"));
+    EXPECT_GE(t1["tried"].size(), 8u);
+    EXPECT_TRUE(t1["best"].contains("level"));
+    auto t2 = nlohmann::json::parse(run(std::string(REDFUSE_BINARY) + " tune " + args));
+    EXPECT_TRUE(t2.contains("cached"));
+    EXPECT_EQ(t1["best"], t2["best"]);
+    auto b = nlohmann::json::parse(run(std::string(REDFUSE_BINARY) + " bench " + args + " --no-unfused"));
+    EXPECT_TRUE(b.contains("tuned"));
+    EXPECT_EQ(b["fusion_level"], t1["best"]["level"]);
+    std::filesystem::remove_all(cache);
+}
