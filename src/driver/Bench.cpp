@@ -334,6 +334,27 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     return {j, text.str()};
 }
 
+std::optional<BenchReport> cached_tuning(const std::filesystem::path &path) {
+    std::ifstream in(path);
+    if (!in) return std::nullopt;
+    try {
+        nlohmann::json j = nlohmann::json::parse(in);
+        j["cached"] = path.string();
+        return BenchReport{j, "cached tuning result: " + path.string() + "\n  best: " + j.at("best").at("label").get<std::string>() + "\n"};
+    } catch (const std::exception &) {
+        return std::nullopt;  // unreadable: tune again
+    }
+}
+
+void save_tuning(const std::filesystem::path &path, nlohmann::json &j) {
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    std::string tmp = path.string() + ".tmp" + std::to_string(::getpid());
+    std::ofstream(tmp) << j.dump(2);
+    std::filesystem::rename(tmp, path, ec);  // atomic: a concurrent reader sees the old or the new file
+    j["saved"] = path.string();
+}
+
 BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
     if (o.bench.target == "opencl" || o.bench.target == "cuda") return tune_gpu(c, o);
     const Program &p = c.program;
@@ -341,18 +362,8 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
     int threads = usable_threads(o.bench.threads);
     std::string key = tune_key(c, sizes, threads);
     std::filesystem::path path = tune_path(key);
-    if (!o.retune) {
-        std::ifstream in(path);
-        if (in) {
-            try {
-                nlohmann::json j = nlohmann::json::parse(in);
-                j["cached"] = path.string();
-                return {j, "cached tuning result: " + path.string() + "\n  best: " + j.at("best").at("label").get<std::string>() + "\n"};
-            } catch (const std::exception &) {
-                // Tune again.
-            }
-        }
-    }
+    if (!o.retune)
+        if (std::optional<BenchReport> r = cached_tuning(path)) return *r;
     PlanOptions po = plan_options_for("cpu");
     po.sizes = &sizes;
     Plan plan = make_plan(p, po);
@@ -390,15 +401,7 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
     j["best"] = {{"strategy", best_v.strategy}, {"tile", best_v.tile}, {"segments", best_v.segments},
                  {"row_block", best_v.row_block}, {"label", best_v.label()},
                  {"time_ms", best}};
-    std::error_code ec;
-    std::filesystem::create_directories(path.parent_path(), ec);
-    std::string tmp = path.string() + ".tmp" + std::to_string(::getpid());
-    {
-        std::ofstream out(tmp);
-        out << j.dump(2);
-    }
-    std::filesystem::rename(tmp, path, ec);
-    j["saved"] = path.string();
+    save_tuning(path, j);
     return {j, "best: " + best_v.label() + " (" + std::to_string(best) + " ms), saved to " + path.string() + "\n"};
 }
 

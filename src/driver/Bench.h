@@ -5,7 +5,9 @@
  */
 #pragma once
 
+#include <filesystem>
 #include <functional>
+#include <optional>
 #include <map>
 #include <string>
 
@@ -69,5 +71,10 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o);
 /** tune on a GPU target: fusion level x work-group size x tile/row block, device-timed; the best is
  *  kept in the cache and used by `bench --target` on the same device and sizes. */
 BenchReport tune_gpu(const Compilation &c, const TuneOptions &o);
+
+/** A cached `tune` result at path (marked "cached"), or nothing when there is none or it is unreadable. */
+std::optional<BenchReport> cached_tuning(const std::filesystem::path &path);
+/** Writes a `tune` result atomically and records where in j["saved"]. */
+void save_tuning(const std::filesystem::path &path, nlohmann::json &j);
 
 }  // namespace rf

@@ -179,18 +179,8 @@ BenchReport tune_gpu(const Compilation &c, const TuneOptions &o) {
     SizeBinding sizes = bind_sizes(p, o.bench.sizes);
     const std::string &target = o.bench.target;
     std::filesystem::path path = gpu_tune_path(c, sizes, target, device_name(target));
-    if (!o.retune) {
-        std::ifstream in(path);
-        if (in) {
-            try {
-                nlohmann::json j = nlohmann::json::parse(in);
-                j["cached"] = path.string();
-                return {j, "cached tuning result: " + path.string() + "\n  best: " + j.at("best").at("label").get<std::string>() + "\n"};
-            } catch (const std::exception &) {
-                // Tune again.
-            }
-        }
-    }
+    if (!o.retune)
+        if (std::optional<BenchReport> r = cached_tuning(path)) return *r;
     PlanOptions po = plan_options_for("gpu");
     po.sizes = &sizes;
     Plan plan = make_plan(p, po);
@@ -239,12 +229,7 @@ BenchReport tune_gpu(const Compilation &c, const TuneOptions &o) {
     j["tried"] = tried;
     j["best"] = best_v.to_json();
     j["best"]["time_ms"] = best;
-    std::error_code ec;
-    std::filesystem::create_directories(path.parent_path(), ec);
-    std::string tmp = path.string() + ".tmp" + std::to_string(::getpid());
-    std::ofstream(tmp) << j.dump(2);
-    std::filesystem::rename(tmp, path, ec);
-    j["saved"] = path.string();
+    save_tuning(path, j);
     return {j, "best: " + best_v.label() + " (" + std::to_string(best) + " ms), saved to " + path.string() + "\n"};
 }
 

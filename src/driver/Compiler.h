@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -44,6 +45,18 @@ nlohmann::json analysis_json(const Compilation &c);
 std::string analysis_text(const Compilation &c);
 /** The `--emit plan` dump: passes, members and their derived parts. */
 std::string plan_dump(const Compilation &c);
+/** The output directory of `emit`: created on construction; every file written is recorded.
+ *  UserError when the directory or a file cannot be written. */
+class EmitDir {
+public:
+    explicit EmitDir(const std::string &dir);
+    void write(const std::string &file, const std::string &text);
+    std::vector<std::string> written;
+
+private:
+    std::string dir_;
+};
+
 /** `emit --target cpu -o DIR`: writes DIR/NAME.h (the C ABI), DIR/NAME.cpp and DIR/redfuse_cpu.h;
  *  returns the paths written. */
 std::vector<std::string> emit_cpu(const Compilation &c, const std::string &dir, const std::string &name);

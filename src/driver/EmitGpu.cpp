@@ -55,20 +55,11 @@ std::vector<std::string> emit_gpu(const Compilation &c, const std::string &dir, 
                                         "__local buffer of shared_bytes";
     j["helpers"] = "floor division rf_floordiv(a, b) may appear in the expressions: floor(a / b) for integers";
 
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw UserError({}, "cannot create directory '" + dir + "': " + ec.message());
-    std::vector<std::string> written;
-    auto write = [&](const std::string &file, const std::string &text) {
-        std::string path = (std::filesystem::path(dir) / file).string();
-        std::ofstream out(path, std::ios::binary);
-        out << text;
-        if (!out) throw UserError({}, "cannot write '" + path + "'");
-        written.push_back(path);
-    };
+    EmitDir out(dir);
+    auto write = [&](const std::string &file, const std::string &text) { out.write(file, text); };
     write(j["source"].get<std::string>(), g.source);
     write(name + ".launch.json", j.dump(2) + "\n");
-    return written;
+    return out.written;
 }
 
 }  // namespace rf

@@ -30,6 +30,17 @@ Result sh(const std::string &args) {
     return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
+/** The standard output of a shell command (stderr dropped), whatever its status. */
+std::string stdout_of(const std::string &cmd) {
+    FILE *p = popen((cmd + " 2>/dev/null").c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    pclose(p);
+    return out;
+}
+
 std::string ex(const std::string &name) { return std::string(REDFUSE_SOURCE_DIR) + "/examples/" + name + ".rf"; }
 
 std::string temp_spec(const std::string &text) {
@@ -165,15 +176,7 @@ TEST(Cli, TuneKeepsItsResultAndBenchUsesIt) {
     auto cache = std::filesystem::temp_directory_path() / ("redfuse_tune_" + std::to_string(getpid()));
     std::string env = "REDFUSE_CACHE_DIR=" + cache.string() + " ";
     std::string cmd = std::string(REDFUSE_BINARY) + " tune " + ex("variance") + " --size R=16,C=300 --json --budget 0.01";
-    auto run = [&](const std::string &c) {
-        FILE *p = popen((env + c + " 2>/dev/null").c_str(), "r");
-        std::string out;
-        std::array<char, 4096> buf;
-        size_t n;
-        while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-        pclose(p);
-        return out;
-    };
+    auto run = [&](const std::string &c) { return stdout_of(env + c); };
     auto a = nlohmann::json::parse(run(cmd));
     EXPECT_FALSE(a.contains("cached"));
     EXPECT_GE(a["tried"].size(), 5u);
@@ -240,16 +243,7 @@ TEST(Cli, TuneOnOpenCLKeepsItsResultAndBenchUsesIt) {
     auto cache = std::filesystem::temp_directory_path() / ("redfuse_gputune_" + std::to_string(getpid()));
     std::string env = "REDFUSE_CACHE_DIR=" + cache.string() + " ";
     std::string args = ex("logsumexp") + " --target opencl --size R=300,C=40 --json --budget 0.01";
-    // sh() prefixes the binary itself: run the environment-prefixed commands through popen directly.
-    auto run = [&](const std::string &c) {
-        FILE *p = popen((env + c + " 2>/dev/null").c_str(), "r");
-        std::string out;
-        std::array<char, 4096> buf;
-        size_t n;
-        while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-        pclose(p);
-        return out;
-    };
+    auto run = [&](const std::string &c) { return stdout_of(env + c); };
     auto t1 = nlohmann::json::parse(run(std::string(REDFUSE_BINARY) + " tune " + args));
     EXPECT_FALSE(t1.contains("cached"));
     EXPECT_GE(t1["tried"].size(), 8u);
