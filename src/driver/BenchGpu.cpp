@@ -11,6 +11,7 @@
 
 #include "driver/Bench.h"
 #include "interp/Inputs.h"
+#include "interp/Compare.h"
 #include "interp/Npy.h"
 #include "runtime/CudaRuntime.h"
 #include "runtime/GpuBackend.h"
@@ -195,6 +196,7 @@ BenchReport tune_gpu(const Compilation &c, const TuneOptions &o) {
     nlohmann::json tried = nlohmann::json::array();
     double best = 1e300;
     GpuVariant best_v;
+    std::map<std::string, Tensor> reference;
     for (const GpuVariant &v : variants) {
         BenchOptions bo = o.bench;
         bo.gpu_threads = v.threads;
@@ -205,6 +207,23 @@ BenchReport tune_gpu(const Compilation &c, const TuneOptions &o) {
         try {
             auto prog = compile_gpu(plan, sizes, gpu_options(bo, false));
             GpuBuffers bufs(*prog, p, sizes, inputs);
+            // A variant is kept only if it computes what the first one did (a fast wrong kernel
+            // must never become the tuned default): same outputs within the dtype's tolerance,
+            // indices exactly.
+            bufs.poison();
+            bufs.run();
+            std::map<std::string, Tensor> out = bufs.outputs();
+            if (reference.empty()) reference = out;
+            std::string disagree;
+            for (const OutputDecl &d : p.outputs) {
+                bool exact = is_int(d.dtype);
+                CompareResult r = compare(out.at(d.name), reference.at(d.name), exact ? 0 : 4 * tolerance(d.dtype, true, 1 << 16), exact);
+                if (!r.ok) disagree += " " + d.name;
+            }
+            if (!disagree.empty()) {
+                tried.push_back({{"label", v.label()}, {"error", "outputs differ from the first variant's:" + disagree}});
+                continue;
+            }
             ms = time_gpu(bufs, std::min(o.bench.budget_s, 0.3), 3).median_ms;
         } catch (const UserError &e) {  // e.g. shared memory the device does not have
             tried.push_back({{"label", v.label()}, {"error", e.what()}});
