@@ -27,6 +27,16 @@ std::string c_identifier(const std::string &name, const std::string &prefix) {
     return out;
 }
 
+std::string row_major_offset(const std::string &buf, const std::vector<std::string> &idx) {
+    if (idx.empty()) return "0";
+    std::string s;
+    for (size_t d = 0; d < idx.size(); d++) {
+        s += (d ? " + " : "") + idx[d];
+        if (d + 1 < idx.size()) s += " * " + buf + "_s" + std::to_string(d);
+    }
+    return s;
+}
+
 std::string safe_comment(const std::string &s) {
     std::string out;
     for (char ch : s) out += (ch >= 32 && ch < 127 && ch != '\\') ? ch : '?';

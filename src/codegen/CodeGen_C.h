@@ -40,6 +40,11 @@ std::string c_identifier(const std::string &name, const std::string &prefix = "v
  *  comment terminators. */
 std::string safe_comment(const std::string &s);
 
+/** The element offset `i0 * BUF_s0 + i1 * BUF_s1 + ... + i_last` of a dense row-major buffer whose
+ *  strides the printers declare as BUF_s0, BUF_s1, ...; the last dimension is contiguous (a literal
+ *  stride of 1 lets compilers use plain vector loads). */
+std::string row_major_offset(const std::string &buf, const std::vector<std::string> &idx);
+
 /** A real literal that reads back exactly (shortest round-trip digits, or an infinity/NaN). */
 std::string c_real_literal(double v, const std::string &real);
 

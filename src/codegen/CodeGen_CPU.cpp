@@ -136,17 +136,7 @@ private:
         return c;
     }
 
-    std::string offset(const Buffer *b, const std::vector<std::string> &idx) {
-        if (idx.empty()) return "0";
-        // The last dimension is contiguous: a literal stride of 1 lets the vectorizer use plain
-        // vector loads instead of gathers or a run-time stride check.
-        std::string s;
-        for (size_t d = 0; d < idx.size(); d++) {
-            s += (d ? " + " : "") + idx[d];
-            if (d + 1 < idx.size()) s += " * " + buf_id(buf_index(b)) + "_s" + std::to_string(d);
-        }
-        return s;
-    }
+    std::string offset(const Buffer *b, const std::vector<std::string> &idx) { return row_major_offset(buf_id(buf_index(b)), idx); }
 
     std::string expr(Expr e, const std::string &real) { return emit_c(e, ctx(real)); }
     std::string int_expr(Expr e) { return emit_c(e, ctx("double")); }

@@ -142,25 +142,8 @@ private:
         };
         return c;
     }
-    static std::string element(const Buffer *b, const std::string &at) {
-        if (b->role == Buffer::Role::Temp) return at;
-        switch (b->dtype) {
-        case DType::bf16: return "rf_bf16_to_float(" + at + ")";
-        case DType::f16: return "rf_f16_to_float(" + at + ")";
-        case DType::f8e4m3: return "rf_f8e4m3_to_float(" + at + ")";
-        case DType::f8e5m2: return "rf_f8e5m2_to_float(" + at + ")";
-        default: return at;
-        }
-    }
-    std::string offset(const Buffer *b, const std::vector<std::string> &idx) {
-        if (idx.empty()) return "0";
-        std::string s;
-        for (size_t d = 0; d < idx.size(); d++) {
-            s += (d ? " + " : "") + idx[d];
-            if (d + 1 < idx.size()) s += " * " + buf_id(buf_index(b)) + "_s" + std::to_string(d);
-        }
-        return s;
-    }
+    static std::string element(const Buffer *b, const std::string &at) { return b->role == Buffer::Role::Temp ? at : gpu_widen(b->dtype, at); }
+    std::string offset(const Buffer *b, const std::vector<std::string> &idx) { return row_major_offset(buf_id(buf_index(b)), idx); }
     std::string expr(Expr e) { return emit_c(e, ctx()); }
     std::string int_expr(Expr e) {
         CEmitContext c = ctx();

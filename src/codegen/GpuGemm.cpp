@@ -2,6 +2,7 @@
  * Tile GEMMs in GPU kernels (see GpuGemm.h).
  */
 #include "codegen/GpuGemm.h"
+#include "codegen/GpuMapping.h"
 
 #include <sstream>
 
@@ -13,6 +14,8 @@ std::string cuda_gemm_header() { return kEmbeddedCudaGemmHeader; }
 
 namespace {
 
+using gpu_mapping::gpu_widen;
+
 bool narrow(DType t) {
     return t == DType::bf16 || t == DType::f16 || t == DType::f8e4m3 || t == DType::f8e5m2;
 }
@@ -20,14 +23,7 @@ bool narrow(DType t) {
 /** The element `i` of an operand as a float (int8: as an int). */
 std::string element(const GemmOperand &op, const std::string &p, const std::string &i) {
     std::string e = p + "[" + i + "]";
-    switch (op.dtype) {
-    case DType::bf16: return "rf_bf16_to_float(" + e + ")";
-    case DType::f16: return "rf_f16_to_float(" + e + ")";
-    case DType::f8e4m3: return "rf_f8e4m3_to_float(" + e + ")";
-    case DType::f8e5m2: return "rf_f8e5m2_to_float(" + e + ")";
-    case DType::i8: return "(int)" + e;
-    default: return e;
-    }
+    return op.dtype == DType::i8 ? "(int)" + e : gpu_widen(op.dtype, e);  // int8 x int8 accumulates in int
 }
 
 std::string cuda_type(DType t) {

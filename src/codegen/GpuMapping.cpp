@@ -21,6 +21,16 @@ const char *gpu_storage_type(const Buffer &b) {
     }
 }
 
+std::string gpu_widen(DType t, const std::string &stored) {
+    switch (t) {
+    case DType::bf16: return "rf_bf16_to_float(" + stored + ")";
+    case DType::f16: return "rf_f16_to_float(" + stored + ")";
+    case DType::f8e4m3: return "rf_f8e4m3_to_float(" + stored + ")";
+    case DType::f8e5m2: return "rf_f8e5m2_to_float(" + stored + ")";
+    default: return stored;
+    }
+}
+
 std::string class_type(LocalClass c) {
     switch (c) {
     case LocalClass::Index: return "int64_t";

@@ -16,6 +16,8 @@ const char *gpu_storage_type(const tile::Buffer &b);
 /** The C type and size of a local of class c in GPU code (states and tiles are float). */
 std::string class_type(tile::LocalClass c);
 int64_t class_bytes(tile::LocalClass c);
+/** A stored element (C text) widened to float: bf16/f16/fp8 bits decoded, others as they are. */
+std::string gpu_widen(DType t, const std::string &stored);
 /** The value of an integer expression of constants only (dims of private arrays), else false. */
 bool const_int(Expr e, int64_t &out);
 /** Locals (and loop variables) declared anywhere in s. */
