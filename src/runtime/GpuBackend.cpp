@@ -131,6 +131,14 @@ std::string read_text(const std::string &path) {
     return ss.str();
 }
 
+/** Developers' hooks, for either target: REDFUSE_GPU_SOURCE_DUMP=file writes the generated source
+ *  that is about to be built; REDFUSE_GPU_SOURCE_OVERRIDE=file builds a hand-edited copy instead
+ *  (printf debugging); the launches and buffers stay those of the generated module. */
+void apply_source_hooks(std::string &source) {
+    if (const char *dump = std::getenv("REDFUSE_GPU_SOURCE_DUMP"); dump && *dump) std::ofstream(dump) << source;
+    if (const char *alt = std::getenv("REDFUSE_GPU_SOURCE_OVERRIDE"); alt && *alt) source = read_text(alt);
+}
+
 int default_threads(const std::string &target) { return target == "cuda" ? 128 : 64; }
 
 }  // namespace
@@ -203,6 +211,7 @@ std::unique_ptr<GpuProgram> compile_gpu(const Plan &plan, const SizeBinding &siz
         int64_t limit = d.smem_per_block_optin > 0 ? d.smem_per_block_optin : 48 * 1024;
         if (d.smem_per_sm > 0) limit = std::min(limit, d.smem_per_sm / 2 - 1024);
         prog->gpu = fit_shared_memory(plan, sizes, opts, limit);
+        apply_source_hooks(prog->gpu.source);
         cuda::CompiledModule cm = cuda::compile(prog->gpu.source, o.arch.empty() ? cuda::device_arch() : o.arch, cuda_compile_options(), o.cache_dir);
         prog->from_cache = cm.from_cache;
         prog->log = cm.log;
@@ -212,10 +221,7 @@ std::unique_ptr<GpuProgram> compile_gpu(const Plan &plan, const SizeBinding &siz
         if (opts.workers == 0) opts.workers = d.gpu ? 4 * d.compute_units : 8;
         prog->device_name = d.name;
         prog->gpu = fit_shared_memory(plan, sizes, opts, static_cast<int64_t>(d.local_mem_bytes));
-        // A developer's hook: build a hand-edited copy of the generated source instead (printf
-        // debugging); the launches and buffers stay those of the generated module.
-        if (const char *dump = std::getenv("REDFUSE_GPU_SOURCE_DUMP"); dump && *dump) std::ofstream(dump) << prog->gpu.source;
-        if (const char *alt = std::getenv("REDFUSE_GPU_SOURCE_OVERRIDE"); alt && *alt) prog->gpu.source = read_text(alt);
+        apply_source_hooks(prog->gpu.source);
         prog->device = std::make_shared<OclDevice>(prog->gpu.source);
     }
     prog->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
