@@ -87,8 +87,8 @@ int main(int argc, char **argv) {
     run->add_option("--threads", threads, "cpu: worker threads (default: all); cuda/opencl: work-group size (a power of two, 32..1024)");
     run->add_flag("--unfused", unfused, "cpu/cuda/opencl: run the unfused plan (one kernel per definition)");
     run->add_flag("--no-tensor-cores", no_tensor_cores, "cuda: tile GEMMs on the SIMT path only");
-    run->add_option("--fusion-level", fusion_level, "cuda/opencl: where running states live: auto (default) | block | thread")
-        ->check(CLI::IsMember({"auto", "block", "thread"}));
+    run->add_option("--fusion-level", fusion_level, "cuda/opencl: where running states live: auto (default) | block | warp | thread")
+        ->check(CLI::IsMember({"auto", "block", "warp", "thread"}));
     run->add_option("--row-block", row_block, "cpu: rows handled together (the M of tile GEMMs)")->check(CLI::Range(int64_t(1), int64_t(4096)));
     run->add_option("--tile", tile, "cpu: tile length along the cascade axis (default: chosen)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     run->add_option("--segments", segments, "cpu: split the cascade axis into this many segments, merged with the derived merge")
@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
     bench->add_option("--strategy", strategy, "Force a strategy: unfused | multi_pass | onchip_multipass | multi_segment")
         ->check(CLI::IsMember({"unfused", "multi_pass", "onchip_multipass", "multi_segment", "single_pass", "incremental"}));
     bench->add_option("--load", load_dir, "Read the inputs from .npy files in DIR");
-    bench->add_option("--fusion-level", fusion_level, "cuda/opencl: auto (default) | block | thread")->check(CLI::IsMember({"auto", "block", "thread"}));
+    bench->add_option("--fusion-level", fusion_level, "cuda/opencl: auto (default) | block | warp | thread")->check(CLI::IsMember({"auto", "block", "warp", "thread"}));
     bench->add_option("--tile", tile, "Tile length along the cascade axis");
     bench->add_option("--segments", segments, "Segments of the cascade axis");
     bench->add_option("--row-block", row_block, "Rows handled together (the M of tile GEMMs)");

@@ -11,6 +11,7 @@
 
 #include "codegen/GpuGemm.h"
 #include "codegen/GpuMapping.h"
+#include "codegen/GpuPlacement.h"
 #include "ir/Eval.h"
 #include "support/Error.h"
 
@@ -43,25 +44,32 @@ struct SharedSlot {
 class GpuKernelPrinter {
 public:
     GpuKernelPrinter(const Module &m, const Kernel &k, const StmtP &loop, std::string name, const GpuCodegenOptions &o)
-        : m_(m), k_(k), loop_(loop), name_(std::move(name)), o_(o), T_(o.threads) {
+        : m_(m), k_(k), loop_(loop), name_(std::move(name)), o_(o), T_(o.threads), W_(o.threads), place_(k, o) {
         for (const Buffer &b : m.buffers)
             if (!bufs_.count(b.name) || b.role == Buffer::Role::Temp) bufs_[b.name] = &b;
     }
 
     GpuLaunch print(std::ostringstream &out) {
-        // The reduction scratch of distributed vector loops: T floats.
-        slots_.push_back({"rf_red", "float", make_int(int64_t{T_} * 4)});
+        addressed(loop_);
         std::ostringstream body;
         os_ = &body;
         Expr var = loop_->var;
         std::string v = cname(var->name);
         Expr iterations = make_sub(loop_->end, loop_->begin), groups = iterations;
+        bool cuda = o_.dialect == Dialect::Cuda;
         // Fusion level "thread": one iteration (a row, or a (row, segment) pair) per thread, its
         // running state private to the thread, no barriers; segments meet in the second launch
         // with the derived merge. Needs every array of the body to have a constant size.
         bool per_thread = private_arrays_ok(loop_) &&
                           (o_.fusion_level == "thread" ||
-                           (o_.fusion_level == "auto" && o_.longest_axis <= 256 && estimate(iterations) >= 4.0 * T_));
+                           (o_.fusion_level == "auto" && o_.longest_axis <= 256 && place_.estimate(iterations) >= 4.0 * T_));
+        // Fusion level "warp": one iteration per warp of 32 threads, the block level's mapping with
+        // the warp as the group (warp barriers, shuffle reductions whose result every lane holds).
+        // Not with a cooperative GEMM (the block GEMM needs the whole work-group). OpenCL 1.2 has
+        // no sub-groups: there the warp is a work-group of 32.
+        bool warp = !per_thread && !access_of(loop_).gemm &&
+                    (o_.fusion_level == "warp" || (o_.fusion_level == "auto" && cuda && o_.longest_axis <= 8192 &&
+                                                   place_.estimate(iterations) >= 1024));
         if (per_thread) {
             groups = make_idiv(make_add(iterations, make_int(T_ - 1)), make_int(T_));
             pad(1) << "const int64_t w_ = RF_GID * " << T_ << " + RF_LID;\n";
@@ -70,14 +78,36 @@ public:
             scope_[var->name] = {v, false, false, LocalClass::Index};
             private_list(loop_->body, 1);
         } else {
-            pad(1) << "const int64_t " << v << " = " << int_expr(loop_->begin) << " + RF_GID;\n";
+            if (warp) {
+                W_ = 32;
+                if (cuda) {
+                    warps_ = T_ / 32;
+                    lane_ = "rf_lane";
+                    bar_ = "__syncwarp();";
+                    groups = make_idiv(make_add(iterations, make_int(warps_ - 1)), make_int(warps_));
+                    pad(1) << "const int rf_lane = (int)(RF_LID & 31);\n";
+                    pad(1) << "const int64_t w_ = RF_GID * " << warps_ << " + (RF_LID >> 5);\n";
+                    // Whole warps leave: nothing below synchronises more than one warp.
+                    pad(1) << "if (w_ >= " << int_expr(iterations) << ") return;\n";
+                    pad(1) << "const int64_t " << v << " = " << int_expr(loop_->begin) << " + w_;\n";
+                } else {
+                    T_ = 32;
+                }
+            }
+            if (warps_ == 1) pad(1) << "const int64_t " << v << " = " << int_expr(loop_->begin) << " + RF_GID;\n";
+            // The reduction scratch of distributed vector loops: one float per thread of the group.
+            slots_.push_back({"rf_red", "float", make_int(int64_t{W_} * 4)});
             scope_[var->name] = {v, false, false, LocalClass::Index};
+            place_.replicate(loop_->body);
             uniform_list(loop_->body, 1);
         }
 
-        bool cuda = o_.dialect == Dialect::Cuda;
         out << "// " << safe_comment(k_.what) << "\n";
-        if (cuda) out << "extern \"C\" __global__ void __launch_bounds__(" << T_ << ") " << name_ << "(";
+        // Block and warp launches without a GEMM are memory-bound: ask for 1024 resident threads
+        // per SM (at most 64 registers each; ptxas's own choice spilled a few). GEMM launches and
+        // states per thread take the registers they need (up to 255).
+        int min_blocks = per_thread || access_of(loop_).gemm ? 1 : std::max(1, 1024 / T_);
+        if (cuda) out << "extern \"C\" __global__ void __launch_bounds__(" << T_ << ", " << min_blocks << ") " << name_ << "(";
         else out << "__kernel __attribute__((reqd_work_group_size(" << T_ << ", 1, 1))) void " << name_ << "(";
         for (size_t i = 0; i < m_.buffers.size(); i++) {
             const Buffer &b = m_.buffers[i];
@@ -97,16 +127,17 @@ public:
                 out << "    const int64_t " << buf_id(i) << "_s" << d << " = " << st << "; (void)" << buf_id(i) << "_s" << d << ";\n";
             }
         }
-        // Slots one after the other, each a multiple of 16 bytes (sizes are run-time arguments).
-        Expr offset = make_int(0);
-        out << "    int64_t rf_off = 0;\n";
-        for (const SharedSlot &s : slots_) {
+        // Slots one after the other, each a multiple of 16 bytes (sizes are run-time arguments);
+        // at warp level each warp of the work-group has its own set.
+        Expr per_group = make_int(0);
+        for (const SharedSlot &s : slots_) per_group = make_add(per_group, s.bytes);
+        if (warps_ > 1) out << "    int64_t rf_off = (int64_t)(RF_LID >> 5) * (" << int_expr(per_group) << ");\n";
+        else out << "    int64_t rf_off = 0;\n";
+        for (const SharedSlot &s : slots_)
             out << "    RF_SHARED " << s.type << " *" << s.c << " = (RF_SHARED " << s.type << " *)(rf_smem + rf_off); (void)" << s.c
                 << "; rf_off += " << int_expr(s.bytes) << ";\n";
-            offset = make_add(offset, s.bytes);
-        }
         out << body.str() << "}\n\n";
-        return {name_, groups, T_, offset};
+        return {name_, groups, T_, make_mul(per_group, make_int(warps_))};
     }
 
 private:
@@ -135,7 +166,10 @@ private:
             return li.shared ? li.c + "[0]" : li.c;
         };
         c.load = [this](Expr l, const std::vector<std::string> &idx) -> std::string {
-            if (!l->name.empty() && l->name[0] == '$') return info(l->name).c + "[" + idx[0] + "]";
+            if (!l->name.empty() && l->name[0] == '$') {
+                const LocalInfo &li = info(l->name);
+                return li.array ? li.c + "[" + idx[0] + "]" : li.shared ? li.c + "[0]" : li.c;
+            }
             auto it = bufs_.find(l->name);
             RF_INTERNAL_ASSERT(it != bufs_.end()) << "load of unknown buffer " << l->name;
             return element(it->second, buf_id(buf_index(it->second)) + "[" + offset(it->second, idx) + "]");
@@ -151,7 +185,7 @@ private:
     }
     std::string lvalue(Expr t) {
         const LocalInfo &li = info(t->name);
-        if (t->kind == Kind::Var) return li.shared ? li.c + "[0]" : li.c;
+        if (t->kind == Kind::Var || !li.array) return li.shared ? li.c + "[0]" : li.c;
         return li.c + "[" + int_expr(t->args[0]) + "]";
     }
     LocalClass target_class(Expr t) { return info(t->name).cls; }
@@ -181,110 +215,6 @@ private:
         }
     }
 
-    // ---- The mapping decisions.
-    /** A simd loop whose iterations can be spread over the threads: its writes are array elements,
-     *  global stores, and reductions into scalars declared outside (combined by a tree). */
-    bool simd_spreadable(const StmtP &s) {
-        if (s->loop != LoopKind::Simd) return false;
-        std::set<std::string> inner;
-        declared_in(s, inner);
-        for (const StmtP &c : s->body) {
-            if (c->kind == StmtKind::Accum && c->target->kind == Kind::Var) {
-                if (inner.count(c->target->name)) return false;
-                continue;
-            }
-            if (c->kind == StmtKind::Gemm || c->kind == StmtKind::TopKInsert || c->kind == StmtKind::PolyShift ||
-                c->kind == StmtKind::ArgSelect || c->kind == StmtKind::Accum)
-                return false;
-            if (writes_outer_scalar(c, inner)) return false;
-        }
-        return private_arrays_ok(s);
-    }
-    /** Rough trip count at the bound sizes ($nbv: the row block; unknown locals: 1). */
-    double estimate(Expr e) {
-        Expr r = substitute(e, [&](Expr x) -> Expr {
-            if (x->kind == Kind::Var && x->name == "$nbv") return make_int(k_.schedule.row_block);
-            return nullptr;
-        });
-        EvalEnv env;
-        env.var_value = [&](Expr v) -> double {
-            auto it = o_.sizes.find(v->name);
-            return it != o_.sizes.end() ? static_cast<double>(it->second) : 1.0;
-        };
-        env.load_value = [](Expr, const int64_t *) { return 1.0; };
-        try {
-            return Evaluator(env).eval(r);
-        } catch (const std::exception &) {
-            return 1;
-        }
-    }
-    bool independent_spread(const StmtP &s) {
-        if (s->loop != LoopKind::Independent) return false;
-        std::set<std::string> inner;
-        declared_in(s, inner);
-        for (const StmtP &c : s->body)
-            if (writes_outer_scalar(c, inner)) return false;
-        if (!private_arrays_ok(s)) return false;
-        bool inner_coop = false;
-        for (const StmtP &c : s->body) inner_coop = inner_coop || coop(c);
-        // More than one independent iteration: one per thread, with serial (private) vector loops.
-        // Cheaper than running them in step with a tree per iteration (and far fewer barriers,
-        // which PoCL's work-group compiler pays for dearly inside loops); a single row (row
-        // block 1) keeps its vector loops spread over the threads instead.
-        return !inner_coop || estimate(make_sub(s->end, s->begin)) * inner_extent(s) >= 2;
-    }
-    /** The extent of a directly nested independent loop (flattened with its parent), else 1. */
-    double inner_extent(const StmtP &s) {
-        const StmtP in = only_child_loop(s);
-        return in ? std::max(1.0, estimate(make_sub(in->end, in->begin))) : 1;  // tile bounds are locals: unknown
-    }
-    /** The single loop that is s's whole body (comments aside) and whose iterations are independent
-     *  too (an independent loop, or a vector loop without reductions: element-wise maps and stores),
-     *  if its bounds do not depend on s's variable; the two are then spread as one flat range (rows
-     *  x columns over all threads). */
-    StmtP only_child_loop(const StmtP &s) {
-        StmtP found;
-        for (const StmtP &c : s->body) {
-            if (c->kind == StmtKind::Comment) continue;
-            if (found || c->kind != StmtKind::For) return nullptr;
-            bool elementwise = c->loop == LoopKind::Simd;
-            for (const StmtP &b : c->body)
-                elementwise = elementwise && b->kind != StmtKind::Accum && b->kind != StmtKind::For && b->kind != StmtKind::Gemm;
-            if (c->loop != LoopKind::Independent && !elementwise) return nullptr;
-            found = c;
-        }
-        if (!found) return nullptr;
-        bool uses = false;
-        auto mark = [&](Expr e) {
-            substitute(e, [&](Expr x) -> Expr {
-                if (x == s->var) uses = true;
-                return nullptr;
-            });
-        };
-        mark(found->begin);
-        mark(found->end);
-        return uses ? nullptr : found;
-    }
-    /** True when s needs every thread (spread loops, tree reductions, GEMMs, shared array inits). */
-    bool coop(const StmtP &s) {
-        switch (s->kind) {
-        case StmtKind::For:
-            RF_INTERNAL_ASSERT(s->loop != LoopKind::Parallel) << "GPU printer: nested parallel loop in " << k_.name;
-            if (s->loop == LoopKind::Simd && simd_spreadable(s)) return true;
-            if (s->loop == LoopKind::Independent && independent_spread(s)) return true;
-            [[fallthrough]];
-        case StmtKind::If: case StmtKind::Block:
-            for (const StmtP &c : s->body)
-                if (coop(c)) return true;
-            for (const StmtP &c : s->else_body)
-                if (coop(c)) return true;
-            return false;
-        case StmtKind::Gemm: case StmtKind::CopyRow: return true;
-        case StmtKind::Decl: return !s->dims.empty() && s->value != nullptr;
-        default: return false;
-        }
-    }
-
     // ---- Uniform (work-group) context.
     /** Declares the locals of `list`'s direct Decls as shared slots. */
     void declare_shared(const StmtP &d) {
@@ -304,137 +234,213 @@ private:
         solo_decls_.insert(d.get());
     }
 
+    /** A group-level list. Statements that need every thread are cooperative; the others run on
+     *  every thread at once when they write only replicated (register) locals, else on thread 0
+     *  followed by a barrier. */
     void uniform_list(const std::vector<StmtP> &list, int ind) {
         auto saved = scope_;
         std::vector<StmtP> solo;
         auto flush = [&]() {
             if (solo.empty()) return;
-            bool only_comments = true;
-            for (const StmtP &s : solo) only_comments = only_comments && s->kind == StmtKind::Comment;
-            if (only_comments) {
-                for (const StmtP &s : solo) private_stmt(s, ind);
-            } else {
-                pad(ind) << "if (RF_LID == 0) {\n";
-                for (const StmtP &s : solo) private_stmt(s, ind + 1);
-                pad(ind) << "}\n";
-                pad(ind) << "RF_BARRIER();\n";
-            }
+            guard(solo, ind);
+            pad(ind) << "if (" << lane_ << " == 0) {\n";
+            for (const StmtP &s : solo) private_stmt(s, ind + 1);
+            pad(ind) << "}\n";
+            barrier(ind);
             solo.clear();
         };
         for (const StmtP &s : list) {
-            if (s->kind == StmtKind::Decl) declare_shared(s);
-            if (!coop(s)) {
+            if (s->kind == StmtKind::Decl && !place_.replicated(s->name)) declare_shared(s);
+            if (place_.coop(s)) {
+                flush();
+                coop_stmt(s, ind);
+            } else if (s->kind == StmtKind::Comment || place_.replicable(s)) {
+                flush();
+                for (const std::string &r : access_of(s).reads)
+                    if (in_memory(r)) pending_.insert(r);
+                private_stmt(s, ind);
+            } else {
                 solo.push_back(s);
-                continue;
             }
-            flush();
-            coop_stmt(s, ind);
         }
         flush();
         scope_ = saved;
     }
 
+    /** True for a shared local or a buffer other threads may write (what a read must be guarded for). */
+    bool in_memory(const std::string &name) {
+        auto it = scope_.find(name);
+        if (it != scope_.end()) return it->second.shared;
+        auto b = bufs_.find(name);
+        return b != bufs_.end() && b->second->role != Buffer::Role::Input;
+    }
+    /** Locals the printer addresses as arrays whatever their size (top-k lists, shift states,
+     *  row copies, GEMM operands). */
+    void addressed(const StmtP &s) {
+        switch (s->kind) {
+        case StmtKind::TopKInsert:
+            for (const char *part : {"_v", "_i", "_n"}) addressed_.insert(s->name + part);
+            break;
+        case StmtKind::PolyShift: addressed_.insert(s->target->name); break;
+        case StmtKind::CopyRow: addressed_.insert(s->value->name); break;
+        case StmtKind::Gemm:
+            for (Expr e : {s->gemm->a_base, s->gemm->b_base, s->gemm->c_base}) addressed_.insert(e->name);
+            break;
+        default: break;
+        }
+        for (const StmtP &c : s->body) addressed(c);
+        for (const StmtP &c : s->else_body) addressed(c);
+    }
+    /** Every thread reads e (a condition, loop bounds) into a private value. */
+    void note_reads(Expr e) {
+        std::set<std::string> names;
+        visit(e, [&](Expr x) {
+            if (x->kind == Kind::Load || x->kind == Kind::Var) names.insert(x->name);
+        });
+        for (const std::string &r : names)
+            if (in_memory(r)) pending_.insert(r);
+    }
+    void barrier(int ind) {
+        pad(ind) << bar_ << "\n";
+        pending_.clear();
+    }
+    /** A barrier before `list` when it writes what replicated statements read since the last one. */
+    void guard(const std::vector<StmtP> &list, int ind) {
+        for (const StmtP &s : list)
+            for (const std::string &w : access_of(s).writes)
+                if (pending_.count(w)) return barrier(ind);
+    }
+
     void coop_stmt(const StmtP &s, int ind) {
         switch (s->kind) {
         case StmtKind::Block: uniform_list(s->body, ind); return;
-        case StmtKind::If:
+        case StmtKind::If: {
             pad(ind) << "{\n";
             pad(ind + 1) << "const bool c_ = " << expr(s->cond) << ";\n";
-            pad(ind + 1) << "RF_BARRIER();\n";
+            note_reads(s->cond);
+            std::set<std::string> before = pending_;
             pad(ind + 1) << "if (c_) {\n";
             uniform_list(s->body, ind + 2);
+            std::set<std::string> then_reads = before;
+            std::swap(then_reads, pending_);
             if (!s->else_body.empty()) {
                 pad(ind + 1) << "} else {\n";
                 uniform_list(s->else_body, ind + 2);
             }
+            pending_.insert(then_reads.begin(), then_reads.end());
             pad(ind + 1) << "}\n";
             pad(ind) << "}\n";
             return;
+        }
         case StmtKind::Decl: {
+            guard({s}, ind);
             const LocalInfo &li = info(s->name);
             std::string n = "1";
             for (Expr e : s->dims) n += " * (int64_t)(" + int_expr(e) + ")";
             // Bounds in a constant and a braced body: PoCL 3.1 skipped this loop when its bound was
             // written inline after a barrier inside an outer loop (found with printf; see docs/gpu.md).
-            pad(ind) << "{ const int64_t n_ = " << n << "; for (int64_t q_ = RF_LID; q_ < n_; q_ += " << T_ << ") { " << li.c
+            pad(ind) << "{ const int64_t n_ = " << n << "; for (int64_t q_ = " << lane_ << "; q_ < n_; q_ += " << W_ << ") { " << li.c
                      << "[q_] = " << cast_to(li.cls, s->value) << "; } }\n";
-            pad(ind) << "RF_BARRIER();\n";
+            barrier(ind);
             return;
         }
         case StmtKind::Gemm:
+            RF_INTERNAL_ASSERT(W_ == T_) << "GPU printer: a cooperative GEMM below block level in " << k_.name;
+            guard({s}, ind);
             if (!gemm_scratch_ && cuda_gemm_on_tensor_cores(operand(s->gemm->a_base).dtype, operand(s->gemm->b_base).dtype, o_)) {
                 gemm_scratch_ = true;
                 slots_.push_back({"rf_gemm_scratch", "unsigned char", make_int(kCudaGemmScratchBytes)});
             }
             *os_ << gpu_gemm(*s->gemm, operand(s->gemm->a_base), operand(s->gemm->b_base), operand(s->gemm->c_base),
                              [this](Expr e) { return int_expr(e); }, expr(s->gemm->alpha), o_, ind);
+            pending_.clear();  // the GEMM ends with a barrier
             return;
         case StmtKind::CopyRow: {
+            guard({s}, ind);
             std::vector<std::string> idx;
             for (Expr a : s->target->args) idx.push_back(int_expr(a));
             const Buffer *b = out_buffer(s->target->name);
-            pad(ind) << "{ const int64_t n_ = " << int_expr(s->end) << "; for (int64_t q_ = RF_LID; q_ < n_; q_ += " << T_ << ") { "
+            pad(ind) << "{ const int64_t n_ = " << int_expr(s->end) << "; for (int64_t q_ = " << lane_ << "; q_ < n_; q_ += " << W_ << ") { "
                      << buf_id(buf_index(b)) << "[" << offset(b, idx) << " + q_] = " << info(s->value->name).c << "["
                      << int_expr(s->value->args[0]) << " + q_]; } }\n";
-            pad(ind) << "RF_BARRIER();\n";
+            barrier(ind);
             return;
         }
         case StmtKind::For: break;
         default: RF_INTERNAL_ASSERT(false) << "GPU printer: statement is not cooperative";
         }
         std::string v = cname(s->var->name);
-        if (s->loop == LoopKind::Simd && simd_spreadable(s)) return spread_simd(s, v, ind);
-        if (s->loop == LoopKind::Independent && independent_spread(s)) return spread_independent(s, v, ind);
+        if (s->loop == LoopKind::Simd && place_.simd_spreadable(s)) return spread_simd(s, v, ind);
+        if (s->loop == LoopKind::Independent && place_.independent_spread(s)) return spread_independent(s, v, ind);
         // A loop every thread runs in step (its body has cooperative parts).
         pad(ind) << "{\n";
         pad(ind + 1) << "const int64_t b_" << v << " = " << int_expr(s->begin) << ", e_" << v << " = " << int_expr(s->end) << ";\n";
-        pad(ind + 1) << "RF_BARRIER();\n";
+        note_reads(s->begin);
+        note_reads(s->end);
         pad(ind + 1) << "for (int64_t " << v << " = b_" << v << "; " << v << " < e_" << v << "; ++" << v << ") {\n";
         auto saved = scope_;
         scope_[s->var->name] = {v, false, false, LocalClass::Index};
         uniform_list(s->body, ind + 2);
+        // Reads at the end of an iteration against writes at the start of the next one.
+        if (!pending_.empty()) barrier(ind + 2);
         scope_ = saved;
         pad(ind + 1) << "}\n";
         pad(ind) << "}\n";
     }
 
     /** A vector loop over the threads; each reduction into a scalar becomes a private partial
-     *  combined by a tree in shared memory (PoCL has no sub-group functions). */
+     *  combined by a tree (shared memory or warp shuffles) whose result every thread reads. */
     void spread_simd(const StmtP &s, const std::string &v, int ind) {
+        guard({s}, ind);
         auto saved = scope_;
-        std::vector<std::pair<ReduceOp, std::string>> reds;  // (op, target lvalue)
-        std::map<std::string, std::string> partial;             // target local -> private partial
+        std::vector<std::pair<ReduceOp, Expr>> reds;  // (op, target)
+        std::map<std::string, std::string> partial;   // target local -> private partial
         pad(ind) << "{\n";
         for (const StmtP &c : s->body) {
             if (c->kind != StmtKind::Accum || partial.count(c->target->name)) continue;
             std::string p = "p" + std::to_string(reds.size()) + "_" + v;
             partial[c->target->name] = p;
-            reds.push_back({c->op, lvalue(c->target)});
+            reds.push_back({c->op, c->target});
             pad(ind + 1) << "float " << p << " = " << identity(c->op) << ";\n";
         }
         pad(ind + 1) << "const int64_t b_" << v << " = " << int_expr(s->begin) << ", e_" << v << " = " << int_expr(s->end) << ";\n";
-        pad(ind + 1) << "for (int64_t " << v << " = b_" << v << " + RF_LID; " << v << " < e_" << v << "; " << v << " += " << T_ << ") {\n";
+        pad(ind + 1) << "for (int64_t " << v << " = b_" << v << " + " << lane_ << "; " << v << " < e_" << v << "; " << v << " += " << W_
+                     << ") {\n";
         scope_[s->var->name] = {v, false, false, LocalClass::Index};
         for (const auto &[t, p] : partial) scope_[t] = {p, false, false, LocalClass::Tile};
         for (const StmtP &c : s->body) private_stmt(c, ind + 2);
         scope_ = saved;
         pad(ind + 1) << "}\n";
         for (size_t r = 0; r < reds.size(); r++) {
-            std::string p = "p" + std::to_string(r) + "_" + v;
-            tree(reds[r].first, p, ind + 1);
-            pad(ind + 1) << "if (RF_LID == 0) " << reds[r].second << " = " << combine(reds[r].first, reds[r].second, "rf_red[0]") << ";\n";
+            auto [op, target] = reds[r];
+            std::string t = lvalue(target), all = tree(op, "p" + std::to_string(r) + "_" + v, ind + 1);
+            // A replicated target: every thread combines the same value into its copy.
+            if (info(target->name).shared) pad(ind + 1) << "if (" << lane_ << " == 0) ";
+            else pad(ind + 1);
+            *os_ << t << " = " << combine(op, t, all) << ";\n";
+            if (r + 1 < reds.size() && !warp_shuffles()) barrier(ind + 1);  // rf_red is reused
         }
-        pad(ind + 1) << "RF_BARRIER();\n";
+        barrier(ind + 1);
         pad(ind) << "}\n";
     }
 
-    /** rf_red[0] = op over the threads' `value`s (a tree; every thread passes every barrier). */
-    void tree(ReduceOp op, const std::string &value, int ind) {
+    bool warp_shuffles() const { return o_.dialect == Dialect::Cuda && W_ == 32; }
+
+    /** The combination under op of every thread's `value`, returned as an expression that every
+     *  thread of the group can read until the next barrier (every thread passes every barrier). */
+    std::string tree(ReduceOp op, const std::string &value, int ind) {
+        std::string v = "v_" + value;
+        if (warp_shuffles()) {
+            // A butterfly of shuffles: every lane ends with the warp's value, no memory, no barrier.
+            pad(ind) << "float " << v << " = " << value << ";\n";
+            pad(ind) << "for (int o_ = 16; o_ > 0; o_ >>= 1) " << v << " = " << combine(op, v, "__shfl_xor_sync(0xffffffffu, " + v + ", o_)")
+                     << ";\n";
+            return v;
+        }
         if (o_.dialect == Dialect::Cuda) {
             // Warp shuffles, then one value per warp through shared memory: two barriers instead of
             // log2(T) + 1. The combine is the same (NaN-propagating) one, so the result is that of
             // the tree up to the order of the partial sums.
-            std::string v = "v_", w = "w_";
             pad(ind) << "{\n";
             pad(ind + 1) << "float " << v << " = " << value << ";\n";
             pad(ind + 1) << "for (int o_ = 16; o_ > 0; o_ >>= 1) " << v << " = " << combine(op, v, "__shfl_xor_sync(0xffffffffu, " + v + ", o_)")
@@ -442,27 +448,29 @@ private:
             pad(ind + 1) << "if ((RF_LID & 31) == 0) rf_red[RF_LID >> 5] = " << v << ";\n";
             pad(ind + 1) << "RF_BARRIER();\n";
             pad(ind + 1) << "if (RF_LID < 32) {\n";
-            pad(ind + 2) << "float " << w << " = RF_LID < " << T_ / 32 << " ? rf_red[RF_LID] : " << identity(op) << ";\n";
-            pad(ind + 2) << "for (int o_ = 16; o_ > 0; o_ >>= 1) " << w << " = " << combine(op, w, "__shfl_xor_sync(0xffffffffu, " + w + ", o_)")
-                         << ";\n";
-            pad(ind + 2) << "if (RF_LID == 0) rf_red[0] = " << w << ";\n";
+            pad(ind + 2) << "float w_ = RF_LID < " << T_ / 32 << " ? rf_red[RF_LID] : " << identity(op) << ";\n";
+            pad(ind + 2) << "for (int o_ = 16; o_ > 0; o_ >>= 1) w_ = " << combine(op, "w_", "__shfl_xor_sync(0xffffffffu, w_, o_)") << ";\n";
+            pad(ind + 2) << "if (RF_LID == 0) rf_red[0] = w_;\n";
             pad(ind + 1) << "}\n";
             pad(ind + 1) << "RF_BARRIER();\n";
             pad(ind) << "}\n";
-            return;
+            return "rf_red[0]";
         }
-        pad(ind) << "rf_red[RF_LID] = " << value << ";\n";
-        pad(ind) << "RF_BARRIER();\n";
-        pad(ind) << "for (int s_ = " << T_ / 2 << "; s_ > 0; s_ >>= 1) {\n";
-        pad(ind + 1) << "if (RF_LID < s_) rf_red[RF_LID] = " << combine(op, "rf_red[RF_LID]", "rf_red[RF_LID + s_]") << ";\n";
-        pad(ind + 1) << "RF_BARRIER();\n";
+        pad(ind) << "rf_red[" << lane_ << "] = " << value << ";\n";
+        pad(ind) << bar_ << "\n";
+        pad(ind) << "for (int s_ = " << W_ / 2 << "; s_ > 0; s_ >>= 1) {\n";
+        pad(ind + 1) << "if (" << lane_ << " < s_) rf_red[" << lane_ << "] = " << combine(op, "rf_red[" + lane_ + "]", "rf_red[" + lane_ + " + s_]")
+                     << ";\n";
+        pad(ind + 1) << bar_ << "\n";
         pad(ind) << "}\n";
+        return "rf_red[0]";
     }
 
     /** Independent iterations (rows of a block x free state indices) spread over the threads. */
     void spread_independent(const StmtP &s, const std::string &v, int ind) {
+        guard({s}, ind);
         auto saved = scope_;
-        StmtP in = only_child_loop(s);
+        StmtP in = place_.only_child_loop(s);
         pad(ind) << "{\n";
         pad(ind + 1) << "const int64_t b_" << v << " = " << int_expr(s->begin) << ", n_" << v << " = " << int_expr(s->end) << " - b_" << v << ";\n";
         std::string total = "n_" + v, vin;
@@ -472,7 +480,7 @@ private:
                          << vin << ";\n";
             total += " * n_" + vin;
         }
-        pad(ind + 1) << "for (int64_t f_" << v << " = RF_LID; f_" << v << " < " << total << "; f_" << v << " += " << T_ << ") {\n";
+        pad(ind + 1) << "for (int64_t f_" << v << " = " << lane_ << "; f_" << v << " < " << total << "; f_" << v << " += " << W_ << ") {\n";
         if (in) {
             pad(ind + 2) << "const int64_t " << v << " = b_" << v << " + f_" << v << " / n_" << vin << ";\n";
             pad(ind + 2) << "const int64_t " << vin << " = b_" << vin << " + f_" << v << " % n_" << vin << ";\n";
@@ -486,7 +494,7 @@ private:
         }
         scope_ = saved;
         pad(ind + 1) << "}\n";
-        pad(ind + 1) << "RF_BARRIER();\n";
+        barrier(ind + 1);
         pad(ind) << "}\n";
     }
 
@@ -526,18 +534,18 @@ private:
             if (!shared_here) {
                 std::string c = cname(s->name);
                 std::string T = class_type(s->cls);
-                if (s->dims.empty()) {
-                    pad(ind) << T << " " << c << " = " << (s->value ? cast_to(s->cls, s->value) : "0") << ";\n";
-                } else {
-                    int64_t n = 1, v;
-                    for (Expr d : s->dims) {
-                        RF_INTERNAL_ASSERT(const_int(d, v)) << "GPU printer: private array " << s->name << " of run-time size";
-                        n *= v;
-                    }
-                    pad(ind) << T << " " << c << "[" << n << "];\n";
+                int64_t n = 1, v;
+                for (Expr d : s->dims) {
+                    RF_INTERNAL_ASSERT(const_int(d, v)) << "GPU printer: private array " << s->name << " of run-time size";
+                    n *= v;
                 }
-                scope_[s->name] = {c, false, !s->dims.empty(), s->cls};
-                if (s->dims.empty() || !s->value) return;
+                // A one-element array (a row block of 1's state) is a scalar: its index is 0 in any
+                // valid run, and a register the compiler cannot lose to a dynamic index.
+                bool array = !s->dims.empty() && (n != 1 || addressed_.count(s->name));
+                if (!array) pad(ind) << T << " " << c << " = " << (s->value ? cast_to(s->cls, s->value) : "0") << ";\n";
+                else pad(ind) << T << " " << c << "[" << n << "];\n";
+                scope_[s->name] = {c, false, array, s->cls};
+                if (!array || !s->value) return;
             } else if (s->dims.empty()) {
                 pad(ind) << info(s->name).c << "[0] = " << (s->value ? cast_to(s->cls, s->value) : "0") << ";\n";
                 return;
@@ -688,7 +696,16 @@ private:
     StmtP loop_;
     std::string name_;
     const GpuCodegenOptions &o_;
-    int T_;
+    int T_;                           ///< threads of the work-group
+    int W_;                           ///< threads of a group (one iteration): T_ at block level, 32 at warp level
+    int warps_ = 1;                   ///< groups per work-group (CUDA warp level: T_ / 32)
+    std::string lane_ = "RF_LID";     ///< the thread's index in its group
+    std::string bar_ = "RF_BARRIER();";  ///< the group's barrier
+    Placement place_;
+    /** Shared locals and buffers that replicated statements read since the last barrier: a thread
+     *  must not overwrite them until every thread has read them. */
+    std::set<std::string> pending_;
+    std::set<std::string> addressed_;
     std::ostringstream *os_ = nullptr;
     std::map<std::string, const Buffer *> bufs_;
     std::map<std::string, LocalInfo> scope_;

@@ -3,9 +3,10 @@
  * onto work-groups (see docs/gpu.md):
  *  - every top-level parallel loop of a kernel becomes one launch, one work-group per iteration
  *    (rows, row blocks, (row, segment) pairs);
- *  - inside a work-group the tile IR runs "uniformly": locals declared at that level live in shared
- *    (__local) memory, statements that are not cooperative run on thread 0, each followed by a
- *    barrier;
+ *  - inside a work-group (or a warp, at warp level) the tile IR runs "uniformly": scalar and small
+ *    states declared at that level live in registers, one copy per thread, updated by every thread;
+ *    other locals live in shared (__local) memory, and statements that write them or store run on
+ *    thread 0, each followed by a barrier (GpuPlacement.h decides);
  *  - vector (simd) loops are spread over the threads, their reductions (sum, prod, max, min) combined
  *    by a tree in shared memory; independent loops (rows of a block, free indices of a state) are
  *    spread over the threads with thread-private bodies; tile GEMMs are cooperative (every thread a
@@ -28,14 +29,17 @@ struct GpuCodegenOptions {
     int threads = 128;          ///< work-group size: a power of two, 32..1024
     SizeBinding sizes;          ///< sizes the mapping is chosen for (kernels accept any sizes)
     bool tensor_cores = true;   ///< CUDA: tile GEMMs on mma.sync where the operand types allow
-    /** Where running states live and meet: "block" (one work-group per row / row block, states
-     *  shared by the work-group, vector loops spread over its threads) or "thread" (one row or
-     *  (row, segment) pair per thread, states private, segments merged by the derived merge in a
-     *  second launch; kernels whose arrays have run-time sizes stay at block level). */
+    /** Where running states live and meet: "block" (one work-group per row / row block, vector
+     *  loops spread over its threads), "warp" (one row per warp of 32 threads: warp barriers and
+     *  shuffle reductions; OpenCL: a work-group of 32; launches with a cooperative GEMM stay at
+     *  block level) or "thread" (one row or (row, segment) pair per thread, states private,
+     *  segments merged by the derived merge in a second launch; kernels whose arrays have
+     *  run-time sizes stay at block level). */
     std::string fusion_level = "block";
     /** "auto" picks "thread" for a launch when its arrays allow it, it has at least 4 x threads
      *  iterations at the bound sizes, and no cascade axis is longer than 256 (many short rows: MoE
-     *  routing, per-token statistics); else "block". The longest cascade axis at the bound sizes: */
+     *  routing, per-token statistics); on CUDA "warp" for at least 1024 rows whose cascade axes
+     *  are at most 8192 long; else "block". The longest cascade axis at the bound sizes: */
     double longest_axis = 0;
 };
 

@@ -187,11 +187,12 @@ BenchReport tune_gpu(const Compilation &c, const TuneOptions &o) {
     Plan plan = make_plan(p, po);
     plan.program = &p;
     std::map<std::string, Tensor> inputs = make_random_inputs(p, sizes, o.bench.seed);
-    // Where states live (block / thread), the work-group size, and the tile and row block of the
-    // lowering; every variant runs the same inputs.
+    // Where states live (block / warp / thread), the work-group size, and the tile and row block of
+    // the lowering; every variant runs the same inputs.
     std::vector<GpuVariant> variants;
     for (int wg : {64, 128, 256})
         for (auto [tile, rb] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {64, 16}, {128, 64}}) variants.push_back({"block", wg, tile, rb});
+    for (int wg : {64, 128}) variants.push_back({"warp", wg, 0, 0});  // OpenCL: work-groups of 32 either way
     for (int wg : {64, 128}) variants.push_back({"thread", wg, 0, 0});
     nlohmann::json tried = nlohmann::json::array();
     double best = 1e300;

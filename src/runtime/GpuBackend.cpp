@@ -166,8 +166,8 @@ GpuModule generate_gpu_module(const Plan &plan, const SizeBinding &sizes, const 
     go.threads = o.threads > 0 ? o.threads : default_threads(o.target);
     go.sizes = sizes;
     go.tensor_cores = o.tensor_cores;
-    if (o.fusion_level != "block" && o.fusion_level != "thread" && o.fusion_level != "auto")
-        throw UserError({}, "unknown fusion level '" + o.fusion_level + "' (auto, block, thread)");
+    if (o.fusion_level != "block" && o.fusion_level != "warp" && o.fusion_level != "thread" && o.fusion_level != "auto")
+        throw UserError({}, "unknown fusion level '" + o.fusion_level + "' (auto, block, warp, thread)");
     go.fusion_level = o.fusion_level;
     for (const ChainPlan &c : plan.chains) {
         double n = 1;

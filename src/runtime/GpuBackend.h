@@ -27,7 +27,7 @@ struct GpuOptions {
     int64_t tile = 0, segments = 0, row_block = 0;
     std::string strategy;
     std::string cache_dir;          ///< CUDA cubin cache (empty: the default)
-    std::string fusion_level = "auto";  ///< auto | block | thread (see GpuCodegenOptions)
+    std::string fusion_level = "auto";  ///< auto | block | warp | thread (see GpuCodegenOptions)
 };
 
 /** NVRTC options of generated CUDA: --prec-div=false (division within 2 ulp, as FlashAttention's

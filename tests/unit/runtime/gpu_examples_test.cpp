@@ -1,7 +1,7 @@
 /** \file gpu_examples_test.cpp
  * Every example through the GPU backends without a GPU: the OpenCL C kernels run on PoCL (the CPU)
  * against the float64 reference at awkward sizes and with forced schedules (tails, segments merged
- * with the derived merge, row blocks, the unfused plan, two work-group sizes, states per thread); the CUDA kernels are
+ * with the derived merge, row blocks, the unfused plan, two work-group sizes, states per thread and per warp); the CUDA kernels are
  * compiled to cubins for sm_80 and sm_90a with NVRTC, must not spill, and their register and shared
  * memory report is kept as a golden summary (tests/golden/cuda/ptxas.txt; REDFUSE_UPDATE_GOLDEN=1
  * rewrites it).
@@ -85,6 +85,13 @@ TEST_P(OpenCLExamples, AgainstTheReferenceOnPoCL) {
     o.segments = 4;
     o.tile = 5;
     run_case(path, src, o);
+    // Fusion level "warp" (on PoCL a work-group of 32): two segments, short tiles.
+    o = RunOptions{};
+    o.sizes = sets[2];
+    o.fusion_level = "warp";
+    o.segments = 2;
+    o.tile = 7;
+    run_case(path, src, o);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, OpenCLExamples, ::testing::ValuesIn(test::example_paths()),
@@ -101,13 +108,18 @@ TEST(CudaCubins, EveryExampleCompilesWithoutSpills) {
         ArenaScope arena;
         auto c = compile_source(test::read_text(path), path.string(), {});
         SizeBinding sizes = bind_sizes(c->program, {});
-        GpuOptions go;
-        go.target = "cuda";
-        GpuModule g = generate_gpu_module(c->plan, sizes, go);
-        for (const std::string arch : {"sm_80", "sm_90a"}) {
+        // The default mapping for both architectures, and the other fusion levels (warp: one row
+        // per warp, shuffles; thread: one row per thread) for sm_90a.
+        for (auto [level, arch] : std::vector<std::pair<std::string, std::string>>{
+                 {"auto", "sm_80"}, {"auto", "sm_90a"}, {"warp", "sm_90a"}, {"thread", "sm_90a"}}) {
+            GpuOptions go;
+            go.target = "cuda";
+            go.fusion_level = level;
+            GpuModule g = generate_gpu_module(c->plan, sizes, go);
+            if (level != "auto") arch += "[" + level + "]";
             cuda::CompiledModule m;
             try {
-                m = cuda::compile(g.source, arch, cuda_compile_options(), cache);
+                m = cuda::compile(g.source, arch.substr(0, arch.find('[')), cuda_compile_options(), cache);
             } catch (const std::exception &e) {
                 ADD_FAILURE() << path.filename() << " " << arch << ": " << e.what();
                 continue;

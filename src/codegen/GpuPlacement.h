@@ -1,0 +1,68 @@
+/** \file GpuPlacement.h
+ * Where each statement of a GPU launch runs (spread over the threads of its group, in step, or on
+ * one thread) and where each group-level local lives (shared memory, or a copy in every thread's
+ * registers): the decisions of the GPU printer, apart from its spelling.
+ */
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/CodeGen_GPU.h"
+#include "tile/TileIR.h"
+
+namespace rf::gpu_mapping {
+
+/** The locals and buffers a statement writes, and the names it reads (locals and buffers). */
+struct Access {
+    std::set<std::string> writes, reads;
+    bool stores = false;  ///< writes a buffer (Store, CopyRow, a GEMM into a buffer)
+    bool gemm = false;    ///< contains a Gemm
+};
+Access access_of(const tile::StmtP &s);
+
+class Placement {
+public:
+    Placement(const tile::Kernel &k, const GpuCodegenOptions &o) : k_(k), o_(o) {}
+
+    /** Decides which group-level locals of `body` (the body of a launch's top-level loop, run by a
+     *  group of threads) are replicated: kept in registers, one identical copy per thread, updated
+     *  by every thread at once, instead of a shared slot written by thread 0 behind a barrier.
+     *  A local qualifies when it is a scalar or a small constant-size array, no thread writes it
+     *  alone (inside a spread loop, except as the target of a tree reduction, whose combined value
+     *  every thread reads), it is no GEMM operand, and every statement that writes it can itself
+     *  run in every thread (writes no buffer and no shared local). Iterated to a fixed point: a
+     *  local that stays shared makes the statements writing it single-thread, whose other
+     *  targets then stay shared too. */
+    void replicate(const std::vector<tile::StmtP> &body);
+    bool replicated(const std::string &local) const { return replicated_.count(local) > 0; }
+    /** True when every thread may run s at once with the same result in each: s writes no buffer
+     *  and only replicated locals or locals it declares. */
+    bool replicable(const tile::StmtP &s) const;
+
+    /** A simd loop whose iterations can be spread over the threads: its writes are array elements,
+     *  global stores, and reductions into scalars declared outside (combined by a tree). */
+    bool simd_spreadable(const tile::StmtP &s) const;
+    /** Independent iterations (rows of a block x free state indices) that are spread over the
+     *  threads, one iteration per thread with serial (private) vector loops. */
+    bool independent_spread(const tile::StmtP &s) const;
+    /** The single loop that is s's whole body (comments aside) and whose iterations are independent
+     *  too, if its bounds do not depend on s's variable (the two are spread as one flat range). */
+    tile::StmtP only_child_loop(const tile::StmtP &s) const;
+    /** True when s needs every thread (spread loops, tree reductions, GEMMs, shared array inits). */
+    bool coop(const tile::StmtP &s) const;
+    /** Rough value at the bound sizes ($nbv: the row block; unknown locals: 1). */
+    double estimate(Expr e) const;
+
+private:
+    double inner_extent(const tile::StmtP &s) const;
+    void drop_conflicts(const std::vector<tile::StmtP> &list);
+    void drop(const std::set<std::string> &names);
+
+    const tile::Kernel &k_;
+    const GpuCodegenOptions &o_;
+    std::set<std::string> replicated_;
+};
+
+}  // namespace rf::gpu_mapping
