@@ -10,8 +10,10 @@
 #include <sstream>
 
 #include "codegen/GpuGemm.h"
+#include "codegen/GpuInlineOps.h"
 #include "codegen/GpuMapping.h"
 #include "codegen/GpuPlacement.h"
+#include "codegen/GpuVectorLoads.h"
 #include "ir/Eval.h"
 #include "support/Error.h"
 
@@ -166,6 +168,7 @@ private:
             return li.shared ? li.c + "[0]" : li.c;
         };
         c.load = [this](Expr l, const std::vector<std::string> &idx) -> std::string {
+            if (auto it = vector_operand_.find(l); it != vector_operand_.end()) return it->second;
             if (!l->name.empty() && l->name[0] == '$') {
                 const LocalInfo &li = info(l->name);
                 return li.array ? li.c + "[" + idx[0] + "]" : li.shared ? li.c + "[0]" : li.c;
@@ -404,13 +407,18 @@ private:
             pad(ind + 1) << "float " << p << " = " << identity(c->op) << ";\n";
         }
         pad(ind + 1) << "const int64_t b_" << v << " = " << int_expr(s->begin) << ", e_" << v << " = " << int_expr(s->end) << ";\n";
-        pad(ind + 1) << "for (int64_t " << v << " = b_" << v << " + " << lane_ << "; " << v << " < e_" << v << "; " << v << " += " << W_
-                     << ") {\n";
-        scope_[s->var->name] = {v, false, false, LocalClass::Index};
         for (const auto &[t, p] : partial) scope_[t] = {p, false, false, LocalClass::Tile};
-        for (const StmtP &c : s->body) private_stmt(c, ind + 2);
+        VectorPlan vp = plan_vector_loads(s, bufs_);
+        if (vp.width) {
+            vector_iterations(s, v, vp, ind + 1);
+        } else {
+            pad(ind + 1) << "for (int64_t " << v << " = b_" << v << " + " << lane_ << "; " << v << " < e_" << v << "; " << v << " += " << W_
+                         << ") {\n";
+            scope_[s->var->name] = {v, false, false, LocalClass::Index};
+            for (const StmtP &c : s->body) private_stmt(c, ind + 2);
+            pad(ind + 1) << "}\n";
+        }
         scope_ = saved;
-        pad(ind + 1) << "}\n";
         for (size_t r = 0; r < reds.size(); r++) {
             auto [op, target] = reds[r];
             std::string t = lvalue(target), all = tree(op, "p" + std::to_string(r) + "_" + v, ind + 1);
@@ -421,6 +429,47 @@ private:
             if (r + 1 < reds.size() && !warp_shuffles()) barrier(ind + 1);  // rf_red is reused
         }
         barrier(ind + 1);
+        pad(ind) << "}\n";
+    }
+
+    /** The iterations of a spread vector loop in chunks of V consecutive ones per thread (chunk c
+     *  at b + (lane + c·W)·V): when the chunk is whole (and, on CUDA, every contiguous operand's
+     *  chunk is aligned) each operand is read with one vector load and the body runs V times on
+     *  registers; else element by element. */
+    void vector_iterations(const StmtP &s, const std::string &v, const VectorPlan &vp, int ind) {
+        int V = vp.width;
+        std::string c = "c_" + v, b = "b_" + v, e = "e_" + v;
+        pad(ind) << "for (int64_t " << c << " = " << b << " + (int64_t)" << lane_ << " * " << V << "; " << c << " < " << e << "; " << c
+                 << " += " << int64_t{W_} * V << ") {\n";
+        // Operand addresses at the chunk's first iteration.
+        scope_[s->var->name] = {c, false, false, LocalClass::Index};
+        std::vector<std::string> address;
+        std::string whole = c + " + " + std::to_string(V) + " <= " + e;
+        for (const VectorLoad &l : vp.loads) {
+            std::vector<std::string> idx;
+            for (Expr a : l.load->args) idx.push_back(int_expr(a));
+            address.push_back(buf_id(buf_index(l.buffer)) + "[" + offset(l.buffer, idx) + "]");
+            whole += " && " + chunk_aligned_text(o_.dialect, l, V, address.back());
+        }
+        pad(ind + 1) << "if (" << whole << ") {\n";
+        for (size_t k = 0; k < vp.loads.size(); k++) {
+            std::string dest = "x" + std::to_string(k) + "_" + v;
+            pad(ind + 2) << "float " << dest << "[" << V << "];\n";
+            pad(ind + 2) << vector_load_text(o_.dialect, vp.loads[k], V, address[k], dest) << "\n";
+            vector_operand_[vp.loads[k].load] = dest + "[u_]";
+        }
+        pad(ind + 2) << "for (int u_ = 0; u_ < " << V << "; ++u_) {\n";
+        pad(ind + 3) << "const int64_t " << v << " = " << c << " + u_;\n";
+        scope_[s->var->name] = {v, false, false, LocalClass::Index};
+        for (const StmtP &st : s->body) private_stmt(st, ind + 3);
+        vector_operand_.clear();
+        pad(ind + 2) << "}\n";
+        pad(ind + 1) << "} else {\n";
+        pad(ind + 2) << "for (int64_t " << v << " = " << c << "; " << v << " < " << c << " + " << V << " && " << v << " < " << e << "; ++" << v
+                     << ") {\n";
+        for (const StmtP &st : s->body) private_stmt(st, ind + 3);
+        pad(ind + 2) << "}\n";
+        pad(ind + 1) << "}\n";
         pad(ind) << "}\n";
     }
 
@@ -607,59 +656,17 @@ private:
     /** A Decl printed in a solo group of a uniform list was given a shared slot by that list. */
     bool declared_shared_now(const StmtP &s) { return solo_decls_.count(s.get()) > 0; }
 
-    /** Sorted insertion into a top-k list (the values of rfk::topk_insert), printed inline because
-     *  OpenCL 1.2 cannot pass a pointer of unknown address space to a helper. */
     void topk_insert(const StmtP &s, int ind) {
-        std::string V = info(s->name + "_v").c, I = info(s->name + "_i").c, N = info(s->name + "_n").c;
-        std::string o = int_expr(s->args[0]), cnt = int_expr(s->args2[0]);
-        pad(ind) << "{ const int64_t o_ = " << o << ", k_ = " << int_expr(s->k) << "; const int64_t len_ = (int64_t)" << N << "[" << cnt
-                 << "]; const float val_ = " << expr(s->value) << ", idx_ = (float)(" << int_expr(s->index) << ");\n";
-        pad(ind + 1) << "if (!(len_ == k_ && !rf_better(1, val_, idx_, " << V << "[o_ + k_ - 1], " << I << "[o_ + k_ - 1]))) {\n";
-        pad(ind + 2) << "int64_t pos_ = len_ < k_ ? len_ : k_ - 1;\n";
-        pad(ind + 2) << "while (pos_ > 0 && rf_better(1, val_, idx_, " << V << "[o_ + pos_ - 1], " << I << "[o_ + pos_ - 1])) { " << V
-                     << "[o_ + pos_] = " << V << "[o_ + pos_ - 1]; " << I << "[o_ + pos_] = " << I << "[o_ + pos_ - 1]; pos_--; }\n";
-        pad(ind + 2) << V << "[o_ + pos_] = val_; " << I << "[o_ + pos_] = idx_;\n";
-        pad(ind + 2) << "if (len_ < k_) " << N << "[" << cnt << "] = (float)(len_ + 1);\n";
-        pad(ind + 1) << "}\n";
-        pad(ind) << "}\n";
+        TopKText t{info(s->name + "_v").c, info(s->name + "_i").c, info(s->name + "_n").c, int_expr(s->args[0]), int_expr(s->args2[0]),
+                   int_expr(s->k), expr(s->value), int_expr(s->index)};
+        *os_ << gpu_topk_insert(t, ind);
     }
-
-    /** The shift-form state moved from reference `args` to `args2`, unrolled at generation time:
-     *  S_b(c') = Σ_{a ≥ b} Π_i C(a_i, b_i) (c'_i − c_i)^(a_i − b_i) S_a(c) (brief §1.1 form 4). */
     void poly_shift(const StmtP &s, int ind) {
-        const auto &al = s->alphas;
-        size_t nd = s->args.size();
         RF_INTERNAL_ASSERT(s->target->kind == Kind::Load) << "shift state is not an array element";
-        std::string base = info(s->target->name).c, at = int_expr(s->target->args[0]);
-        pad(ind) << "{\n";
-        std::string same = "true";
-        for (size_t i = 0; i < nd; i++) {
-            pad(ind + 1) << "const float f" << i << "_ = " << expr(s->args[i]) << ", t" << i << "_ = " << expr(s->args2[i]) << ";\n";
-            same += " && f" + std::to_string(i) + "_ == t" + std::to_string(i) + "_";
-        }
-        pad(ind + 1) << "if (!(" << same << ")) {\n";
-        for (size_t i = 0; i < nd; i++) pad(ind + 2) << "const float d" << i << "_ = t" << i << "_ - f" << i << "_;\n";
-        for (size_t a = 0; a < al.size(); a++) pad(ind + 2) << "const float s" << a << "_ = " << base << "[" << at << " + " << a << "];\n";
-        static const int binom[5][5] = {{1, 0, 0, 0, 0}, {1, 1, 0, 0, 0}, {1, 2, 1, 0, 0}, {1, 3, 3, 1, 0}, {1, 4, 6, 4, 1}};
-        for (size_t b = 0; b < al.size(); b++) {
-            std::string sum;
-            for (size_t a = 0; a < al.size(); a++) {
-                std::string term;
-                int coef = 1;
-                bool ok = true;
-                for (size_t i = 0; i < nd && ok; i++) {
-                    int hi = al[a][i], lo = al[b][i];
-                    if (hi < lo || hi > 4) { ok = hi >= lo && false; break; }
-                    coef *= binom[hi][lo];
-                    for (int p = 0; p < hi - lo; p++) term += " * d" + std::to_string(i) + "_";
-                }
-                if (!ok) continue;
-                sum += (sum.empty() ? "" : " + ") + std::to_string(coef) + ".0f" + term + " * s" + std::to_string(a) + "_";
-            }
-            pad(ind + 2) << base << "[" << at << " + " << b << "] = " << (sum.empty() ? "0.0f" : sum) << ";\n";
-        }
-        pad(ind + 1) << "}\n";
-        pad(ind) << "}\n";
+        std::vector<std::string> from, to;
+        for (Expr e : s->args) from.push_back(expr(e));
+        for (Expr e : s->args2) to.push_back(expr(e));
+        *os_ << gpu_poly_shift(s->alphas, info(s->target->name).c, int_expr(s->target->args[0]), from, to, ind);
     }
 
     const Buffer *out_buffer(const std::string &name) {
@@ -706,6 +713,7 @@ private:
      *  must not overwrite them until every thread has read them. */
     std::set<std::string> pending_;
     std::set<std::string> addressed_;
+    std::map<Expr, std::string> vector_operand_;  ///< loads read by a vector load: the register holding the value
     std::ostringstream *os_ = nullptr;
     std::map<std::string, const Buffer *> bufs_;
     std::map<std::string, LocalInfo> scope_;
