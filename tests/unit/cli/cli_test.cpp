@@ -220,7 +220,8 @@ TEST(Cli, GpuTargets) {
     std::filesystem::remove_all(dir);
     // Usage errors: a work-group size that is not a power of two, an unknown fusion level.
     EXPECT_EQ(sh("run " + ex("softmax") + " --target opencl --threads 48").status, 2);
-    EXPECT_EQ(sh("run " + ex("softmax") + " --target opencl --fusion-level warp").status, 2);
+    EXPECT_EQ(sh("run " + ex("softmax") + " --target opencl --fusion-level lane").status, 2);
+    EXPECT_EQ(sh("run " + ex("softmax") + " --target opencl --fusion-level warp --check").status, 0);
     if (!has_driver) EXPECT_EQ(sh("tune " + ex("softmax") + " --target cuda").status, 1);
 }
 
