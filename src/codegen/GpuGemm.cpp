@@ -8,7 +8,7 @@
 
 namespace rf {
 
-extern const char *const kEmbeddedCudaGemmHeader;  // generated from src/runtime/kernels/redfuse_cuda_gemm.h
+extern const char *const kEmbeddedCudaGemmHeader;  // generated: src/runtime/kernels/redfuse_cuda_gemm{,_tc,_simt}.h
 
 std::string cuda_gemm_header() { return kEmbeddedCudaGemmHeader; }
 

@@ -30,7 +30,8 @@ bool cuda_gemm_on_tensor_cores(DType a, DType b, const GpuCodegenOptions &o);
 std::string gpu_gemm(const tile::GemmInfo &g, const GemmOperand &a, const GemmOperand &b, const GemmOperand &c,
                      const std::function<std::string(Expr)> &ints, const std::string &alpha, const GpuCodegenOptions &o, int indent);
 
-/** Text of redfuse_cuda_gemm.h (the tensor-core block GEMM). */
+/** Text of the block GEMM pasted into CUDA sources: redfuse_cuda_gemm.h, redfuse_cuda_gemm_tc.h and
+ *  redfuse_cuda_gemm_simt.h, concatenated in that order. */
 std::string cuda_gemm_header();
 
 }  // namespace rf

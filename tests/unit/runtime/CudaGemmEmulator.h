@@ -1,8 +1,8 @@
 /** \file CudaGemmEmulator.h
  * The host emulator of cuda_gemm_test.cpp (included by that one translation unit only): CUDA
  * threads as std::threads, the PTX primitives redfuse_cuda_gemm.h uses implemented from the PTX
- * ISA's definitions, shared-memory race, alignment and bank checks, and the header itself compiled
- * inside namespace gemm_emu in two configurations.
+ * ISA's definitions, shared-memory race, alignment and bank checks, and the header itself (its three
+ * parts, in the order CMake pastes them) compiled inside namespace gemm_emu in two configurations.
  */
 #pragma once
 
@@ -113,7 +113,7 @@ struct LaneIn {
     int op = 0;  // 1 ldmatrix, 2 mma
     unsigned addr = 0;
     bool trans = false;
-    int kind = 0;  // mma: 1 bf16, 2 f16
+    int kind = 0;  // mma: 1 bf16, 2 f16, 3 + 2 * (A is e5m2) + (B is e5m2): the 8-bit m16n8k32
     unsigned a[4] = {}, b[2] = {};
     float c[4] = {};
 };
@@ -226,6 +226,19 @@ double round_small(double x, int sig, int qmin, double maxv) {
     const int q = std::max(e - sig, qmin);
     const double v = std::ldexp(std::nearbyint(std::ldexp(x, -q)), q);
     return std::fabs(v) > maxv ? std::copysign(INFINITY, x) : v;
+}
+/** OCP FP8 (the PTX ISA's .e4m3 / .e5m2): e4m3 bias 7, no infinities, S.1111.111 NaN; e5m2 bias 15,
+ *  IEEE-style infinities and NaNs. */
+double decode_e4m3(unsigned bits) {
+    const int s = (bits >> 7) & 1, e = (bits >> 3) & 15, m = bits & 7;
+    if (e == 15 && m == 7) return std::nan("");
+    const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
+    return s ? -v : v;
+}
+double decode_e5m2(unsigned bits) {
+    const int s = (bits >> 7) & 1, e = (bits >> 2) & 31, m = bits & 3;
+    const double v = e == 31 ? (m ? std::nan("") : INFINITY) : e == 0 ? std::ldexp(m, -16) : std::ldexp(4 + m, e - 17);
+    return s ? -v : v;
 }
 const double kBf16Max = 3.38953138925153547590470800371487866880e38, kF16Max = 65504.0;
 unsigned encode_bf16(float x) {  // cvt.rn.bf16.f32
@@ -363,6 +376,7 @@ inline void ldsm_impl(unsigned (&r)[4], unsigned addr, bool trans) {
     for (int q = 0; q < 4; ++q) r[q] = out.r[q];
 }
 inline void ldsm_x4_sel(unsigned (&r)[4], unsigned addr, bool trans) { ldsm_impl(r, addr, trans); }
+inline void ldsm_x4(unsigned (&r)[4], unsigned addr) { ldsm_impl(r, addr, false); }
 
 /** mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 with the fragment layouts of the
  *  PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"), g = lane>>2, t = lane%4:
@@ -404,6 +418,55 @@ inline void mma_impl(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigne
     });
     for (int i = 0; i < 4; ++i) d[i] = out.d[i];
 }
+/** mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32 with the fragment layouts of the PTX
+ *  ISA ("Matrix Fragments for mma.m16n8k32", shared by the 8-bit types), g = lane>>2, t = lane%4, byte i
+ *  of a register (low byte first) the i-th element: A: a0..a3 (row g, col 4t+i), a4..a7 (row g+8),
+ *  a8..a11 (row g, col 16+4t+i), a12..a15 (row g+8, col 16+4t+i); B: b0..b3 (row 4t+i, col g),
+ *  b4..b7 (row 16+4t+i, col g); C/D as for m16n8k16. Exact products, float64 sum, one rounding. */
+inline void mma_k32_impl(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, int kind) {
+    LaneIn in;
+    in.op = 2;
+    in.kind = kind;
+    for (int i = 0; i < 4; ++i) in.a[i] = a[i], in.c[i] = d[i];
+    in.b[0] = b0;
+    in.b[1] = b1;
+    LaneOut out = collective(in, [](const LaneIn *li, LaneOut *lo) {
+        const bool ae5 = ((li[0].kind - 3) & 2) != 0, be5 = ((li[0].kind - 3) & 1) != 0;
+        double A[16][32], B[32][8], C[16][8];
+        for (int l = 0; l < 32; ++l) {
+            const int g = l >> 2, t = l & 3;
+            for (int i = 0; i < 16; ++i) {
+                const unsigned bits = (li[l].a[i / 4] >> (8 * (i & 3))) & 0xffu;
+                const int row = g + ((i / 4) & 1) * 8, col = 4 * t + (i & 3) + (i >= 8 ? 16 : 0);
+                A[row][col] = ae5 ? decode_e5m2(bits) : decode_e4m3(bits);
+            }
+            for (int i = 0; i < 8; ++i) {
+                const unsigned bits = (li[l].b[i / 4] >> (8 * (i & 3))) & 0xffu;
+                B[4 * t + (i & 3) + (i >= 4 ? 16 : 0)][g] = be5 ? decode_e5m2(bits) : decode_e4m3(bits);
+            }
+            for (int i = 0; i < 4; ++i) C[g + (i >= 2 ? 8 : 0)][2 * t + (i & 1)] = li[l].c[i];
+        }
+        for (int l = 0; l < 32; ++l) {
+            const int g = l >> 2, t = l & 3;
+            for (int i = 0; i < 4; ++i) {
+                const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+                double s = C[row][col];
+                for (int k = 0; k < 32; ++k) s += A[row][k] * B[k][col];
+                lo[l].d[i] = static_cast<float>(s);
+            }
+        }
+    });
+    for (int i = 0; i < 4; ++i) d[i] = out.d[i];
+}
+template <bool AE5, bool BE5> inline void mma_fp8(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    mma_k32_impl(d, a, b0, b1, 3 + (AE5 ? 2 : 0) + (BE5 ? 1 : 0));
+}
+/** cvt.rn.f16x2.{e4m3x2,e5m2x2} on each half of v (the lower byte to the lower half): exact. */
+template <bool E5> inline void fp8x4_to_f16x4(unsigned v, unsigned &lo, unsigned &hi) {
+    auto f16 = [](unsigned byte) { return encode_f16(static_cast<float>(E5 ? decode_e5m2(byte) : decode_e4m3(byte))); };
+    lo = f16(v & 0xffu) | (f16((v >> 8) & 0xffu) << 16);
+    hi = f16((v >> 16) & 0xffu) | (f16(v >> 24) << 16);
+}
 inline void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { mma_impl(d, a, b0, b1, 1); }
 inline void mma_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { mma_impl(d, a, b0, b1, 2); }
 inline unsigned pack_bf16x2(float lo, float hi) { return encode_bf16(lo) | (encode_bf16(hi) << 16); }
@@ -422,11 +485,15 @@ inline int dp4a(int a, int b, int c) {
 #define __forceinline__ inline
 #define __noinline__
 #include "runtime/kernels/redfuse_cuda_gemm.h"
+#include "runtime/kernels/redfuse_cuda_gemm_tc.h"
+#include "runtime/kernels/redfuse_cuda_gemm_simt.h"
 
 /** The same header in its configuration for blocks of up to 512 threads (32x32 warp tiles, 4x4
  *  SIMT micro-tiles) and with a 3-stage pipeline, with its own element types. */
 namespace wide {
 #undef REDFUSE_CUDA_GEMM_H
+#undef REDFUSE_CUDA_GEMM_TC_H
+#undef REDFUSE_CUDA_GEMM_SIMT_H
 #undef RF_CUDA_SCALAR_TYPES_DEFINED
 #undef RF_GEMM_MAX_THREADS
 #undef RF_GEMM_WARP_M
@@ -436,6 +503,8 @@ namespace wide {
 #define RF_GEMM_MAX_THREADS 512
 #define RF_GEMM_STAGES 3
 #include "runtime/kernels/redfuse_cuda_gemm.h"
+#include "runtime/kernels/redfuse_cuda_gemm_tc.h"
+#include "runtime/kernels/redfuse_cuda_gemm_simt.h"
 }  // namespace wide
 #undef __device__
 #undef __host__
