@@ -182,7 +182,8 @@ private:
             switch (e->func) {
             // CPU: an inline polynomial that vectorizes; GPU: exp2 with log2(e) folded in (one MUFU op).
             case Func::exp: return (gpu() ? "rf_exp(" : "rfk::exp_f(") + x + ")";
-            case Func::exp2: return math("exp2") + "(" + x + ")";
+            // CPU: the same inline polynomial scheme as exp (std::exp2 would be a scalar libm call).
+            case Func::exp2: return (gpu() ? math("exp2") + "(" : "rfk::exp2_f(") + x + ")";
             case Func::log: return math("log") + "(" + x + ")";
             case Func::log2: return math("log2") + "(" + x + ")";
             case Func::sqrt: return math("sqrt") + "(" + x + ")";

@@ -28,6 +28,9 @@ struct LowerOptions {
     /** A strategy forced on every chain: "" (the plan's), multi_pass (one kernel per pass),
      *  onchip_multipass (all passes per row), multi_segment (segments = 2 x threads unless forced). */
     std::string force_strategy;
+    /** Run the tile passes after lowering (tile/Passes.h: exp → exp2 folding, loop-invariant
+     *  hoisting). Off only to look at or test the lowering's own output. */
+    bool passes = true;
 };
 
 /** The default schedule of a chain at the given sizes (its plan's strategy and segments, a tile

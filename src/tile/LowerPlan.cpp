@@ -4,6 +4,7 @@
  * (or one for all passes on chip), and single-definition kernels for everything outside chains.
  */
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <optional>
 #include <set>
@@ -12,6 +13,7 @@
 #include "support/Error.h"
 #include "tile/Lower.h"
 #include "tile/LowerPass.h"
+#include "tile/Passes.h"
 
 namespace rf::tile {
 
@@ -503,6 +505,14 @@ private:
 Module lower_plan(const Plan &plan, const LowerOptions &opts) {
     Module m = ModuleLowering(plan, opts).run();
     if (verify_each_pass()) verify(m);
+    // REDFUSE_TILE_PASSES=0 turns them off in any command (A/B measurements, bisecting a wrong result).
+    const char *env = std::getenv("REDFUSE_TILE_PASSES");
+    if (!opts.passes || (env && std::string(env) == "0")) return m;
+    // exp2 first: it puts log2 e next to the invariant coefficients the hoisting then moves out.
+    for (void (*pass)(Module &) : {fold_exp2, hoist_invariants}) {
+        pass(m);
+        if (verify_each_pass()) verify(m);
+    }
     return m;
 }
 

@@ -19,7 +19,14 @@
 
 namespace rf::tile::lowering {
 
-inline Expr sanitize(Expr v) { return make_select(is_finite(v), v, real_c(0)); }
+/** select(|v| < inf, v, 0): v where it is finite, else 0 (NaN included: NaN < inf is false). The
+ *  clamp is idempotent — its result is always finite, so clamping it again changes nothing — and a
+ *  value that already is one is returned as it is (δ of a running maximum is clamped when read and
+ *  again as a δ: one clamp instead of select(abs(select(abs(a) < inf, a, 0)) < inf, select(...), 0)). */
+inline bool is_clamp(Expr v) {
+    return v->kind == Kind::Select && v->args[2]->is_const(0) && v->args[0] == is_finite(v->args[1]);
+}
+inline Expr sanitize(Expr v) { return is_clamp(v) ? v : make_select(is_finite(v), v, real_c(0)); }
 inline Expr any(const std::vector<Expr> &c) {
     if (c.empty()) return make_bool(false);
     Expr r = c[0];

@@ -78,6 +78,35 @@ static inline float exp_f(float x) {
     return p * s1 * s2;
 }
 static inline double exp_f(double x) { return std::exp(x); }
+// exp2 in float, vectorized the same way (the tile pass FoldExp2 turns exp(e) into exp2(e log2 e)):
+// 2^x = 2^k 2^r with k = rint(x) and r = x - k, exact (|r| <= 1/2, no reduction constants); 2^r by its
+// Taylor series in r to r^7 (coefficients ln2^n / n!, truncation below 0.1 ulp), Horner with fmas and
+// a final fma so 1 + r q rounds once; 2^k applied in two halves as in exp_f. Max error about 1 ulp.
+// Clamped like exp_f: from 128 up the scaling overflows to inf, below -151 it rounds to exactly 0
+// (2^-151 is under half the smallest denormal), a NaN passes the clamp and stays NaN.
+static inline float exp2_f(float x) {
+    const float hi = 129.0f, lo = -151.0f;
+    float xc = x < lo ? lo : x;
+    xc = xc > hi ? hi : xc;
+    float k = __builtin_rintf(xc);
+    float r = xc - k;
+    float p = 1.5252733804059840e-5f;
+    p = __builtin_fmaf(p, r, 1.5403530393381609e-4f);
+    p = __builtin_fmaf(p, r, 1.3333558146428443e-3f);
+    p = __builtin_fmaf(p, r, 9.6181291076284772e-3f);
+    p = __builtin_fmaf(p, r, 5.5504108664821580e-2f);
+    p = __builtin_fmaf(p, r, 2.4022650695910071e-1f);
+    p = __builtin_fmaf(p, r, 6.9314718055994531e-1f);
+    p = __builtin_fmaf(p, r, 1.0f);
+    int32_t ki = static_cast<int32_t>(k);
+    int32_t k1 = ki >> 1, k2 = ki - k1;
+    uint32_t b1 = static_cast<uint32_t>(k1 + 127) << 23, b2 = static_cast<uint32_t>(k2 + 127) << 23;
+    float s1, s2;
+    std::memcpy(&s1, &b1, 4);
+    std::memcpy(&s2, &b2, 4);
+    return p * s1 * s2;
+}
+static inline double exp2_f(double x) { return std::exp2(x); }
 
 template <typename T> static inline T sq(T b) { return b * b; }  // b^2: one rounding, like pow(b, 2)
 template <typename T> static inline T sigmoid(T x) { return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)); }

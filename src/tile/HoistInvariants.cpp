@@ -1,0 +1,255 @@
+/** \file HoistInvariants.cpp
+ * The tile pass that moves loop-invariant subexpressions of vector loops into scalar locals computed
+ * once, before the loop or the independent loops around it.
+ */
+#include <map>
+#include <set>
+
+#include "tile/LoopFacts.h"
+#include "tile/Passes.h"
+
+namespace rf::tile {
+
+namespace {
+
+using namespace loop_facts;
+
+/* For a simd loop S with the loops L1, L2, ... around it (each the owner of the list that holds the
+ * previous one, each simd or independent), a subexpression e of a value computed in S moves to just
+ * before L_i (a new `tile $hN = e`, e replaced by $hN) when, for S and every loop up to L_i:
+ *   - e is invariant: it reads no local, loop variable or buffer that the loop declares or writes
+ *     anywhere inside (an array local written anywhere in the loop makes every load of it variant),
+ *     and holds no nested reduction;
+ *   - evaluating e once, where the loop evaluates it zero or more times, is safe: e cannot trap
+ *     (integer division and modulo only by non-zero constants: the evaluator rejects x / 0 and the CPU
+ *     raises SIGFPE; real division, sqrt, log give inf/NaN and do not trap), and when e reads memory
+ *     every loop it leaves provably runs at least once (LoopFacts.h: constant bounds, or a tile
+ *     [tb, te) of the cascade axis), so no load is made that the loop would not make.
+ * Then Σ_j f(x_j, e) = Σ_j f(x_j, $h) with $h = e exactly: the same operations on the same values in
+ * the same type (tile locals have the compute type vector loops compute in).
+ * The outermost such place is taken, except the body of an independent loop that holds nothing but one
+ * loop: the GPU printer spreads such a pair (rows × columns) over all threads as one flat range, and a
+ * declaration in between would make it one row per thread (docs/gpu.md), so that place is skipped (e
+ * stays in the loop when it cannot go further out). An e built from constants and sizes only goes to
+ * the start of the parallel loop's body: once per row (block), shared by every loop of the kernel.
+ * What moves: maximal real-valued subexpressions that are not trivial (a constant, a variable, a load
+ * of a buffer, the negation of one; a load of a local array does move: it saves the reload). A part
+ * that can go further out than the expression holding it moves there first. Equal expressions
+ * (hash-consed: the same pointer) share one local while nothing between the two places writes what
+ * they read. Loops of at most one iteration are left alone.
+ */
+
+/** A list of statements being rebuilt, and what it can receive. */
+struct Frame {
+    const Stmt *owner = nullptr;       ///< the statement whose body this is (null: the kernel root)
+    bool flat_pair = false;            ///< owner is an independent loop whose body is one loop
+    std::vector<StmtP> out;            ///< rebuilt statements so far
+    std::vector<StmtP> before;         ///< declarations for just before the statement being rebuilt
+    std::vector<StmtP> top;            ///< declarations for the start of the list (kernel constants)
+    std::map<Expr, std::string> available;  ///< value -> local holding it, valid here
+};
+
+bool is_loop(const Stmt *s, LoopKind k) { return s && s->kind == StmtKind::For && s->loop == k; }
+
+bool flat_pair(const Stmt *s) {
+    if (!is_loop(s, LoopKind::Independent)) return false;
+    int loops = 0, others = 0;
+    for (const StmtP &c : s->body) {
+        if (c->kind == StmtKind::Comment) continue;
+        (c->kind == StmtKind::For ? loops : others)++;
+    }
+    return loops == 1 && others == 0;
+}
+
+bool trivial(Expr e) {
+    switch (e->kind) {
+    case Kind::Const: case Kind::Var: return true;
+    case Kind::Load: return e->name.empty() || e->name[0] != '$';
+    case Kind::Neg: return trivial(e->args[0]);
+    default: return false;
+    }
+}
+
+class Hoister {
+public:
+    explicit Hoister(const Kernel &k) {
+        written_in(k.body, names_);
+        collect_assigned(k.body);
+    }
+
+    StmtP run(const StmtP &body) {
+        frames_.push_back(Frame{});
+        StmtP s = stmt(body);
+        frames_.pop_back();
+        return s;
+    }
+
+private:
+    // ---- The walk.
+    std::vector<StmtP> list(const Stmt *owner, const std::vector<StmtP> &in) {
+        Frame f;
+        f.owner = owner;
+        f.flat_pair = flat_pair(owner);
+        frames_.push_back(std::move(f));
+        Facts saved = facts_;
+        for (const StmtP &s : in) {
+            StmtP r = stmt(s);
+            Frame &cur = frames_.back();
+            for (StmtP &d : cur.before) cur.out.push_back(d);
+            cur.before.clear();
+            cur.out.push_back(r);
+            std::set<std::string> w;
+            written_in(r, w);
+            for (auto it = cur.available.begin(); it != cur.available.end();)
+                it = invariant(it->first, w) ? std::next(it) : cur.available.erase(it);
+        }
+        facts_ = saved;
+        Frame done = std::move(frames_.back());
+        frames_.pop_back();
+        std::vector<StmtP> out = std::move(done.top);
+        for (StmtP &s : done.out) out.push_back(s);
+        return out;
+    }
+
+    StmtP stmt(const StmtP &s) {
+        switch (s->kind) {
+        case StmtKind::Decl:
+            if (s->cls == LocalClass::Index && s->dims.empty() && s->value && !assigned_.count(s->name))
+                facts_.index_values[s->name] = s->value;
+            return s;
+        case StmtKind::For: {
+            if (s->loop == LoopKind::Simd) return simd_loop(s);
+            auto saved = facts_.loop_ranges;
+            facts_.loop_ranges[s->var->name] = {s->begin, s->end};
+            StmtP r = with_body(s, list(s.get(), s->body));
+            facts_.loop_ranges = saved;
+            return r;
+        }
+        case StmtKind::If: case StmtKind::Block:
+            if (s->body.empty() && s->else_body.empty()) return s;
+            return with_body(s, list(s.get(), s->body), list(s.get(), s->else_body));
+        default: return s;
+        }
+    }
+
+    /** The loop S = loops_[0] and the loops around it that values may leave, innermost first;
+     *  frames_[frames_.size() - 1 - i] holds loops_[i]. */
+    StmtP simd_loop(const StmtP &s) {
+        // A loop of at most one iteration has nothing to save.
+        if (s->begin->is_const() && s->end->is_const() && s->end->value - s->begin->value <= 1) return s;
+        loops_.clear();
+        loops_.push_back(s.get());
+        for (size_t i = frames_.size(); i-- > 0;) {
+            const Stmt *o = frames_[i].owner;
+            if (!is_loop(o, LoopKind::Simd) && !is_loop(o, LoopKind::Independent)) break;
+            loops_.push_back(o);
+        }
+        facts_.loop_ranges[s->var->name] = {s->begin, s->end};
+        std::vector<StmtP> body;
+        for (const StmtP &c : s->body) {
+            if (!c->value) {
+                body.push_back(c);
+                continue;
+            }
+            auto n = std::make_shared<Stmt>(*c);
+            n->value = hoist_in(c->value, 0);
+            body.push_back(n);
+        }
+        facts_.loop_ranges.erase(s->var->name);
+        return with_body(s, std::move(body));
+    }
+
+    // ---- Placement. A level is a loop index i (the declaration goes just before loops_[i]), or
+    // kTop: the start of the parallel loop's body.
+    static constexpr int kNone = -1, kTop = 1 << 20;
+
+    const std::set<std::string> &written(const Stmt *loop) {
+        auto it = written_.find(loop);
+        if (it != written_.end()) return it->second;
+        std::set<std::string> &w = written_[loop];
+        StmtP alias(std::shared_ptr<const Stmt>(), loop);  // non-owning view for written_in
+        written_in(alias, w);
+        return w;
+    }
+
+    Frame *frame_before(int level) {
+        if (level == kTop) {
+            for (size_t i = frames_.size(); i-- > 0;)
+                if (is_loop(frames_[i].owner, LoopKind::Parallel)) return &frames_[i];
+            return nullptr;
+        }
+        return &frames_[frames_.size() - 1 - static_cast<size_t>(level)];
+    }
+
+    /** The outermost place e can be computed at (see the file comment), or kNone. */
+    int level_of(Expr e) {
+        if (e->stype != SType::Real || !cannot_trap(e)) return kNone;
+        if (kernel_constant(e) && frame_before(kTop)) return kTop;
+        bool loads = reads_memory(e);
+        int best = kNone;
+        for (size_t i = 0; i < loops_.size(); i++) {
+            const Stmt *L = loops_[i];
+            if (!invariant(e, written(L))) break;
+            if (loads && !runs_at_least_once(L->begin, L->end, facts_)) break;
+            if (!frame_before(static_cast<int>(i))->flat_pair) best = static_cast<int>(i);
+        }
+        return best;
+    }
+
+    /** e with its maximal subexpressions that can be computed further out than `inside` (a level;
+     *  0: anywhere outside S) replaced by locals. */
+    Expr hoist_in(Expr e, int inside) {
+        return substitute(e, [&](Expr n) -> Expr {
+            if (n->kind == Kind::Reduce) return n;
+            int level = level_of(n);
+            if (level == kNone || level < inside) return nullptr;
+            if (trivial(n)) return n;
+            return local(n, level);
+        });
+    }
+
+    /** The local holding e at `level`: an equal value already there, or a new declaration (its own
+     *  subexpressions that can go further out declared there first). */
+    Expr local(Expr e, int level) {
+        Expr v = level == kTop ? e : hoist_in_strict(e, level);
+        Frame *f = frame_before(level);
+        auto it = f->available.find(v);
+        if (it == f->available.end()) {
+            std::string name;
+            do name = "$h" + std::to_string(next_++);
+            while (names_.count(name));
+            names_.insert(name);
+            (level == kTop ? f->top : f->before).push_back(decl(name, LocalClass::Tile, {}, v));
+            it = f->available.emplace(v, name).first;
+        }
+        return make_var(it->second, VarRole::Symbol, SType::Real);
+    }
+
+    /** The strict subexpressions of e that can go further out than `level`, hoisted. */
+    Expr hoist_in_strict(Expr e, int level) {
+        std::vector<Expr> args;
+        for (size_t i = 0; i < e->args.size(); i++) args.push_back(hoist_in(e->args[i], level + 1));
+        return with_args(e, std::move(args));
+    }
+
+    void collect_assigned(const StmtP &s) {
+        if (s->kind == StmtKind::Assign && s->target->kind == Kind::Var) assigned_.insert(s->target->name);
+        for (const StmtP &c : s->body) collect_assigned(c);
+        for (const StmtP &c : s->else_body) collect_assigned(c);
+    }
+
+    std::vector<Frame> frames_;
+    std::vector<const Stmt *> loops_;
+    std::map<const Stmt *, std::set<std::string>> written_;
+    std::set<std::string> names_, assigned_;
+    Facts facts_;
+    int next_ = 0;
+};
+
+}  // namespace
+
+void hoist_invariants(Module &m) {
+    for (Kernel &k : m.kernels) k.body = Hoister(k).run(k.body);
+}
+
+}  // namespace rf::tile

@@ -1,0 +1,119 @@
+/** \file LoopFacts.cpp
+ * The loop facts of LoopFacts.h.
+ */
+#include "tile/LoopFacts.h"
+
+namespace rf::tile::loop_facts {
+
+void written_in(const StmtP &s, std::set<std::string> &out) {
+    auto name_of = [&](Expr t) {
+        if (t && (t->kind == Kind::Var || t->kind == Kind::Load)) out.insert(t->name);
+    };
+    switch (s->kind) {
+    case StmtKind::For: out.insert(s->var->name); break;
+    case StmtKind::Decl: out.insert(s->name); break;
+    case StmtKind::Assign: case StmtKind::Accum: case StmtKind::ArgSelect: case StmtKind::Store: case StmtKind::CopyRow:
+        name_of(s->target);
+        name_of(s->target2);
+        break;
+    case StmtKind::TopKInsert:
+        for (const char *f : {"_v", "_i", "_n"}) out.insert(s->name + f);
+        break;
+    case StmtKind::PolyShift:
+        out.insert(s->name);
+        name_of(s->target);
+        break;
+    case StmtKind::Gemm: name_of(s->gemm->c_base); break;
+    default: break;
+    }
+    for (const StmtP &c : s->body) written_in(c, out);
+    for (const StmtP &c : s->else_body) written_in(c, out);
+}
+
+bool invariant(Expr e, const std::set<std::string> &written) {
+    return !any_of(e, [&](Expr n) {
+        if (n->kind == Kind::Reduce) return true;
+        return (n->kind == Kind::Var || n->kind == Kind::Load) && written.count(n->name) > 0;
+    });
+}
+
+bool kernel_constant(Expr e) {
+    return !any_of(e, [](Expr n) {
+        return n->kind == Kind::Reduce || n->kind == Kind::Load || (n->kind == Kind::Var && n->role != VarRole::Size);
+    });
+}
+
+bool cannot_trap(Expr e) {
+    return !any_of(e, [](Expr n) {
+        if (n->kind != Kind::IDiv && n->kind != Kind::Mod) return false;
+        return !(n->args[1]->is_const() && n->args[1]->value != 0);
+    });
+}
+
+bool reads_memory(Expr e) {
+    return any_of(e, [](Expr n) { return n->kind == Kind::Load; });
+}
+
+namespace {
+
+bool positive_const(Expr e, double &v) {
+    if (!e->is_const() || e->value < 1 || e->value != static_cast<double>(static_cast<int64_t>(e->value))) return false;
+    v = e->value;
+    return true;
+}
+
+/** The value of a known index local, or null. */
+Expr value_of(Expr e, const Facts &f) {
+    if (e->kind != Kind::Var) return nullptr;
+    auto it = f.index_values.find(e->name);
+    return it == f.index_values.end() ? nullptr : it->second;
+}
+
+/** tb < hi for tb = lo + t * T with t in [0, (hi - lo + T - 1) / T). */
+bool tile_start_below(Expr tb, Expr hi, const Facts &f) {
+    Expr v = value_of(tb, f);
+    if (!v || v->kind != Kind::Add || v->args.size() != 2) return false;
+    Expr lo = v->args[0], step = v->args[1];
+    if (step->kind != Kind::Mul || step->args.size() != 2 || step->args[0]->kind != Kind::Var) return false;
+    double T;
+    if (!positive_const(step->args[1], T)) return false;
+    auto range = f.loop_ranges.find(step->args[0]->name);
+    if (range == f.loop_ranges.end() || !range->second.first->is_const(0)) return false;
+    Expr n = range->second.second;  // (hi - lo + T - 1) / T
+    if (n->kind != Kind::IDiv || !n->args[1]->is_const(T)) return false;
+    Expr num = n->args[0];
+    if (num->kind != Kind::Add || num->args.size() != 2 || !num->args[1]->is_const(T - 1)) return false;
+    Expr diff = num->args[0];
+    return diff->kind == Kind::Sub && diff->args[0] == hi && diff->args[1] == lo;
+}
+
+}  // namespace
+
+bool runs_at_least_once(Expr begin, Expr end, const Facts &f) {
+    if (begin->is_const() && end->is_const()) return begin->value < end->value;
+    // te = min(tb + T, hi) with T >= 1 and tb < hi.
+    Expr te = value_of(end, f);
+    if (!te || te->kind != Kind::Min) return false;
+    Expr step = te->args[0], hi = te->args[1];
+    double T;
+    if (step->kind != Kind::Add || step->args.size() != 2 || step->args[0] != begin || !positive_const(step->args[1], T)) return false;
+    return tile_start_below(begin, hi, f);
+}
+
+StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f) {
+    auto c = std::make_shared<Stmt>(*s);
+    auto E = [&](Expr e) { return e ? f(e) : e; };
+    for (Expr *e : {&c->var, &c->begin, &c->end, &c->cond, &c->target, &c->target2, &c->value, &c->index, &c->k}) *e = E(*e);
+    for (Expr &e : c->dims) e = E(e);
+    for (Expr &e : c->args) e = E(e);
+    for (Expr &e : c->args2) e = E(e);
+    if (c->gemm) {
+        auto g = std::make_shared<GemmInfo>(*c->gemm);
+        for (Expr *e : {&g->M, &g->N, &g->K, &g->a_base, &g->b_base, &g->c_base, &g->a_si, &g->a_sk, &g->b_sj, &g->b_sk, &g->c_si, &g->alpha})
+            *e = E(*e);
+        c->gemm = g;
+    }
+    return c;
+}
+
+}  // namespace rf::tile::loop_facts

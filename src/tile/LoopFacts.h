@@ -1,0 +1,55 @@
+/** \file LoopFacts.h
+ * Internal to src/tile: what the tile passes (FoldExp2.cpp, HoistInvariants.cpp) need to know about a
+ * loop to move work out of it: the names it writes or declares, whether an expression is invariant
+ * in it, whether evaluating an expression early can trap, and whether the loop runs at least once.
+ */
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+
+#include "tile/TileIR.h"
+
+namespace rf::tile::loop_facts {
+
+/** Every name that s (a statement and everything below it) declares or writes: loop variables,
+ *  declared locals, targets of assignments, accumulations and selections, top-k lists, shift states,
+ *  GEMM outputs, and buffers it stores or copies into. */
+void written_in(const StmtP &s, std::set<std::string> &out);
+
+/** True when e reads none of `written` (no Var or Load of those names) and holds no nested
+ *  reduction (its axes are binders the passes do not reason about). */
+bool invariant(Expr e, const std::set<std::string> &written);
+
+/** A kernel constant: built from constants and sizes only (no locals, no loads), without a nested
+ *  reduction. Its value is the same everywhere in a kernel. */
+bool kernel_constant(Expr e);
+
+/** True when evaluating e cannot trap whatever the values: every integer division or modulo is by a
+ *  non-zero constant (the evaluator defines x / 0 on integers as an error, the CPU raises SIGFPE).
+ *  Real division, square roots, logarithms and casts do not trap (IEEE: inf or NaN). */
+bool cannot_trap(Expr e);
+
+/** True when e reads memory (a Load of a local array or a buffer). */
+bool reads_memory(Expr e);
+
+/** Index locals whose value is known where the walk stands: name -> value, for locals declared
+ *  once and never assigned (`$tb`, `$te`), and the ranges of the loops around. */
+struct Facts {
+    std::map<std::string, Expr> index_values;
+    std::map<std::string, std::pair<Expr, Expr>> loop_ranges;  ///< loop variable -> [begin, end)
+};
+
+/** True when the loop [begin, end) provably runs at least once: constant bounds with begin < end,
+ *  or a tile of the cascade axis as the lowering declares it (LowerPass.cpp `tiles`):
+ *      for t in [0, (hi - lo + T - 1) / T):  tb = lo + t * T;  te = min(tb + T, hi);  for j in [tb, te)
+ *  where t < ⌊(hi − lo + T − 1) / T⌋ gives t·T ≤ hi − lo − 1, so tb < hi, and te = min(tb + T, hi) > tb. */
+bool runs_at_least_once(Expr begin, Expr end, const Facts &facts);
+
+/** A copy of s with f applied to its own expressions (bounds, condition, targets, values, GEMM
+ *  operands), children untouched. */
+StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f);
+
+}  // namespace rf::tile::loop_facts
