@@ -168,6 +168,14 @@ std::optional<PassLowering::MemberGemm> PassLowering::gemm_form(const std::strin
         if (g.W) return std::nullopt;  // two factors carry the extra axis
         g.W = gemm_operand(a);
         if (!g.W) {
+            // Weights stored in 16 or 8 bits (quantized GEMMs: f32(Wq[n, k]) with Wq f8e4m3) are
+            // a GEMM operand as they are: every backend widens them exactly to f32.
+            Expr w = strip_widening(a);
+            bool narrow = w->kind == Kind::Load && !w->name.empty() && w->name[0] != '$' &&
+                          (w->dtype == DType::f16 || w->dtype == DType::f8e4m3 || w->dtype == DType::f8e5m2);
+            if (narrow) g.W = w;
+        }
+        if (!g.W) {
             Expr w = strip_widening(a);
             if (w->kind != Kind::Load || w->dtype != DType::i8 || w->name.empty() || w->name[0] == '$') return std::nullopt;
             g.W = w;

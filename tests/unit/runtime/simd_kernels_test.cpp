@@ -1,9 +1,10 @@
 /** \file simd_kernels_test.cpp
- * redfuse_simd.h against double-precision references: every GEMM over many shapes (0, 1, primes, tails,
- * padded leading dimensions, block boundaries), exact int8, exp within 2 ulp, row reductions with NaN and
- * -inf, bf16 casts as rfk::cast_bf16. The in-process tests exercise the path of the default flags (scalar);
- * the same checks are compiled again with AVX-512 and AVX2 flags by the system compiler (this file with
- * RFK_SIMD_DRIVER defined) and run as a child process.
+ * redfuse_simd.h (and redfuse_simd_fp8.h) against double-precision references: every GEMM over many shapes (0, 1, primes, tails,
+ * padded leading dimensions, block boundaries), exact int8, exp within 2 ulp (and redfuse_cpu.h's exp_f and
+ * exp2_f, which generated vector loops inline), row reductions with NaN and -inf, bf16 casts as
+ * rfk::cast_bf16. The in-process tests exercise the path of the default flags (scalar); the same checks
+ * are compiled again with AVX-512 and AVX2 flags by the system compiler (this file with RFK_SIMD_DRIVER
+ * defined) and run as a child process.
  *
  * Inputs sit in buffers that end at an inaccessible page and have NaN (or garbage) in their row padding, so
  * a read past a row or past the end shows up as a crash or a wrong value; outputs start as NaN when
@@ -29,6 +30,7 @@
 
 #include "runtime/kernels/redfuse_cpu.h"
 #include "runtime/kernels/redfuse_simd.h"
+#include "runtime/kernels/redfuse_simd_fp8.h"
 
 extern char **environ;
 
@@ -121,7 +123,7 @@ std::vector<Shape> gemm_shapes() {
 // ------------------------------------------------------------------------------------------------------
 // Float-output GEMMs.
 // ------------------------------------------------------------------------------------------------------
-enum class Gemm { NtF32, NtBf16, NtF32Bf16, NnF32, NnF32Bf16 };
+enum class Gemm { NtF32, NtBf16, NtF32Bf16, NnF32, NnF32Bf16, NtF32E4m3 };
 
 const char *gemm_name(Gemm g) {
     switch (g) {
@@ -130,28 +132,38 @@ const char *gemm_name(Gemm g) {
     case Gemm::NtF32Bf16: return "gemm_nt_f32_bf16";
     case Gemm::NnF32: return "gemm_nn_acc_f32";
     case Gemm::NnF32Bf16: return "gemm_nn_acc_f32_bf16";
+    case Gemm::NtF32E4m3: return "gemm_nt_f32_f8e4m3";
     }
     return "?";
 }
 
-/** A row-major rows x cols operand with leading dimension ld (padding NaN), in f32 or bf16 storage;
- *  `value` holds what the kernel must see (bf16-rounded when stored as bf16). */
+/** A row-major rows x cols operand with leading dimension ld (padding NaN), in f32, bf16 or e4m3
+ *  storage; `value` holds what the kernel must see (the stored value, widened). e4m3 elements are
+ *  any bit pattern but NaN (every exponent, subnormals, both zeros). */
 struct Operand {
     int64_t rows, cols, ld;
     bool bf16;
     Guarded<float> f32;
     Guarded<uint16_t> b16;
+    Guarded<uint8_t> e4m3;
     std::vector<double> value;
-    Operand(Rng &rng, int64_t rows_, int64_t cols_, bool bf16_)
+    Operand(Rng &rng, int64_t rows_, int64_t cols_, bool bf16_, bool e4m3_ = false)
         : rows(rows_), cols(cols_), ld(cols_ + rng.below(4)), bf16(bf16_), f32(size_t(rows_ * ld)),
-          b16(size_t(rows_ * ld)), value(size_t(rows_ * cols_)) {
+          b16(size_t(rows_ * ld)), e4m3(size_t(rows_ * ld)), value(size_t(rows_ * cols_)) {
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t c = 0; c < ld; ++c) {
                 float v = c < cols ? rng.uniform(-1.0f, 1.0f) : kNaN;
                 uint16_t h = rfk::f32_to_bf16(v);
+                uint8_t q = 0x7F;  // NaN in the padding
+                if (c < cols) {
+                    do q = uint8_t(rng.below(256));
+                    while ((q & 0x7F) == 0x7F);
+                }
                 if (bf16) v = rfk::bf16_to_f32(h);
+                if (e4m3_ && c < cols) v = rfk::f8e4m3_to_float(q);
                 f32[size_t(r * ld + c)] = v;
                 b16[size_t(r * ld + c)] = h;
+                e4m3[size_t(r * ld + c)] = q;
                 if (c < cols) value[size_t(r * cols + c)] = v;
             }
     }
@@ -171,7 +183,7 @@ void check_float_gemm(Gemm g, Failures &f) {
             float alpha = nn ? 1.0f : alphas[case_index++ % 3];
             bool a_bf16 = g == Gemm::NtBf16, b_bf16 = g == Gemm::NtBf16 || g == Gemm::NtF32Bf16 || g == Gemm::NnF32Bf16;
             Operand A(rng, M, K, a_bf16);
-            Operand B(rng, nn ? K : N, nn ? N : K, b_bf16);
+            Operand B(rng, nn ? K : N, nn ? N : K, b_bf16, g == Gemm::NtF32E4m3);
             int64_t ldc = N + rng.below(3);
             Guarded<float> C(size_t(M * ldc));
             std::vector<float> c_old(size_t(M * ldc));
@@ -184,6 +196,9 @@ void check_float_gemm(Gemm g, Failures &f) {
             case Gemm::NtF32Bf16: rfk::gemm_nt_f32_bf16(M, N, K, alpha, A.f32.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc, accumulate); break;
             case Gemm::NnF32: rfk::gemm_nn_acc_f32(M, N, K, A.f32.data(), A.ld, B.f32.data(), B.ld, C.data(), ldc); break;
             case Gemm::NnF32Bf16: rfk::gemm_nn_acc_f32_bf16(M, N, K, A.f32.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc); break;
+            case Gemm::NtF32E4m3:
+                rfk::gemm_nt_f32_f8e4m3(M, N, K, alpha, A.f32.data(), A.ld, B.e4m3.data(), B.ld, C.data(), ldc, accumulate);
+                break;
             }
 
             int bad = 0;
@@ -217,6 +232,35 @@ void check_float_gemm(Gemm g, Failures &f) {
         }
     }
 }
+
+/** Every e4m3 bit pattern widened by the GEMM's loads (vector and scalar) equals rfk::f8e4m3_to_float.
+ *  (The vector loads are inlined here, outside the headers' silencing of GCC 12's false
+ *  -Wmaybe-uninitialized on AVX-512 intrinsics.) */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+void check_e4m3_widening(Failures &f) {
+    uint8_t bits[256 + 16];
+    for (int i = 0; i < 256 + 16; ++i) bits[i] = uint8_t(i);
+    auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; };
+    for (int i = 0; i < 256; ++i)
+        if (!same(rfk::simd_detail::e4m3_to_f32(bits[i]), rfk::f8e4m3_to_float(bits[i]))) f.add("e4m3_to_f32(" + std::to_string(i) + ")");
+#if defined(RFK_SIMD_VECTOR)
+    using rfk::simd_detail::VW;
+    for (int i = 0; i < 256; i += VW) {
+        float out[VW], part[VW];
+        rfk::simd_detail::vstore(out, rfk::simd_detail::vload(reinterpret_cast<const rfk::simd_detail::e4m3 *>(bits + i)));
+        rfk::simd_detail::vstore(part, rfk::simd_detail::vload_n(reinterpret_cast<const rfk::simd_detail::e4m3 *>(bits + i), 3));
+        for (int t = 0; t < VW; ++t)
+            if (!same(out[t], rfk::f8e4m3_to_float(bits[i + t])) || (t < 3 && !same(part[t], out[t])) || (t >= 3 && part[t] != 0.0f))
+                f.add(std::string("vector e4m3 widening (") + rfk::simd_level() + ") of " + std::to_string(i + t));
+    }
+#endif
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // ------------------------------------------------------------------------------------------------------
 // int8 GEMM: exact.
@@ -319,6 +363,38 @@ void check_exp(Failures &f) {
                 break;
             }
     }
+}
+
+/** rfk::exp_f and rfk::exp2_f of redfuse_cpu.h (what generated kernels call inside their vector loops,
+ *  exp2 after the tile pass FoldExp2) against double references: within 2 ulp everywhere, exact at the
+ *  special values and at integer powers of two. */
+void check_scalar_exp(Failures &f) {
+    std::vector<float> xs = exp_inputs();
+    std::vector<float> x2;
+    for (float x : xs) x2.push_back(x * 1.44269504f);  // [-158.7, 132.7]: both ends saturate
+    for (float x : {128.0f, 127.99999f, 127.5f, -126.0f, -149.0f, -149.5f, -150.0f, -150.00002f, -151.0f, -152.0f, 0.5f,
+                    -0.5f, 0.49999997f, -0.49999997f, 1e-30f})
+        x2.push_back(x);
+    for (int k = -149; k <= 127; ++k) x2.push_back(float(k));
+    auto scan = [&](const char *what, const std::vector<float> &in, float (*fn)(float), double (*ref)(double)) {
+        double worst = 0;
+        float worst_x = 0;
+        for (float x : in) {
+            double err = ulp_error(fn(x), ref(double(x)));
+            if (err > worst) worst = err, worst_x = x;
+        }
+        if (worst > 2.0) {
+            std::ostringstream m;
+            m << what << ": " << worst << " ulp at x = " << worst_x;
+            f.add(m.str());
+        }
+    };
+    scan("exp_f", xs, [](float x) { return rfk::exp_f(x); }, [](double x) { return std::exp(x); });
+    scan("exp2_f", x2, [](float x) { return rfk::exp2_f(x); }, [](double x) { return std::exp2(x); });
+    for (int k = -149; k <= 127; ++k)
+        if (rfk::exp2_f(float(k)) != std::ldexp(1.0f, k)) f.add("exp2_f(" + std::to_string(k) + ") is not 2^" + std::to_string(k));
+    if (rfk::exp2_f(-kInf) != 0.0f || rfk::exp2_f(kInf) != kInf || !std::isnan(rfk::exp2_f(kNaN)) || rfk::exp2_f(0.0f) != 1.0f)
+        f.add("exp2_f special values (-inf, inf, NaN, 0)");
 }
 
 /** The reference of exp_shift_sum_f32's argument: x*scale and the spec's subtraction, each rounded to float. */
@@ -489,9 +565,11 @@ void check_threads(Failures &f) {
 
 void check_all(Failures &f) {
     check_bf16_casts(f);
-    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16}) check_float_gemm(g, f);
+    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3}) check_float_gemm(g, f);
+    check_e4m3_widening(f);
     check_s8_gemm(f);
     check_exp(f);
+    check_scalar_exp(f);
     check_exp_shift_sum(f);
     check_rows(f);
     check_threads(f);
@@ -530,11 +608,17 @@ TEST(SimdKernels, Bf16Casts) {
 
 TEST(SimdKernels, FloatGemmsMatchReference) {
     using simd_check::Gemm;
-    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16}) {
+    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3}) {
         Failures f;
         simd_check::check_float_gemm(g, f);
         EXPECT_EQ(f.count, 0) << simd_check::gemm_name(g) << "\n" << f.text;
     }
+}
+
+TEST(SimdKernels, E4m3WideningIsExact) {
+    Failures f;
+    simd_check::check_e4m3_widening(f);
+    EXPECT_EQ(f.count, 0) << f.text;
 }
 
 TEST(SimdKernels, Int8GemmIsExact) {
@@ -546,6 +630,7 @@ TEST(SimdKernels, Int8GemmIsExact) {
 TEST(SimdKernels, ExpWithinTwoUlp) {
     Failures f;
     simd_check::check_exp(f);
+    simd_check::check_scalar_exp(f);
     simd_check::check_exp_shift_sum(f);
     EXPECT_EQ(f.count, 0) << f.text;
 }

@@ -1,0 +1,99 @@
+/* redfuse_simd_fp8.h — FP8 (e4m3fn) GEMM operands for the CPU micro-kernels of redfuse_simd.h: an
+ * f32 tile times e4m3 weights (the quantized GEMM of workloads #6), the weights widened to f32 exactly
+ * as they are loaded (every e4m3 value is an f32). Embedded after redfuse_simd.h (one text).
+ */
+#ifndef REDFUSE_SIMD_FP8_H
+#define REDFUSE_SIMD_FP8_H
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (as in redfuse_simd.h).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace rfk {
+namespace simd_detail {
+
+// e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinities; S.1111.111 is NaN.
+// Normal (e > 0): 2^(e-7) * (1 + m/8) = f32 bits with exponent e + 120 and mantissa m << 20.
+// Subnormal (e = 0): m * 2^-9.
+static inline float e4m3_to_f32(uint8_t b) {
+    uint32_t mag = b & 0x7Fu, e = mag >> 3, m = mag & 7u;
+    float v;
+    if (mag == 0x7Fu) v = NAN;
+    else if (e == 0) v = static_cast<float>(m) * 0x1p-9f;
+    else {
+        uint32_t bits = (mag << 20) + (120u << 23);
+        std::memcpy(&v, &bits, 4);
+    }
+    return (b & 0x80u) ? -v : v;
+}
+
+// The weights' element type: a class, so the micro-kernels' vload(p) finds the overloads below by
+// argument-dependent lookup when they are instantiated with it.
+struct e4m3 {
+    uint8_t bits;
+};
+
+#if defined(RFK_SIMD_AVX512)
+static inline vf widen_e4m3(__m128i b) {
+    const __m512i x = _mm512_cvtepu8_epi32(b), mag = _mm512_and_si512(x, _mm512_set1_epi32(0x7F));
+    const __m512i e = _mm512_srli_epi32(mag, 3), m = _mm512_and_si512(mag, _mm512_set1_epi32(7));
+    vf normal = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
+    vf sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
+    vf v = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), normal, sub);
+    v = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)), v, _mm512_set1_ps(NAN));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+static inline vf vload(const e4m3 *p) { return widen_e4m3(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+static inline vf vload_n(const e4m3 *p, int64_t n) { return widen_e4m3(_mm_maskz_loadu_epi8(static_cast<__mmask16>(first_n(n)), p)); }
+#elif defined(RFK_SIMD_AVX2)
+static inline vf widen_e4m3(__m128i b) {
+    const __m256i x = _mm256_cvtepu8_epi32(b), mag = _mm256_and_si256(x, _mm256_set1_epi32(0x7F));
+    const __m256i e = _mm256_srli_epi32(mag, 3), m = _mm256_and_si256(mag, _mm256_set1_epi32(7));
+    vf normal = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
+    vf sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
+    vf v = _mm256_blendv_ps(normal, sub, _mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256())));
+    v = _mm256_blendv_ps(v, _mm256_set1_ps(NAN), _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F))));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
+}
+static inline vf vload(const e4m3 *p) { return widen_e4m3(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))); }
+static inline vf vload_n(const e4m3 *p, int64_t n) {
+    alignas(16) uint8_t tmp[16] = {};
+    std::memcpy(tmp, p, static_cast<size_t>(n));
+    return widen_e4m3(_mm_load_si128(reinterpret_cast<const __m128i *>(tmp)));
+}
+#endif
+
+}  // namespace simd_detail
+
+// C (+)= alpha · A · Bᵀ with B e4m3 (N rows of K bytes): the f32 micro-kernels, B widened on load.
+static inline void gemm_nt_f32_f8e4m3(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const uint8_t *B,
+                                      int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_VECTOR)
+    simd_detail::nt_gemm<simd_detail::DotFma>(M, N, K, alpha, A, lda, reinterpret_cast<const simd_detail::e4m3 *>(B), ldb, C, ldc,
+                                              accumulate);
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            float s = 0;
+            for (int64_t k = 0; k < K; ++k) s += A[i * lda + k] * simd_detail::e4m3_to_f32(B[j * ldb + k]);
+            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
+        }
+#endif
+}
+
+}  // namespace rfk
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif  // REDFUSE_SIMD_FP8_H
