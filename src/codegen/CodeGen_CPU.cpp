@@ -394,6 +394,8 @@ private:
             else if (bfa && bfb) call = "rfk::gemm_nt_bf16" + args;
             else if (f32a && bfb) call = "rfk::gemm_nt_f32_bf16" + args;
             else if (f32a && tb == DType::f8e4m3) call = "rfk::gemm_nt_f32_f8e4m3" + args;
+            else if (f32a && tb == DType::f8e5m2) call = "rfk::gemm_nt_f32_f8e5m2" + args;
+            else if (f32a && tb == DType::f16) call = "rfk::gemm_nt_f32_f16" + args;
             else if (ta == DType::i8 && tb == DType::i8 && g.alpha->is_const(1)) call = "rfk::gemm_nt_s8_to_f32" + args;
         } else if (g.accumulate && g.alpha->is_const(1)) {
             std::string ldb = int_expr(g.b_sk);

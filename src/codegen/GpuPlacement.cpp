@@ -97,7 +97,13 @@ void Placement::drop_conflicts(const std::vector<StmtP> &list) {
         switch (s->kind) {
         case StmtKind::Block: drop_conflicts(s->body); break;
         case StmtKind::If: drop_conflicts(s->body); drop_conflicts(s->else_body); break;
-        case StmtKind::Gemm: drop(access_of(s).reads); drop(access_of(s).writes); break;
+        case StmtKind::Gemm:
+            // Its operands are addressed (shared). Its extents and offsets stay shared too: the
+            // tensor-core GEMM's fragments use every register (attention spilled on sm_80 with
+            // its tile bounds and row count held in registers across the GEMM).
+            drop(access_of(s).reads);
+            drop(access_of(s).writes);
+            break;
         case StmtKind::For:
             if (s->loop == LoopKind::Simd && simd_spreadable(s)) {
                 // Each thread its own iterations: only tree reductions into scalars reach every thread.

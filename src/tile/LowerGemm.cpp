@@ -109,7 +109,7 @@ StmtP PassLowering::prologue_gemm(Expr v, Expr j, const std::string &local) {
         // Row rr's operands as they are (their indices already hold $rbase + $rr).
         g.a_base = substitute(A, d, int_c(0));
         g.b_base = substitute(substitute(B, d, int_c(0)), j, local_var("$tb", SType::Int));
-        g.c_base = local_at(local, mul_i(rr(), int_c(ctx_.schedule.tile)));
+        g.c_base = local_at(local, mul_i(rr(), int_c(row_stride())));
     } else {
         g.a_base = at_origin(A, {{d, int_c(0)}, {rr(), int_c(0)}});
         g.b_base = at_origin(B, {{d, int_c(0)}, {j, local_var("$tb", SType::Int)}});
@@ -119,7 +119,7 @@ StmtP PassLowering::prologue_gemm(Expr v, Expr j, const std::string &local) {
     g.a_sk = int_c(1);
     g.b_sj = stride(B, bj);
     g.b_sk = int_c(1);
-    g.c_si = int_c(ctx_.schedule.tile);
+    g.c_si = int_c(row_stride());
     g.alpha = alpha;
     g.trans_b = true;
     g.accumulate = false;
@@ -219,7 +219,7 @@ Expr PassLowering::shared_term(const std::string &P, const MemberInfo &m) {
 }
 
 Expr PassLowering::shared_at(Expr F) {
-    return local_at(shared_.at(F).first, add_i(mul_i(rr(), int_c(ctx_.schedule.tile)), make_sub(jh(), local_var("$tb", SType::Int))));
+    return local_at(shared_.at(F).first, add_i(mul_i(rr(), int_c(row_stride())), make_sub(jh(), local_var("$tb", SType::Int))));
 }
 
 bool PassLowering::materialize(Expr F, std::vector<StmtP> &out) {
@@ -333,8 +333,8 @@ std::vector<StmtP> PassLowering::member_gemm(const std::string &P, const MemberI
     gi.M = g.per_row ? int_c(1) : local_var("$nbv", SType::Int);
     gi.N = m.X;
     gi.K = make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int));
-    gi.a_base = local_at(shared_.at(g.F).first, g.per_row ? mul_i(rr(), int_c(ctx_.schedule.tile)) : int_c(0));
-    gi.a_si = int_c(ctx_.schedule.tile);
+    gi.a_base = local_at(shared_.at(g.F).first, g.per_row ? mul_i(rr(), int_c(row_stride())) : int_c(0));
+    gi.a_si = int_c(row_stride());
     gi.a_sk = int_c(1);
     gi.b_base = g.per_row ? substitute(substitute(g.W, xg(), int_c(0)), jh(), local_var("$tb", SType::Int))
                           : at_origin(g.W, {{xg(), int_c(0)}, {jh(), local_var("$tb", SType::Int)}});

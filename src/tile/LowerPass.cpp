@@ -172,7 +172,7 @@ Expr PassLowering::translate(Expr e, const std::map<std::string, Expr> &vars, Ex
         if (prologue) {
             // Computed per tile: read the tile array; outside the tile loop (a literal recompute),
             // evaluate the prologue's definition in place.
-            if (j) return local_at(prologue_local(n->name), add_i(mul_i(rr(), int_c(ctx_.schedule.tile)), make_sub(j, local_var("$tb", SType::Int))));
+            if (j) return local_at(prologue_local(n->name), add_i(mul_i(rr(), int_c(row_stride())), make_sub(j, local_var("$tb", SType::Int))));
             const TensorDef *d = p_.find_def(n->name);
             std::map<std::string, Expr> dv;
             for (size_t i = 0; i < d->vars.size(); i++) dv[d->vars[i]->name] = args[i];
@@ -308,7 +308,7 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
             out.push_back(g);
             continue;
         }
-        out.push_back(rows_of_block({for_loop(j, j0, j1, {assign(local_at(local, add_i(mul_i(rr(), int_c(ctx_.schedule.tile)), make_sub(j, j0))), v)}, LoopKind::Simd)}));
+        out.push_back(rows_of_block({for_loop(j, j0, j1, {assign(local_at(local, add_i(mul_i(rr(), int_c(row_stride())), make_sub(j, j0))), v)}, LoopKind::Simd)}));
     }
     plan_gemms(P);
     for (const MemberInfo &m : members_) {
@@ -504,10 +504,10 @@ StmtP PassLowering::tiles(const std::string &P, Expr lo, Expr hi) {
     body.push_back(assign(count(P), add_i(count(P), make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int)))));
     // Prologue tile arrays are declared before the update that fills them.
     std::vector<StmtP> upd = update_tile(P);
-    for (const auto &[def, local] : prologue_ids_) body.push_back(decl(local, LocalClass::Tile, {int_c(nb_ * ctx_.schedule.tile)}, nullptr));
+    for (const auto &[def, local] : prologue_ids_) body.push_back(decl(local, LocalClass::Tile, {int_c(nb_ * row_stride())}, nullptr));
     for (const auto &[F, arr] : shared_)
         body.push_back(decl(arr.first, int8_arrays_.count(arr.first) ? LocalClass::Int8 : LocalClass::Tile,
-                            {int_c(nb_ * ctx_.schedule.tile)}, nullptr));
+                            {int_c(nb_ * row_stride())}, nullptr));
     for (const StmtP &s : upd) body.push_back(s);
     Expr ntiles = make_idiv(add_i(make_sub(hi, lo), int_c(ctx_.schedule.tile - 1)), T);
     return for_loop(t, int_c(0), ntiles, body);

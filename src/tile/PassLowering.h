@@ -66,6 +66,14 @@ private:
 
     static std::string field(const std::string &P, int k, const char *f) { return P + std::to_string(k) + f; }
     static Expr rr() { return make_index("$rr"); }
+    /** Elements between the rows of a block's tile arrays (scores, prologue values, GEMM outputs):
+     *  the tile length, padded by 8 when it is a multiple of 32 of at least 64, so that consecutive
+     *  rows start 8 banks apart on a GPU (stride ≡ 8 mod 32: the tensor-core GEMM's C fragments of
+     *  a half-warp's 4 rows then hit different banks instead of the same 8). */
+    int64_t row_stride() const {
+        int64_t t = ctx_.schedule.tile;
+        return t >= 64 && t % 32 == 0 ? t + 8 : t;
+    }
     /** The state slot of extra point x of the current row of the block. */
     Expr sl(const MemberInfo &m, Expr x) { return nb_ == 1 ? x : add_i(mul_i(rr(), m.X), x); }
     /** for $rr in [0, $nbv): body — one row of the block at a time. */

@@ -123,7 +123,7 @@ std::vector<Shape> gemm_shapes() {
 // ------------------------------------------------------------------------------------------------------
 // Float-output GEMMs.
 // ------------------------------------------------------------------------------------------------------
-enum class Gemm { NtF32, NtBf16, NtF32Bf16, NnF32, NnF32Bf16, NtF32E4m3 };
+enum class Gemm { NtF32, NtBf16, NtF32Bf16, NnF32, NnF32Bf16, NtF32E4m3, NtF32E5m2, NtF32F16 };
 
 const char *gemm_name(Gemm g) {
     switch (g) {
@@ -133,37 +133,56 @@ const char *gemm_name(Gemm g) {
     case Gemm::NnF32: return "gemm_nn_acc_f32";
     case Gemm::NnF32Bf16: return "gemm_nn_acc_f32_bf16";
     case Gemm::NtF32E4m3: return "gemm_nt_f32_f8e4m3";
+    case Gemm::NtF32E5m2: return "gemm_nt_f32_f8e5m2";
+    case Gemm::NtF32F16: return "gemm_nt_f32_f16";
     }
     return "?";
 }
 
-/** A row-major rows x cols operand with leading dimension ld (padding NaN), in f32, bf16 or e4m3
- *  storage; `value` holds what the kernel must see (the stored value, widened). e4m3 elements are
- *  any bit pattern but NaN (every exponent, subnormals, both zeros). */
+/** Narrow weight storage: fp8 bytes in `q8`, f16 halves in `b16`. */
+enum class Narrow { None, E4m3, E5m2, F16 };
+
+/** A row-major rows x cols operand with leading dimension ld (padding NaN), in f32, bf16 or a narrow
+ *  storage; `value` holds what the kernel must see (the stored value, widened). Narrow elements are
+ *  any finite bit pattern (every exponent, subnormals, both zeros); e5m2 and f16 at most 2^8 in
+ *  magnitude so products stay finite. */
 struct Operand {
     int64_t rows, cols, ld;
     bool bf16;
     Guarded<float> f32;
     Guarded<uint16_t> b16;
-    Guarded<uint8_t> e4m3;
+    Guarded<uint8_t> q8;
     std::vector<double> value;
-    Operand(Rng &rng, int64_t rows_, int64_t cols_, bool bf16_, bool e4m3_ = false)
+    Operand(Rng &rng, int64_t rows_, int64_t cols_, bool bf16_, Narrow narrow = Narrow::None)
         : rows(rows_), cols(cols_), ld(cols_ + rng.below(4)), bf16(bf16_), f32(size_t(rows_ * ld)),
-          b16(size_t(rows_ * ld)), e4m3(size_t(rows_ * ld)), value(size_t(rows_ * cols_)) {
+          b16(size_t(rows_ * ld)), q8(size_t(rows_ * ld)), value(size_t(rows_ * cols_)) {
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t c = 0; c < ld; ++c) {
                 float v = c < cols ? rng.uniform(-1.0f, 1.0f) : kNaN;
                 uint16_t h = rfk::f32_to_bf16(v);
-                uint8_t q = 0x7F;  // NaN in the padding
-                if (c < cols) {
-                    do q = uint8_t(rng.below(256));
-                    while ((q & 0x7F) == 0x7F);
-                }
+                uint8_t q = 0x7F;  // NaN in the padding (both fp8 formats)
                 if (bf16) v = rfk::bf16_to_f32(h);
-                if (e4m3_ && c < cols) v = rfk::f8e4m3_to_float(q);
+                if (narrow == Narrow::F16) {
+                    h = 0x7E00;  // NaN
+                    if (c < cols) {
+                        do h = uint16_t(rng.below(65536));
+                        while (((h >> 10) & 0x1F) > 22);  // |v| < 2^8
+                        v = rfk::f16_to_float(h);
+                    }
+                } else if (narrow != Narrow::None && c < cols) {
+                    if (narrow == Narrow::E4m3) {
+                        do q = uint8_t(rng.below(256));
+                        while ((q & 0x7F) == 0x7F);
+                        v = rfk::f8e4m3_to_float(q);
+                    } else {
+                        do q = uint8_t(rng.below(256));
+                        while (((q >> 2) & 0x1F) > 22);
+                        v = rfk::f8e5m2_to_float(q);
+                    }
+                }
                 f32[size_t(r * ld + c)] = v;
                 b16[size_t(r * ld + c)] = h;
-                e4m3[size_t(r * ld + c)] = q;
+                q8[size_t(r * ld + c)] = q;
                 if (c < cols) value[size_t(r * cols + c)] = v;
             }
     }
@@ -183,7 +202,8 @@ void check_float_gemm(Gemm g, Failures &f) {
             float alpha = nn ? 1.0f : alphas[case_index++ % 3];
             bool a_bf16 = g == Gemm::NtBf16, b_bf16 = g == Gemm::NtBf16 || g == Gemm::NtF32Bf16 || g == Gemm::NnF32Bf16;
             Operand A(rng, M, K, a_bf16);
-            Operand B(rng, nn ? K : N, nn ? N : K, b_bf16, g == Gemm::NtF32E4m3);
+            Narrow narrow = g == Gemm::NtF32E4m3 ? Narrow::E4m3 : g == Gemm::NtF32E5m2 ? Narrow::E5m2 : g == Gemm::NtF32F16 ? Narrow::F16 : Narrow::None;
+            Operand B(rng, nn ? K : N, nn ? N : K, b_bf16, narrow);
             int64_t ldc = N + rng.below(3);
             Guarded<float> C(size_t(M * ldc));
             std::vector<float> c_old(size_t(M * ldc));
@@ -197,8 +217,12 @@ void check_float_gemm(Gemm g, Failures &f) {
             case Gemm::NnF32: rfk::gemm_nn_acc_f32(M, N, K, A.f32.data(), A.ld, B.f32.data(), B.ld, C.data(), ldc); break;
             case Gemm::NnF32Bf16: rfk::gemm_nn_acc_f32_bf16(M, N, K, A.f32.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc); break;
             case Gemm::NtF32E4m3:
-                rfk::gemm_nt_f32_f8e4m3(M, N, K, alpha, A.f32.data(), A.ld, B.e4m3.data(), B.ld, C.data(), ldc, accumulate);
+                rfk::gemm_nt_f32_f8e4m3(M, N, K, alpha, A.f32.data(), A.ld, B.q8.data(), B.ld, C.data(), ldc, accumulate);
                 break;
+            case Gemm::NtF32E5m2:
+                rfk::gemm_nt_f32_f8e5m2(M, N, K, alpha, A.f32.data(), A.ld, B.q8.data(), B.ld, C.data(), ldc, accumulate);
+                break;
+            case Gemm::NtF32F16: rfk::gemm_nt_f32_f16(M, N, K, alpha, A.f32.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc, accumulate); break;
             }
 
             int bad = 0;
@@ -233,7 +257,8 @@ void check_float_gemm(Gemm g, Failures &f) {
     }
 }
 
-/** Every e4m3 bit pattern widened by the GEMM's loads (vector and scalar) equals rfk::f8e4m3_to_float.
+/** Every e4m3, e5m2 and f16 bit pattern widened by the GEMMs' loads (vector and scalar) equals the
+ *  compiler's decoding (rfk::f8e4m3_to_float, f8e5m2_to_float, f16_to_float).
  *  (The vector loads are inlined here, outside the headers' silencing of GCC 12's false
  *  -Wmaybe-uninitialized on AVX-512 intrinsics.) */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -246,6 +271,24 @@ void check_e4m3_widening(Failures &f) {
     auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; };
     for (int i = 0; i < 256; ++i)
         if (!same(rfk::simd_detail::e4m3_to_f32(bits[i]), rfk::f8e4m3_to_float(bits[i]))) f.add("e4m3_to_f32(" + std::to_string(i) + ")");
+    for (int h = 0; h < 65536; ++h)
+        if (!same(rfk::simd_detail::f16_to_f32(uint16_t(h)), rfk::f16_to_float(uint16_t(h)))) f.add("f16_to_f32(" + std::to_string(h) + ")");
+#if defined(RFK_SIMD_NARROW)
+    for (int i = 0; i < 256; i += rfk::simd_detail::VW) {
+        float out[rfk::simd_detail::VW];
+        rfk::simd_detail::vstore(out, rfk::simd_detail::vload(reinterpret_cast<const rfk::simd_detail::e5m2 *>(bits + i)));
+        for (int t = 0; t < rfk::simd_detail::VW; ++t)
+            if (!same(out[t], rfk::f8e5m2_to_float(bits[i + t]))) f.add("vector e5m2 widening of " + std::to_string(i + t));
+    }
+    std::vector<uint16_t> halves(65536 + 16);
+    for (size_t h = 0; h < halves.size(); ++h) halves[h] = uint16_t(h);
+    for (int h = 0; h < 65536; h += rfk::simd_detail::VW) {
+        float out[rfk::simd_detail::VW];
+        rfk::simd_detail::vstore(out, rfk::simd_detail::vload(reinterpret_cast<const rfk::simd_detail::f16 *>(halves.data() + h)));
+        for (int t = 0; t < rfk::simd_detail::VW; ++t)
+            if (!same(out[t], rfk::f16_to_float(uint16_t(h + t)))) f.add("vector f16 widening of " + std::to_string(h + t));
+    }
+#endif
 #if defined(RFK_SIMD_VECTOR)
     using rfk::simd_detail::VW;
     for (int i = 0; i < 256; i += VW) {
@@ -565,7 +608,7 @@ void check_threads(Failures &f) {
 
 void check_all(Failures &f) {
     check_bf16_casts(f);
-    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3}) check_float_gemm(g, f);
+    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3, Gemm::NtF32E5m2, Gemm::NtF32F16}) check_float_gemm(g, f);
     check_e4m3_widening(f);
     check_s8_gemm(f);
     check_exp(f);
@@ -608,14 +651,14 @@ TEST(SimdKernels, Bf16Casts) {
 
 TEST(SimdKernels, FloatGemmsMatchReference) {
     using simd_check::Gemm;
-    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3}) {
+    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3, Gemm::NtF32E5m2, Gemm::NtF32F16}) {
         Failures f;
         simd_check::check_float_gemm(g, f);
         EXPECT_EQ(f.count, 0) << simd_check::gemm_name(g) << "\n" << f.text;
     }
 }
 
-TEST(SimdKernels, E4m3WideningIsExact) {
+TEST(SimdKernels, NarrowWeightWideningIsExact) {
     Failures f;
     simd_check::check_e4m3_widening(f);
     EXPECT_EQ(f.count, 0) << f.text;
