@@ -518,8 +518,13 @@ private:
     /** Independent iterations (rows of a block x free state indices) spread over the threads. */
     void spread_independent(const StmtP &s, const std::string &v, int ind) {
         guard({s}, ind);
-        auto saved = scope_;
         StmtP in = place_.only_child_loop(s);
+        int at = place_.row_reduction(in ? in->body : s->body);
+        double rows = place_.estimate(make_sub(s->end, s->begin)) * (in ? std::max(1.0, place_.estimate(make_sub(in->end, in->begin))) : 1.0);
+        int G = 1;
+        while (G < 32 && 2 * G <= W_ && rows * 2 * G <= W_) G *= 2;
+        if (at >= 0 && G >= 2) return grouped_rows(s, in, v, at, G, ind);
+        auto saved = scope_;
         pad(ind) << "{\n";
         pad(ind + 1) << "const int64_t b_" << v << " = " << int_expr(s->begin) << ", n_" << v << " = " << int_expr(s->end) << " - b_" << v << ";\n";
         std::string total = "n_" + v, vin;
@@ -543,6 +548,94 @@ private:
         }
         scope_ = saved;
         pad(ind + 1) << "}\n";
+        barrier(ind + 1);
+        pad(ind) << "}\n";
+    }
+
+    /** Row reductions with G threads per row (Placement::row_reduction): every thread runs the same
+     *  number of rounds (threads past the last row repeat it without writing), so the reductions
+     *  within each group of G (shuffles, or a tree in shared memory) see every thread. */
+    void grouped_rows(const StmtP &s, const StmtP &in, const std::string &v, int at, int G, int ind) {
+        auto saved = scope_;
+        const std::vector<StmtP> &body = in ? in->body : s->body;
+        const StmtP &loop = body[static_cast<size_t>(at)];
+        std::string n = "n_" + v, t = "t_" + v, sub = "s_" + v, act = "a_" + v, f = "f_" + v, vin;
+        pad(ind) << "{\n";
+        pad(ind + 1) << "const int64_t b_" << v << " = " << int_expr(s->begin) << ", " << n << " = " << int_expr(s->end) << " - b_" << v << ";\n";
+        std::string total = n;
+        if (in) {
+            vin = cname(in->var->name);
+            pad(ind + 1) << "const int64_t b_" << vin << " = " << int_expr(in->begin) << ", n_" << vin << " = " << int_expr(in->end) << " - b_"
+                         << vin << ";\n";
+            total += " * n_" + vin;
+        }
+        pad(ind + 1) << "const int64_t " << t << " = " << total << ";\n";
+        pad(ind + 1) << "const int " << sub << " = (int)(" << lane_ << " % " << G << ");\n";
+        pad(ind + 1) << "for (int64_t r_" << v << " = 0; r_" << v << " < " << t << "; r_" << v << " += " << W_ / G << ") {\n";
+        pad(ind + 2) << "const bool " << act << " = r_" << v << " + " << lane_ << " / " << G << " < " << t << ";\n";
+        pad(ind + 2) << "const int64_t " << f << " = " << act << " ? r_" << v << " + " << lane_ << " / " << G << " : " << t << " - 1;\n";
+        if (in) {
+            pad(ind + 2) << "const int64_t " << v << " = b_" << v << " + " << f << " / n_" << vin << ";\n";
+            pad(ind + 2) << "const int64_t " << vin << " = b_" << vin << " + " << f << " % n_" << vin << ";\n";
+            scope_[in->var->name] = {vin, false, false, LocalClass::Index};
+        } else {
+            pad(ind + 2) << "const int64_t " << v << " = b_" << v << " + " << f << ";\n";
+        }
+        scope_[s->var->name] = {v, false, false, LocalClass::Index};
+        std::string first = "if (" + act + " && " + sub + " == 0) ";
+        for (int i = 0; i < at; i++) {
+            const StmtP &c = body[static_cast<size_t>(i)];
+            if (c->kind == StmtKind::Decl || c->kind == StmtKind::Comment) {
+                private_stmt(c, ind + 2);
+            } else {
+                pad(ind + 2) << first << "{\n";
+                private_stmt(c, ind + 3);
+                pad(ind + 2) << "}\n";
+            }
+        }
+        // The vector loop over the group, one partial per target.
+        std::vector<std::pair<ReduceOp, std::string>> reds;  // (op, target C name)
+        std::map<std::string, std::string> partial;
+        for (const StmtP &c : loop->body) {
+            if (partial.count(c->target->name)) continue;
+            std::string p = "p" + std::to_string(reds.size()) + "_" + v;
+            partial[c->target->name] = p;
+            reds.push_back({c->op, lvalue(c->target)});
+            pad(ind + 2) << "float " << p << " = " << identity(c->op) << ";\n";
+        }
+        std::string j = cname(loop->var->name);
+        auto outer = scope_;
+        pad(ind + 2) << "for (int64_t " << j << " = " << int_expr(loop->begin) << " + " << sub << "; " << j << " < " << int_expr(loop->end) << "; " << j
+                     << " += " << G << ") {\n";
+        scope_[loop->var->name] = {j, false, false, LocalClass::Index};
+        for (const auto &[target, p] : partial) scope_[target] = {p, false, false, LocalClass::Tile};
+        for (const StmtP &c : loop->body) private_stmt(c, ind + 3);
+        scope_ = outer;
+        pad(ind + 2) << "}\n";
+        for (size_t r = 0; r < reds.size(); r++) {
+            std::string p = "p" + std::to_string(r) + "_" + v;
+            auto [op, target] = reds[r];
+            if (o_.dialect == Dialect::Cuda) {
+                pad(ind + 2) << "for (int o_ = " << G / 2 << "; o_ > 0; o_ >>= 1) " << p << " = "
+                             << combine(op, p, "__shfl_xor_sync(0xffffffffu, " + p + ", o_)") << ";\n";
+            } else {
+                pad(ind + 2) << "rf_red[" << lane_ << "] = " << p << ";\n";
+                pad(ind + 2) << bar_ << "\n";
+                pad(ind + 2) << "for (int h_ = " << G / 2 << "; h_ > 0; h_ >>= 1) {\n";
+                pad(ind + 3) << "if (" << sub << " < h_) rf_red[" << lane_ << "] = " << combine(op, "rf_red[" + lane_ + "]", "rf_red[" + lane_ + " + h_]")
+                             << ";\n";
+                pad(ind + 3) << bar_ << "\n";
+                pad(ind + 2) << "}\n";
+                pad(ind + 2) << p << " = rf_red[" << lane_ << " - " << sub << "];\n";
+                pad(ind + 2) << bar_ << "\n";
+            }
+            pad(ind + 2) << target << " = " << combine(op, target, p) << ";\n";
+        }
+        pad(ind + 2) << first << "{\n";
+        for (size_t i = static_cast<size_t>(at) + 1; i < body.size(); i++) private_stmt(body[i], ind + 3);
+        pad(ind + 2) << "}\n";
+        pad(ind + 1) << "}\n";
+        scope_ = saved;
         barrier(ind + 1);
         pad(ind) << "}\n";
     }

@@ -207,6 +207,40 @@ StmtP Placement::only_child_loop(const StmtP &s) const {
     return uses ? nullptr : found;
 }
 
+int Placement::row_reduction(const std::vector<StmtP> &body) const {
+    int at = -1;
+    for (size_t i = 0; i < body.size(); i++) {
+        const StmtP &c = body[i];
+        if (c->kind == StmtKind::For && c->loop == LoopKind::Simd) {
+            if (at >= 0) return -1;
+            at = static_cast<int>(i);
+        }
+    }
+    if (at < 0) return -1;
+    const StmtP &loop = body[static_cast<size_t>(at)];
+    // The prefix: scalar declarations (run by every thread of the group) and other statements (run
+    // by the first), which must not write anything a later declaration or the loop reads.
+    std::set<std::string> declared, written_alone;
+    for (int i = 0; i < at; i++) {
+        const StmtP &c = body[static_cast<size_t>(i)];
+        Access a = access_of(c);
+        if (c->kind == StmtKind::Decl && !c->dims.empty()) return -1;  // its scope would be the first thread's
+        if (c->kind == StmtKind::Decl) {
+            for (const std::string &r : a.reads)
+                if (written_alone.count(r)) return -1;
+            declared.insert(c->name);
+        } else if (c->kind != StmtKind::Comment) {
+            written_alone.insert(a.writes.begin(), a.writes.end());
+        }
+    }
+    if (loop->body.empty()) return -1;
+    for (const StmtP &c : loop->body)
+        if (c->kind != StmtKind::Accum || c->target->kind != Kind::Var || !declared.count(c->target->name)) return -1;
+    for (const std::string &r : access_of(loop).reads)
+        if (written_alone.count(r)) return -1;
+    return at;
+}
+
 bool Placement::coop(const StmtP &s) const {
     switch (s->kind) {
     case StmtKind::For:

@@ -50,6 +50,16 @@ public:
     /** The single loop that is s's whole body (comments aside) and whose iterations are independent
      *  too, if its bounds do not depend on s's variable (the two are spread as one flat range). */
     tile::StmtP only_child_loop(const tile::StmtP &s) const;
+    /** Rows whose bodies are a row reduction (attention's row max and row sum over a tile): the
+     *  body of a spread independent loop (`body`: its own, or its flattened child's) made of a
+     *  prefix, one vector loop whose only statements are reductions into scalars the prefix
+     *  declares, and a tail. Such rows get a group of G threads each (G = the group width over the
+     *  rows, a power of two up to 32): the vector loop spread over the group and combined within it,
+     *  the prefix's scalar declarations run by all G threads, every other statement by the group's
+     *  first. The position of the vector loop in `body`, or -1 when the body has another shape
+     *  (the prefix's other statements must not write what the vector loop or a later scalar
+     *  declaration reads). */
+    int row_reduction(const std::vector<tile::StmtP> &body) const;
     /** True when s needs every thread (spread loops, tree reductions, GEMMs, shared array inits). */
     bool coop(const tile::StmtP &s) const;
     /** Rough value at the bound sizes ($nbv: the row block; unknown locals: 1). */

@@ -121,3 +121,37 @@ TEST(GpuPlacement, WarpLevelCudaUsesShufflesAndWarpBarriersOnly) {
     GpuModule ocl = generate_gpu_module(c->plan, sizes, go);
     EXPECT_EQ(ocl.launches[0].threads, 32);
 }
+
+TEST(GpuPlacement, RowReductionsGetAGroupOfThreadsPerRow) {
+    // Attention's row maximum: t = -inf; for j simd: t max= S[rr, j]; m[rr] = max(m[rr], t).
+    Fixture f;
+    Expr j = idx("$j"), rr = idx("$rr");
+    Expr S = make_load("$S", {make_add(make_mul(rr, make_int(264)), j)}, DType::f32, SType::Real);
+    StmtP scale = decl("$h", LocalClass::Tile, {}, make_const(2));
+    StmtP t = decl("$t", LocalClass::Tile, {}, make_const(-INFINITY));
+    StmtP loop = for_loop(j, make_int(0), make_int(256), {accum(ReduceOp::Max, local("$t"), make_mul(S, local("$h")))}, LoopKind::Simd);
+    StmtP update = assign(elem("$m", rr), make_max(elem("$m", rr), local("$t")));
+    EXPECT_EQ(f.place.row_reduction({scale, t, loop, update}), 2);
+    // The first thread's prefix statement writes what the loop reads: not a row reduction.
+    StmtP writes_scale = assign(local("$h"), make_const(3));
+    EXPECT_EQ(f.place.row_reduction({scale, writes_scale, t, loop, update}), -1);
+    // A loop that stores (not only reductions), or two vector loops: not a row reduction.
+    StmtP storing = for_loop(j, make_int(0), make_int(256), {store(input(j), S)}, LoopKind::Simd);
+    EXPECT_EQ(f.place.row_reduction({t, storing, update}), -1);
+    EXPECT_EQ(f.place.row_reduction({t, loop, loop}), -1);
+    // A reduction into a scalar the prefix does not declare.
+    EXPECT_EQ(f.place.row_reduction({loop, update}), -1);
+}
+
+TEST(GpuPlacement, AttentionRowMaxAndSumAreGroupReductions) {
+    ArenaScope arena;
+    auto path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples/attention.rf";
+    auto c = compile_source(test::read_text(path), path.string(), {});
+    SizeBinding sizes = bind_sizes(c->program, {{"B", 1}, {"H", 2}, {"M", 256}, {"N", 512}, {"D", 64}});
+    GpuOptions go;
+    go.target = "cuda";
+    go.threads = 128;
+    GpuModule g = generate_gpu_module(c->plan, sizes, go);
+    // Two row reductions (max, sum), each combined within groups of lanes by shuffles.
+    EXPECT_EQ(count(g.source, "for (int o_ = "), 2u) << g.source.substr(g.source.find("__global__ void __launch_bounds__"));
+}
