@@ -71,6 +71,10 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o);
 /** tune on a GPU target: fusion level x work-group size x tile/row block, device-timed; the best is
  *  kept in the cache and used by `bench --target` on the same device and sizes. */
 BenchReport tune_gpu(const Compilation &c, const TuneOptions &o);
+/** The outputs of `out` that differ from `reference` beyond 4x the dtype's tolerance (indices:
+ *  exactly), as " name name ..."; empty when they agree. tune_gpu keeps only variants whose outputs
+ *  agree with the first variant's: a fast wrong kernel never becomes the tuned default. */
+std::string outputs_disagree(const Program &p, const std::map<std::string, Tensor> &out, const std::map<std::string, Tensor> &reference);
 
 /** A cached `tune` result at path (marked "cached"), or nothing when there is none or it is unreadable. */
 std::optional<BenchReport> cached_tuning(const std::filesystem::path &path);

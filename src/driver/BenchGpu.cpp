@@ -175,6 +175,16 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
     return {j, text.str()};
 }
 
+std::string outputs_disagree(const Program &p, const std::map<std::string, Tensor> &out, const std::map<std::string, Tensor> &reference) {
+    std::string disagree;
+    for (const OutputDecl &d : p.outputs) {
+        bool exact = is_int(d.dtype);
+        CompareResult r = compare(out.at(d.name), reference.at(d.name), exact ? 0 : 4 * tolerance(d.dtype, true, 1 << 16), exact);
+        if (!r.ok) disagree += " " + d.name;
+    }
+    return disagree;
+}
+
 BenchReport tune_gpu(const Compilation &c, const TuneOptions &o) {
     const Program &p = c.program;
     SizeBinding sizes = bind_sizes(p, o.bench.sizes);
@@ -215,12 +225,7 @@ BenchReport tune_gpu(const Compilation &c, const TuneOptions &o) {
             bufs.run();
             std::map<std::string, Tensor> out = bufs.outputs();
             if (reference.empty()) reference = out;
-            std::string disagree;
-            for (const OutputDecl &d : p.outputs) {
-                bool exact = is_int(d.dtype);
-                CompareResult r = compare(out.at(d.name), reference.at(d.name), exact ? 0 : 4 * tolerance(d.dtype, true, 1 << 16), exact);
-                if (!r.ok) disagree += " " + d.name;
-            }
+            std::string disagree = outputs_disagree(p, out, reference);
             if (!disagree.empty()) {
                 tried.push_back({{"label", v.label()}, {"error", "outputs differ from the first variant's:" + disagree}});
                 continue;
