@@ -214,7 +214,10 @@ void GpuKernelPrinter::uniform_list(const std::vector<StmtP> &list, int ind) {
         solo.clear();
     };
     for (const StmtP &s : list) {
-        if (s->kind == StmtKind::Decl && !place_.replicated(s->name)) declare_shared(s);
+        if (s->kind == StmtKind::Decl && !place_.replicated(s->name)) {
+            declare_shared(s);
+            if (!s->dims.empty() && !s->value) continue;  // a shared array without a value: nothing to run
+        }
         if (place_.coop(s)) {
             flush();
             coop_stmt(s, ind);

@@ -114,10 +114,10 @@ private:
     /** Independent iterations (rows of a block x free state indices) spread over the threads. */
     void spread_independent(const StmtP &s, const std::string &v, int ind);
 
-    /** Row reductions with G threads per row (Placement::row_reduction): every thread runs the same
-     *  number of rounds (threads past the last row repeat it without writing), so the reductions
+    /** Rows with G threads each (Placement::row_group): every thread runs the same number of rounds
+     *  (threads past the last row repeat it without writing), so the reductions and synchronisations
      *  within each group of G (shuffles, or a tree in shared memory) see every thread. */
-    void grouped_rows(const StmtP &s, const StmtP &in, const std::string &v, int at, int G, int ind);
+    void grouped_rows(const StmtP &s, const StmtP &in, const std::string &v, int at, bool reduction, int G, int ind);
 
     // ---- Private (one thread) context: the tile IR printed as sequential C.
     void private_list(const std::vector<StmtP> &list, int ind);

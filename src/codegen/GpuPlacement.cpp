@@ -207,38 +207,59 @@ StmtP Placement::only_child_loop(const StmtP &s) const {
     return uses ? nullptr : found;
 }
 
-int Placement::row_reduction(const std::vector<StmtP> &body) const {
+bool Placement::group_replicable(const StmtP &s, const std::set<std::string> &prefix_scalars) const {
+    if (s->kind == StmtKind::Comment) return true;
+    if (s->kind == StmtKind::Decl) return s->dims.empty();
+    Access a = access_of(s);
+    if (a.stores || a.gemm) return false;
+    std::set<std::string> inner;
+    declared_in(s, inner);
+    for (const std::string &w : a.writes)
+        if (!prefix_scalars.count(w) && !inner.count(w)) return false;
+    return private_arrays_ok(s);
+}
+
+int Placement::row_group(const std::vector<StmtP> &body, bool &reduction) const {
     int at = -1;
-    for (size_t i = 0; i < body.size(); i++) {
-        const StmtP &c = body[i];
-        if (c->kind == StmtKind::For && c->loop == LoopKind::Simd) {
+    for (size_t i = 0; i < body.size(); i++)
+        if (body[i]->kind == StmtKind::For) {
             if (at >= 0) return -1;
             at = static_cast<int>(i);
         }
-    }
     if (at < 0) return -1;
     const StmtP &loop = body[static_cast<size_t>(at)];
-    // The prefix: scalar declarations (run by every thread of the group) and other statements (run
-    // by the first), which must not write anything a later declaration or the loop reads.
-    std::set<std::string> declared, written_alone;
+    // The prefix: statements every thread of the group runs (they must not read what the first
+    // thread alone writes), and the first thread's.
+    std::set<std::string> scalars, written_alone;
     for (int i = 0; i < at; i++) {
         const StmtP &c = body[static_cast<size_t>(i)];
-        Access a = access_of(c);
         if (c->kind == StmtKind::Decl && !c->dims.empty()) return -1;  // its scope would be the first thread's
-        if (c->kind == StmtKind::Decl) {
+        Access a = access_of(c);
+        if (group_replicable(c, scalars)) {
             for (const std::string &r : a.reads)
                 if (written_alone.count(r)) return -1;
-            declared.insert(c->name);
-        } else if (c->kind != StmtKind::Comment) {
+            if (c->kind == StmtKind::Decl) scalars.insert(c->name);
+        } else {
             written_alone.insert(a.writes.begin(), a.writes.end());
         }
     }
-    if (loop->body.empty()) return -1;
-    for (const StmtP &c : loop->body)
-        if (c->kind != StmtKind::Accum || c->target->kind != Kind::Var || !declared.count(c->target->name)) return -1;
     for (const std::string &r : access_of(loop).reads)
         if (written_alone.count(r)) return -1;
-    return at;
+    if (loop->body.empty()) return -1;
+    reduction = loop->loop == LoopKind::Simd;
+    for (const StmtP &c : loop->body)
+        reduction = reduction && c->kind == StmtKind::Accum && c->target->kind == Kind::Var && scalars.count(c->target->name);
+    if (reduction) return at;
+    // Independent iterations: an independent loop or an element-wise vector loop, writing no
+    // scalar declared outside it.
+    std::set<std::string> inner;
+    declared_in(loop, inner);
+    bool elementwise = loop->loop == LoopKind::Independent || loop->loop == LoopKind::Simd;
+    for (const StmtP &c : loop->body) {
+        if (loop->loop == LoopKind::Simd) elementwise = elementwise && c->kind != StmtKind::Accum && c->kind != StmtKind::For;
+        elementwise = elementwise && c->kind != StmtKind::Gemm && !writes_outer_scalar(c, inner);
+    }
+    return elementwise && private_arrays_ok(loop) ? at : -1;
 }
 
 bool Placement::coop(const StmtP &s) const {

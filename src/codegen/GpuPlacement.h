@@ -50,16 +50,20 @@ public:
     /** The single loop that is s's whole body (comments aside) and whose iterations are independent
      *  too, if its bounds do not depend on s's variable (the two are spread as one flat range). */
     tile::StmtP only_child_loop(const tile::StmtP &s) const;
-    /** Rows whose bodies are a row reduction (attention's row max and row sum over a tile): the
-     *  body of a spread independent loop (`body`: its own, or its flattened child's) made of a
-     *  prefix, one vector loop whose only statements are reductions into scalars the prefix
-     *  declares, and a tail. Such rows get a group of G threads each (G = the group width over the
-     *  rows, a power of two up to 32): the vector loop spread over the group and combined within it,
-     *  the prefix's scalar declarations run by all G threads, every other statement by the group's
-     *  first. The position of the vector loop in `body`, or -1 when the body has another shape
-     *  (the prefix's other statements must not write what the vector loop or a later scalar
-     *  declaration reads). */
-    int row_reduction(const std::vector<tile::StmtP> &body) const;
+    /** Rows whose bodies fit a group of G threads per row (G a power of two up to 32): the body of
+     *  a spread independent loop (`body`: its own, or its flattened child's) made of a prefix, one
+     *  main loop and a tail. The main loop is either a row reduction (a vector loop whose only
+     *  statements are reductions into scalars the prefix declares: attention's row max and row
+     *  sum), spread over the group and combined within it; or independent iterations (an
+     *  independent loop, or an element-wise vector loop: attention's rescale and accumulation of
+     *  its D output columns) spread over the group. Prefix statements that write only scalars the
+     *  prefix declares run in all G threads (each has the row's values); other prefix statements
+     *  and the tail run in the group's first thread. Returns the main loop's position in `body`
+     *  (`reduction` says which kind), or -1 when the body has another shape or a first-thread
+     *  prefix statement writes what an all-thread statement or the main loop reads. */
+    int row_group(const std::vector<tile::StmtP> &body, bool &reduction) const;
+    /** True for a prefix statement of a row group that runs in every thread of the group. */
+    bool group_replicable(const tile::StmtP &s, const std::set<std::string> &prefix_scalars) const;
     /** True when s needs every thread (spread loops, tree reductions, GEMMs, shared array inits). */
     bool coop(const tile::StmtP &s) const;
     /** Rough value at the bound sizes ($nbv: the row block; unknown locals: 1). */

@@ -137,11 +137,12 @@ std::string GpuKernelPrinter::tree(ReduceOp op, const std::string &value, int in
 void GpuKernelPrinter::spread_independent(const StmtP &s, const std::string &v, int ind) {
     guard({s}, ind);
     StmtP in = place_.only_child_loop(s);
-    int at = place_.row_reduction(in ? in->body : s->body);
+    bool reduction = false;
+    int at = place_.row_group(in ? in->body : s->body, reduction);
     double rows = place_.estimate(make_sub(s->end, s->begin)) * (in ? std::max(1.0, place_.estimate(make_sub(in->end, in->begin))) : 1.0);
     int G = 1;
     while (G < 32 && 2 * G <= W_ && rows * 2 * G <= W_) G *= 2;
-    if (at >= 0 && G >= 2) return grouped_rows(s, in, v, at, G, ind);
+    if (at >= 0 && G >= 2) return grouped_rows(s, in, v, at, reduction, G, ind);
     auto saved = scope_;
     pad(ind) << "{\n";
     pad(ind + 1) << "const int64_t b_" << v << " = " << int_expr(s->begin) << ", n_" << v << " = " << int_expr(s->end) << " - b_" << v << ";\n";
@@ -170,10 +171,10 @@ void GpuKernelPrinter::spread_independent(const StmtP &s, const std::string &v, 
     pad(ind) << "}\n";
 }
 
-/** Row reductions with G threads per row (Placement::row_reduction): every thread runs the same
- *  number of rounds (threads past the last row repeat it without writing), so the reductions
+/** Rows with G threads each (Placement::row_group): every thread runs the same number of rounds
+ *  (threads past the last row repeat it without writing), so the reductions and synchronisations
  *  within each group of G (shuffles, or a tree in shared memory) see every thread. */
-void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::string &v, int at, int G, int ind) {
+void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::string &v, int at, bool reduction, int G, int ind) {
     auto saved = scope_;
     const std::vector<StmtP> &body = in ? in->body : s->body;
     const StmtP &loop = body[static_cast<size_t>(at)];
@@ -201,15 +202,47 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
     }
     scope_[s->var->name] = {v, false, false, LocalClass::Index};
     std::string first = "if (" + act + " && " + sub + " == 0) ";
+    std::set<std::string> scalars;
     for (int i = 0; i < at; i++) {
         const StmtP &c = body[static_cast<size_t>(i)];
-        if (c->kind == StmtKind::Decl || c->kind == StmtKind::Comment) {
+        if (place_.group_replicable(c, scalars)) {
+            if (c->kind == StmtKind::Decl) scalars.insert(c->name);
             private_stmt(c, ind + 2);
         } else {
             pad(ind + 2) << first << "{\n";
             private_stmt(c, ind + 3);
             pad(ind + 2) << "}\n";
         }
+    }
+    if (!reduction) {
+        // Independent iterations over the group; the first thread's tail waits for the group when
+        // it reads what the others wrote.
+        std::string x = cname(loop->var->name);
+        pad(ind + 2) << "if (" << act << ") {\n";
+        pad(ind + 3) << "for (int64_t " << x << " = " << int_expr(loop->begin) << " + " << sub << "; " << x << " < " << int_expr(loop->end) << "; " << x
+                     << " += " << G << ") {\n";
+        auto outer = scope_;
+        scope_[loop->var->name] = {x, false, false, LocalClass::Index};
+        for (const StmtP &c : loop->body) private_stmt(c, ind + 4);
+        scope_ = outer;
+        pad(ind + 3) << "}\n";
+        pad(ind + 2) << "}\n";
+        std::set<std::string> written = access_of(loop).writes, tail_reads;
+        for (size_t i = static_cast<size_t>(at) + 1; i < body.size(); i++)
+            for (const std::string &r : access_of(body[i]).reads) tail_reads.insert(r);
+        bool waits = false;
+        for (const std::string &w : written) waits = waits || tail_reads.count(w);
+        if (waits) pad(ind + 2) << (o_.dialect == Dialect::Cuda ? "__syncwarp();" : bar_) << "\n";
+        if (static_cast<size_t>(at) + 1 < body.size()) {
+            pad(ind + 2) << first << "{\n";
+            for (size_t i = static_cast<size_t>(at) + 1; i < body.size(); i++) private_stmt(body[i], ind + 3);
+            pad(ind + 2) << "}\n";
+        }
+        pad(ind + 1) << "}\n";
+        scope_ = saved;
+        barrier(ind + 1);
+        pad(ind) << "}\n";
+        return;
     }
     // The vector loop over the group, one partial per target.
     std::vector<std::pair<ReduceOp, std::string>> reds;  // (op, target C name)

@@ -131,16 +131,24 @@ TEST(GpuPlacement, RowReductionsGetAGroupOfThreadsPerRow) {
     StmtP t = decl("$t", LocalClass::Tile, {}, make_const(-INFINITY));
     StmtP loop = for_loop(j, make_int(0), make_int(256), {accum(ReduceOp::Max, local("$t"), make_mul(S, local("$h")))}, LoopKind::Simd);
     StmtP update = assign(elem("$m", rr), make_max(elem("$m", rr), local("$t")));
-    EXPECT_EQ(f.place.row_reduction({scale, t, loop, update}), 2);
-    // The first thread's prefix statement writes what the loop reads: not a row reduction.
-    StmtP writes_scale = assign(local("$h"), make_const(3));
-    EXPECT_EQ(f.place.row_reduction({scale, writes_scale, t, loop, update}), -1);
-    // A loop that stores (not only reductions), or two vector loops: not a row reduction.
+    bool reduction = false;
+    EXPECT_EQ(f.place.row_group({scale, t, loop, update}, reduction), 2);
+    EXPECT_TRUE(reduction);
+    // A prefix statement writing only the prefix's scalars runs in every thread of the group.
+    StmtP rescale = assign(local("$h"), make_const(3));
+    EXPECT_TRUE(f.place.group_replicable(rescale, {"$h"}));
+    EXPECT_EQ(f.place.row_group({scale, rescale, t, loop, update}, reduction), 3);
+    // The first thread's prefix statement writes what the loop reads: not a row group.
+    StmtP writes_scores = assign(make_load("$S", {make_int(0)}, DType::f32, SType::Real), make_const(1));
+    EXPECT_FALSE(f.place.group_replicable(writes_scores, {"$h"}));
+    EXPECT_EQ(f.place.row_group({scale, writes_scores, t, loop, update}, reduction), -1);
+    // Element-wise iterations (attention's D output columns): a row group without a reduction.
     StmtP storing = for_loop(j, make_int(0), make_int(256), {store(input(j), S)}, LoopKind::Simd);
-    EXPECT_EQ(f.place.row_reduction({t, storing, update}), -1);
-    EXPECT_EQ(f.place.row_reduction({t, loop, loop}), -1);
-    // A reduction into a scalar the prefix does not declare.
-    EXPECT_EQ(f.place.row_reduction({loop, update}), -1);
+    EXPECT_EQ(f.place.row_group({scale, storing, update}, reduction), 1);
+    EXPECT_FALSE(reduction);
+    // Two loops, or a reduction into a scalar the prefix does not declare.
+    EXPECT_EQ(f.place.row_group({t, loop, loop}, reduction), -1);
+    EXPECT_EQ(f.place.row_group({loop, update}, reduction), -1);
 }
 
 TEST(GpuPlacement, AttentionRowMaxAndSumAreGroupReductions) {
@@ -152,6 +160,9 @@ TEST(GpuPlacement, AttentionRowMaxAndSumAreGroupReductions) {
     go.target = "cuda";
     go.threads = 128;
     GpuModule g = generate_gpu_module(c->plan, sizes, go);
-    // Two row reductions (max, sum), each combined within groups of lanes by shuffles.
-    EXPECT_EQ(count(g.source, "for (int o_ = "), 2u) << g.source.substr(g.source.find("__global__ void __launch_bounds__"));
+    // Two row reductions (max, sum), each combined within groups of lanes by shuffles; the output
+    // columns' rescale and accumulation spread over the groups too (a round loop each).
+    std::string k = g.source.substr(g.source.find("__global__ void __launch_bounds__"));
+    EXPECT_EQ(count(k, "for (int o_ = "), 2u) << k;
+    EXPECT_GE(count(k, "for (int64_t r_"), 4u) << k;
 }
