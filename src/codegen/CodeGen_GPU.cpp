@@ -213,14 +213,21 @@ void GpuKernelPrinter::uniform_list(const std::vector<StmtP> &list, int ind) {
         barrier(ind);
         solo.clear();
     };
-    for (const StmtP &s : list) {
+    // A shared array's initialisation (spread over the threads); consecutive ones share a barrier
+    // when the next does not read the one before.
+    auto shared_init = [&](const StmtP &s) { return s->kind == StmtKind::Decl && !s->dims.empty() && s->value && !place_.replicated(s->name); };
+    for (size_t i = 0; i < list.size(); i++) {
+        const StmtP &s = list[i];
         if (s->kind == StmtKind::Decl && !place_.replicated(s->name)) {
             declare_shared(s);
             if (!s->dims.empty() && !s->value) continue;  // a shared array without a value: nothing to run
         }
         if (place_.coop(s)) {
             flush();
+            next_init_independent_ = shared_init(s) && i + 1 < list.size() && shared_init(list[i + 1]) &&
+                                     !access_of(list[i + 1]).reads.count(s->name);
             coop_stmt(s, ind);
+            next_init_independent_ = false;
         } else if (s->kind == StmtKind::Comment || place_.replicable(s)) {
             flush();
             for (const std::string &r : access_of(s).reads)
@@ -307,7 +314,7 @@ void GpuKernelPrinter::coop_stmt(const StmtP &s, int ind) {
         // written inline after a barrier inside an outer loop (found with printf; see docs/gpu.md).
         pad(ind) << "{ const int64_t n_ = " << n << "; for (int64_t q_ = " << lane_ << "; q_ < n_; q_ += " << W_ << ") { " << li.c
                  << "[q_] = " << cast_to(li.cls, s->value) << "; } }\n";
-        barrier(ind);
+        if (!next_init_independent_) barrier(ind);
         return;
     }
     case StmtKind::Gemm:

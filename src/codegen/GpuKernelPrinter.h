@@ -150,6 +150,7 @@ private:
      *  must not overwrite them until every thread has read them. */
     std::set<std::string> pending_;
     std::set<std::string> addressed_;
+    bool next_init_independent_ = false;  ///< the array initialisation being printed shares the next one's barrier
     std::map<Expr, std::string> vector_operand_;  ///< loads read by a vector load: the register holding the value
     std::ostringstream *os_ = nullptr;
     std::map<std::string, const Buffer *> bufs_;
