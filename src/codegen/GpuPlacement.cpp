@@ -188,8 +188,16 @@ double Placement::inner_extent(const StmtP &s) const {
 
 StmtP Placement::only_child_loop(const StmtP &s) const {
     StmtP found;
+    std::set<std::string> prefix_reads;
     for (const StmtP &c : s->body) {
         if (c->kind == StmtKind::Comment) continue;
+        // Scalar declarations before the loop (a row's hoisted values) are evaluated per flat
+        // element: the same value, as the loop does not write what they read (checked below).
+        if (!found && c->kind == StmtKind::Decl && c->dims.empty() && c->value) {
+            Access a = access_of(c);
+            prefix_reads.insert(a.reads.begin(), a.reads.end());
+            continue;
+        }
         if (found || c->kind != StmtKind::For) return nullptr;
         bool elementwise = c->loop == LoopKind::Simd;
         for (const StmtP &b : c->body)
@@ -198,6 +206,8 @@ StmtP Placement::only_child_loop(const StmtP &s) const {
         found = c;
     }
     if (!found) return nullptr;
+    for (const std::string &w : access_of(found).writes)
+        if (prefix_reads.count(w)) return nullptr;
     bool uses = false;
     auto mark = [&](Expr e) {
         visit(e, [&](Expr x) { uses = uses || x == s->var; });

@@ -47,8 +47,9 @@ public:
     /** Independent iterations (rows of a block x free state indices) that are spread over the
      *  threads, one iteration per thread with serial (private) vector loops. */
     bool independent_spread(const tile::StmtP &s) const;
-    /** The single loop that is s's whole body (comments aside) and whose iterations are independent
-     *  too, if its bounds do not depend on s's variable (the two are spread as one flat range). */
+    /** The single loop that is s's whole body (comments and leading scalar declarations aside: they
+     *  are evaluated per element) and whose iterations are independent too, if its bounds do not
+     *  depend on s's variable (the two are spread as one flat range). */
     tile::StmtP only_child_loop(const tile::StmtP &s) const;
     /** Rows whose bodies fit a group of G threads per row (G a power of two up to 32): the body of
      *  a spread independent loop (`body`: its own, or its flattened child's) made of a prefix, one

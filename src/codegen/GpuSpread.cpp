@@ -137,12 +137,20 @@ std::string GpuKernelPrinter::tree(ReduceOp op, const std::string &value, int in
 void GpuKernelPrinter::spread_independent(const StmtP &s, const std::string &v, int ind) {
     guard({s}, ind);
     StmtP in = place_.only_child_loop(s);
+    // Scalar declarations before the flattened child (values hoisted per row).
+    std::vector<StmtP> prefix;
+    for (const StmtP &c : s->body)
+        if (in && c != in) prefix.push_back(c);
+    // A row group takes a prefix once per row (and thread of the group); flattened, it is
+    // evaluated per element.
+    StmtP group_in = prefix.empty() ? in : nullptr;
     bool reduction = false;
-    int at = place_.row_group(in ? in->body : s->body, reduction);
-    double rows = place_.estimate(make_sub(s->end, s->begin)) * (in ? std::max(1.0, place_.estimate(make_sub(in->end, in->begin))) : 1.0);
+    int at = place_.row_group(group_in ? group_in->body : s->body, reduction);
+    double rows =
+        place_.estimate(make_sub(s->end, s->begin)) * (group_in ? std::max(1.0, place_.estimate(make_sub(group_in->end, group_in->begin))) : 1.0);
     int G = 1;
     while (G < 32 && 2 * G <= W_ && rows * 2 * G <= W_) G *= 2;
-    if (at >= 0 && G >= 2) return grouped_rows(s, in, v, at, reduction, G, ind);
+    if (at >= 0 && G >= 2) return grouped_rows(s, group_in, v, at, reduction, G, ind);
     auto saved = scope_;
     pad(ind) << "{\n";
     pad(ind + 1) << "const int64_t b_" << v << " = " << int_expr(s->begin) << ", n_" << v << " = " << int_expr(s->end) << " - b_" << v << ";\n";
@@ -159,6 +167,7 @@ void GpuKernelPrinter::spread_independent(const StmtP &s, const std::string &v, 
         pad(ind + 2) << "const int64_t " << vin << " = b_" << vin << " + f_" << v << " % n_" << vin << ";\n";
         scope_[s->var->name] = {v, false, false, LocalClass::Index};
         scope_[in->var->name] = {vin, false, false, LocalClass::Index};
+        for (const StmtP &c : prefix) private_stmt(c, ind + 2);
         for (const StmtP &c : in->body) private_stmt(c, ind + 2);
     } else {
         pad(ind + 2) << "const int64_t " << v << " = b_" << v << " + f_" << v << ";\n";

@@ -27,10 +27,10 @@ using namespace loop_facts;
  *     [tb, te) of the cascade axis), so no load is made that the loop would not make.
  * Then Σ_j f(x_j, e) = Σ_j f(x_j, $h) with $h = e exactly: the same operations on the same values in
  * the same type (tile locals have the compute type vector loops compute in).
- * The outermost such place is taken, except the body of an independent loop that holds nothing but one
- * loop: the GPU printer spreads such a pair (rows × columns) over all threads as one flat range, and a
- * declaration in between would make it one row per thread (docs/gpu.md), so that place is skipped (e
- * stays in the loop when it cannot go further out). An e built from constants and sizes only goes to
+ * The outermost such place is taken, also the body of an independent loop that holds nothing but one
+ * loop (a row's values before its columns): the GPU printer still spreads such a pair (rows ×
+ * columns) as one flat range, evaluating the scalar declarations before the inner loop per element,
+ * or gives each row a group of threads that evaluates them once (docs/gpu.md). An e built from constants and sizes only goes to
  * the start of the parallel loop's body: once per row (block), shared by every loop of the kernel.
  * What moves: maximal real-valued subexpressions that are not trivial (a constant, a variable, a load
  * of a buffer, the negation of one; a load of a local array does move: it saves the reload). A part
@@ -42,7 +42,6 @@ using namespace loop_facts;
 /** A list of statements being rebuilt, and what it can receive. */
 struct Frame {
     const Stmt *owner = nullptr;       ///< the statement whose body this is (null: the kernel root)
-    bool flat_pair = false;            ///< owner is an independent loop whose body is one loop
     std::vector<StmtP> out;            ///< rebuilt statements so far
     std::vector<StmtP> before;         ///< declarations for just before the statement being rebuilt
     std::vector<StmtP> top;            ///< declarations for the start of the list (kernel constants)
@@ -50,16 +49,6 @@ struct Frame {
 };
 
 bool is_loop(const Stmt *s, LoopKind k) { return s && s->kind == StmtKind::For && s->loop == k; }
-
-bool flat_pair(const Stmt *s) {
-    if (!is_loop(s, LoopKind::Independent)) return false;
-    int loops = 0, others = 0;
-    for (const StmtP &c : s->body) {
-        if (c->kind == StmtKind::Comment) continue;
-        (c->kind == StmtKind::For ? loops : others)++;
-    }
-    return loops == 1 && others == 0;
-}
 
 bool trivial(Expr e) {
     switch (e->kind) {
@@ -89,7 +78,6 @@ private:
     std::vector<StmtP> list(const Stmt *owner, const std::vector<StmtP> &in) {
         Frame f;
         f.owner = owner;
-        f.flat_pair = flat_pair(owner);
         frames_.push_back(std::move(f));
         Facts saved = facts_;
         for (const StmtP &s : in) {
@@ -191,7 +179,7 @@ private:
             const Stmt *L = loops_[i];
             if (!invariant(e, written(L))) break;
             if (loads && !runs_at_least_once(L->begin, L->end, facts_)) break;
-            if (!frame_before(static_cast<int>(i))->flat_pair) best = static_cast<int>(i);
+            best = static_cast<int>(i);
         }
         return best;
     }

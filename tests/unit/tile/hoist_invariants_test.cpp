@@ -3,7 +3,8 @@
  * of kernels before and after — what moves and where (before the loop, before the independent loops
  * around it, once per parallel iteration), and what must not (loads of arrays the loop writes, a
  * reduction target, values of an inner loop variable, loads out of loops that may not run, integer
- * division by a size, trivial values) — and, on every example, that the GPU's flat loop pairs survive.
+ * division by a size, trivial values) — and, on every example, that the GPU's flat loop pairs survive
+ * (scalar declarations before the inner loop allowed).
  */
 #include <gtest/gtest.h>
 
@@ -90,7 +91,7 @@ std::vector<Case> cases() {
          "  tile $h0 = exp2($s)\n"
          "  for $j in [0, 8) simd:\n"
          "    $t sum= X[$r, $j] * exp2($t) + $h0\n"},
-        {"nested loops: each value as far out as it is invariant; never between a loop pair",
+        {"nested loops: each value as far out as it is invariant, also just before a loop pair's inner loop",
          [=] {
              Expr x = make_index("$x"), rr = make_index("$rr");
              StmtP inner = simd("$j", int_c(0), int_c(8),
@@ -104,9 +105,10 @@ std::vector<Case> cases() {
          "    state $d = X[$r, $rr]\n"
          "    tile $h0 = exp2($d)\n"
          "    for $x in [0, 2) independent:\n"
+         "      tile $h2 = exp2($x)\n"
          "      for $j in [0, 8) simd:\n"
-         "        store Y[$r, $j] = X[$r, $j] * $h0 + $h1 + exp2($x)\n"},
-        {"an independent loop whose body is one loop stays so (the GPU spreads the pair as one range)",
+         "        store Y[$r, $j] = X[$r, $j] * $h0 + $h1 + $h2\n"},
+        {"a row's value before its columns (the GPU still spreads the pair as one range, or by row groups)",
          [=] {
              Expr rr = make_index("$rr");
              return std::vector<StmtP>{indep("$rr", 4, {comment("rows"), simd("$j", int_c(0), int_c(8), {out(j, make_mul(X(j), call(Func::exp2, rr)))})})};
@@ -114,8 +116,9 @@ std::vector<Case> cases() {
          "for $r in [0, R) parallel:\n"
          "  for $rr in [0, 4) independent:\n"
          "    # rows\n"
+         "    tile $h0 = exp2($rr)\n"
          "    for $j in [0, 8) simd:\n"
-         "      store Y[$r, $j] = X[$r, $j] * exp2($rr)\n"},
+         "      store Y[$r, $j] = X[$r, $j] * $h0\n"},
         {"loads leave only loops that run: not [0, C), a tile [tb, te) of the axis does",
          [=] {
              Expr t = make_index("$t"), tb = local_var("$tb", SType::Int), te = local_var("$te", SType::Int);
@@ -177,13 +180,16 @@ std::vector<Case> cases() {
     };
 }
 
-/** Independent loops whose body is one loop (comments aside): the pairs the GPU spreads as one range. */
+/** Independent loops whose body is one loop (comments and leading scalar declarations aside): the
+ *  pairs the GPU spreads as one range (the declarations evaluated per element) or by row groups. */
 int flat_pairs(const StmtP &s) {
     int n = 0;
     if (s->kind == StmtKind::For && s->loop == LoopKind::Independent) {
         int loops = 0, others = 0;
-        for (const StmtP &c : s->body)
-            if (c->kind != StmtKind::Comment) (c->kind == StmtKind::For ? loops : others)++;
+        for (const StmtP &c : s->body) {
+            if (c->kind == StmtKind::Comment || (c->kind == StmtKind::Decl && c->dims.empty() && loops == 0)) continue;
+            (c->kind == StmtKind::For ? loops : others)++;
+        }
         n += loops == 1 && others == 0;
     }
     for (const StmtP &c : s->body) n += flat_pairs(c);
