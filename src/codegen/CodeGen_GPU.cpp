@@ -232,7 +232,10 @@ void GpuKernelPrinter::uniform_list(const std::vector<StmtP> &list, int ind) {
             flush();
             for (const std::string &r : access_of(s).reads)
                 if (in_memory(r)) pending_.insert(r);
+            // A running state's copies are RF_STATE (volatile in OpenCL: see redfuse_gpu.h).
+            state_decl_ = s->kind == StmtKind::Decl && s->cls == LocalClass::State;
             private_stmt(s, ind);
+            state_decl_ = false;
         } else {
             solo.push_back(s);
         }
@@ -404,6 +407,7 @@ void GpuKernelPrinter::private_stmt(const StmtP &s, int ind) {
             // A one-element array (a row block of 1's state) is a scalar: its index is 0 in any
             // valid run, and a register the compiler cannot lose to a dynamic index.
             bool array = !s->dims.empty() && (n != 1 || addressed_.count(s->name));
+            if (state_decl_) T = "RF_STATE " + T;
             if (!array) pad(ind) << T << " " << c << " = " << (s->value ? cast_to(s->cls, s->value) : "0") << ";\n";
             else pad(ind) << T << " " << c << "[" << n << "];\n";
             scope_[s->name] = {c, false, array, s->cls};

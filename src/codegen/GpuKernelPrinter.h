@@ -151,6 +151,7 @@ private:
     std::set<std::string> pending_;
     std::set<std::string> addressed_;
     bool next_init_independent_ = false;  ///< the array initialisation being printed shares the next one's barrier
+    bool state_decl_ = false;             ///< the Decl being printed is a running state's register copy
     std::map<Expr, std::string> vector_operand_;  ///< loads read by a vector load: the register holding the value
     std::ostringstream *os_ = nullptr;
     std::map<std::string, const Buffer *> bufs_;
