@@ -211,6 +211,18 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
     }
     scope_[s->var->name] = {v, false, false, LocalClass::Index};
     std::string first = "if (" + act + " && " + sub + " == 0) ";
+    // The tail, on the group's first thread; then the end of the rounds and of the statement.
+    auto tail = [&]() {
+        pad(ind + 2) << first << "{\n";
+        for (size_t i = static_cast<size_t>(at) + 1; i < body.size(); i++) private_stmt(body[i], ind + 3);
+        pad(ind + 2) << "}\n";
+    };
+    auto close = [&]() {
+        pad(ind + 1) << "}\n";
+        scope_ = saved;
+        barrier(ind + 1);
+        pad(ind) << "}\n";
+    };
     std::set<std::string> scalars;
     for (int i = 0; i < at; i++) {
         const StmtP &c = body[static_cast<size_t>(i)];
@@ -242,16 +254,8 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
         bool waits = false;
         for (const std::string &w : written) waits = waits || tail_reads.count(w);
         if (waits) pad(ind + 2) << (o_.dialect == Dialect::Cuda ? "__syncwarp();" : bar_) << "\n";
-        if (static_cast<size_t>(at) + 1 < body.size()) {
-            pad(ind + 2) << first << "{\n";
-            for (size_t i = static_cast<size_t>(at) + 1; i < body.size(); i++) private_stmt(body[i], ind + 3);
-            pad(ind + 2) << "}\n";
-        }
-        pad(ind + 1) << "}\n";
-        scope_ = saved;
-        barrier(ind + 1);
-        pad(ind) << "}\n";
-        return;
+        if (static_cast<size_t>(at) + 1 < body.size()) tail();
+        return close();
     }
     // The vector loop over the group, one partial per target.
     std::vector<std::pair<ReduceOp, std::string>> reds;  // (op, target C name)
@@ -291,13 +295,8 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
         }
         pad(ind + 2) << target << " = " << combine(op, target, p) << ";\n";
     }
-    pad(ind + 2) << first << "{\n";
-    for (size_t i = static_cast<size_t>(at) + 1; i < body.size(); i++) private_stmt(body[i], ind + 3);
-    pad(ind + 2) << "}\n";
-    pad(ind + 1) << "}\n";
-    scope_ = saved;
-    barrier(ind + 1);
-    pad(ind) << "}\n";
+    tail();
+    close();
 }
 
 }  // namespace rf::gpu_printer

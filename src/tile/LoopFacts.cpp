@@ -100,20 +100,4 @@ bool runs_at_least_once(Expr begin, Expr end, const Facts &f) {
     return tile_start_below(begin, hi, f);
 }
 
-StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f) {
-    auto c = std::make_shared<Stmt>(*s);
-    auto E = [&](Expr e) { return e ? f(e) : e; };
-    for (Expr *e : {&c->var, &c->begin, &c->end, &c->cond, &c->target, &c->target2, &c->value, &c->index, &c->k}) *e = E(*e);
-    for (Expr &e : c->dims) e = E(e);
-    for (Expr &e : c->args) e = E(e);
-    for (Expr &e : c->args2) e = E(e);
-    if (c->gemm) {
-        auto g = std::make_shared<GemmInfo>(*c->gemm);
-        for (Expr *e : {&g->M, &g->N, &g->K, &g->a_base, &g->b_base, &g->c_base, &g->a_si, &g->a_sk, &g->b_sj, &g->b_sk, &g->c_si, &g->alpha})
-            *e = E(*e);
-        c->gemm = g;
-    }
-    return c;
-}
-
 }  // namespace rf::tile::loop_facts

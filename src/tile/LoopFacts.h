@@ -48,8 +48,5 @@ struct Facts {
  *  where t < ⌊(hi − lo + T − 1) / T⌋ gives t·T ≤ hi − lo − 1, so tb < hi, and te = min(tb + T, hi) > tb. */
 bool runs_at_least_once(Expr begin, Expr end, const Facts &facts);
 
-/** A copy of s with f applied to its own expressions (bounds, condition, targets, values, GEMM
- *  operands), children untouched. */
-StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f);
 
 }  // namespace rf::tile::loop_facts

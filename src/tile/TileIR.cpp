@@ -139,11 +139,9 @@ StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else
     return c;
 }
 
-StmtP mutate(const StmtP &s, const std::function<Expr(Expr)> &f,
-             const std::function<std::string(const std::string &)> &rename) {
+StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f) {
     auto c = std::make_shared<Stmt>(*s);
     auto E = [&](Expr e) { return e ? f(e) : e; };
-    if (!c->name.empty() && c->kind != StmtKind::Comment) c->name = rename(c->name);
     for (Expr *e : {&c->var, &c->begin, &c->end, &c->cond, &c->target, &c->target2, &c->value, &c->index, &c->k}) *e = E(*e);
     for (Expr &e : c->dims) e = E(e);
     for (Expr &e : c->args) e = E(e);
@@ -154,6 +152,13 @@ StmtP mutate(const StmtP &s, const std::function<Expr(Expr)> &f,
             *e = E(*e);
         c->gemm = g;
     }
+    return c;
+}
+
+StmtP mutate(const StmtP &s, const std::function<Expr(Expr)> &f,
+             const std::function<std::string(const std::string &)> &rename) {
+    auto c = std::const_pointer_cast<Stmt>(map_own_exprs(s, f));
+    if (!c->name.empty() && c->kind != StmtKind::Comment) c->name = rename(c->name);
     for (StmtP &b : c->body) b = mutate(b, f, rename);
     for (StmtP &b : c->else_body) b = mutate(b, f, rename);
     return c;

@@ -109,6 +109,8 @@ StmtP comment(const std::string &text);
 /** A copy of s with new children. */
 StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else_body = {});
 
+/** A copy of s whose own expressions (not its children's) are rewritten by f. */
+StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f);
 /** Rewrites every expression of s (and below) with f, and every local name (declarations, loop
  *  variables, top-k lists, shift states) with rename. The default of both is the identity. */
 StmtP mutate(const StmtP &s, const std::function<Expr(Expr)> &f, const std::function<std::string(const std::string &)> &rename);

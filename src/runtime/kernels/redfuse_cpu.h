@@ -28,6 +28,18 @@ __attribute__((simd("notinbranch"))) double log(double) noexcept;
 
 namespace rfk {
 
+// p * 2^k for integral k in [-151, 129], in two halves 2^(k/2) 2^(k - k/2), each a normal float, so
+// results reach the subnormals and inf without an out-of-range exponent field (exp_f, exp2_f).
+static inline float scale_by_pow2(float p, float k) {
+    int32_t ki = static_cast<int32_t>(k);
+    int32_t k1 = ki >> 1, k2 = ki - k1;
+    uint32_t b1 = static_cast<uint32_t>(k1 + 127) << 23, b2 = static_cast<uint32_t>(k2 + 127) << 23;
+    float s1, s2;
+    std::memcpy(&s1, &b1, 4);
+    std::memcpy(&s2, &b2, 4);
+    return p * s1 * s2;
+}
+
 // Written without branches so that `omp simd` loops vectorize them (selects, not jumps).
 // (-inf) - (-inf) = -inf and (+inf) - (+inf) = +inf: a fully masked row stays masked.
 template <typename T> static inline T sub(T a, T b) {
@@ -69,13 +81,7 @@ static inline float exp_f(float x) {
     p = __builtin_fmaf(p, r, 0.5f);
     p = __builtin_fmaf(p, r * r, r);
     p = p + 1.0f;
-    int32_t ki = static_cast<int32_t>(k);
-    int32_t k1 = ki >> 1, k2 = ki - k1;
-    uint32_t b1 = static_cast<uint32_t>(k1 + 127) << 23, b2 = static_cast<uint32_t>(k2 + 127) << 23;
-    float s1, s2;
-    std::memcpy(&s1, &b1, 4);
-    std::memcpy(&s2, &b2, 4);
-    return p * s1 * s2;
+    return scale_by_pow2(p, k);
 }
 static inline double exp_f(double x) { return std::exp(x); }
 // exp2 in float, vectorized the same way (the tile pass FoldExp2 turns exp(e) into exp2(e log2 e)):
@@ -98,13 +104,7 @@ static inline float exp2_f(float x) {
     p = __builtin_fmaf(p, r, 2.4022650695910071e-1f);
     p = __builtin_fmaf(p, r, 6.9314718055994531e-1f);
     p = __builtin_fmaf(p, r, 1.0f);
-    int32_t ki = static_cast<int32_t>(k);
-    int32_t k1 = ki >> 1, k2 = ki - k1;
-    uint32_t b1 = static_cast<uint32_t>(k1 + 127) << 23, b2 = static_cast<uint32_t>(k2 + 127) << 23;
-    float s1, s2;
-    std::memcpy(&s1, &b1, 4);
-    std::memcpy(&s2, &b2, 4);
-    return p * s1 * s2;
+    return scale_by_pow2(p, k);
 }
 static inline double exp2_f(double x) { return std::exp2(x); }
 
