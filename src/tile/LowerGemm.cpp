@@ -248,6 +248,80 @@ void PassLowering::hoist_deltas(const std::string &P, const MemberInfo &m, std::
     hoisted_[m.k] = locals;
 }
 
+void PassLowering::plan_shared_rescales(const std::string &P) {
+    rescale_factor_.clear();
+    rescale_first_.clear();
+    Mode san{P, false, true};
+    // α with placeholders for δ and the tags: two members with the same δ (which reads only
+    // members before them: δ's dependencies precede a member in the chain) and the same α rescale
+    // by the same value whenever their tags agree.
+    auto key = [&](const MemberInfo &m) -> std::vector<Expr> {
+        if (m.form != Form::Mult || m.a->op != ReduceOp::Sum || m.nd == 0) return {};
+        std::vector<Expr> k = deltas(m, xg(), san), now, old;
+        for (Expr d : k)
+            if (mentions(d, "$xg")) return {};
+        for (size_t i = 0; i < m.nd; i++) {
+            now.push_back(local_var("$rf_now" + std::to_string(i)));
+            old.push_back(local_var("$rf_old" + std::to_string(i)));
+        }
+        Expr al = alpha(m, xg(), now, old, san);
+        if (mentions(al, "$xg")) return {};
+        k.push_back(al);
+        return k;
+    };
+    std::map<std::vector<Expr>, std::vector<const MemberInfo *>> groups;
+    std::vector<std::vector<Expr>> order;
+    for (const MemberInfo &m : members_) {
+        std::vector<Expr> k = key(m);
+        if (k.empty()) continue;
+        if (!groups.count(k)) order.push_back(k);
+        groups[k].push_back(&m);
+    }
+    for (const std::vector<Expr> &k : order) {
+        std::vector<const MemberInfo *> g = groups[k];
+        // The factor reads the tags of one member at x = 0, which exist only where it has an extra
+        // point: a member with a constant, positive X answers for all; otherwise only members with
+        // the same X as the first (all empty or all not) can share its tags.
+        const MemberInfo *rep = g[0];
+        for (const MemberInfo *m : g)
+            if (m->X->is_const() && m->X->value >= 1) {
+                rep = m;
+                break;
+            }
+        std::vector<const MemberInfo *> share;
+        for (const MemberInfo *m : g)
+            if (rep->X->is_const() && rep->X->value >= 1 ? true : m->X == rep->X) share.push_back(m);
+        if (share.size() < 2) continue;
+        std::string f = "$rf" + std::to_string(uid_++);
+        for (const MemberInfo *m : share) rescale_factor_[m->k] = f;
+        rescale_first_[share[0]->k] = rep->k;
+    }
+}
+
+std::vector<StmtP> PassLowering::shared_rescale_factor(const std::string &P, const MemberInfo &m) {
+    auto first = rescale_first_.find(m.k);
+    if (first == rescale_first_.end()) return {};
+    const MemberInfo &rep = members_.at(static_cast<size_t>(first->second));
+    const std::string &f = rescale_factor_.at(m.k);
+    Mode san{P, false, true};
+    // Per row: f = α(δ, τ_rep) when the representative has seen terms and δ moved, else 1.
+    std::vector<StmtP> row;
+    std::vector<Expr> d, dv = deltas(rep, int_c(0), san);
+    std::string dn = "$d" + std::to_string(uid_++), fn = f + "_v";
+    for (size_t i = 0; i < dv.size(); i++) {
+        row.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, dv[i]));
+        d.push_back(local_var(dn + "_" + std::to_string(i)));
+    }
+    std::vector<Expr> t0 = tags(P, rep, int_c(0));
+    row.push_back(decl(fn, LocalClass::State, {}, real_c(1)));
+    Expr due = make_and(seen_b(P, rep, int_c(0)), differs(d, t0));
+    if (!(rep.X->is_const() && rep.X->value >= 1)) due = make_and(make_cmp(CmpOp::GT, rep.X, int_c(0)), due);
+    row.push_back(if_then(due, {assign(local_var(fn), alpha(rep, int_c(0), d, t0, san))}));
+    row.push_back(assign(local_at(f, rr()), local_var(fn)));
+    return {comment("rescale factor shared by the members with this δ and α"), decl(f, LocalClass::Tile, {int_c(nb_)}, nullptr),
+            rows_of_block(row)};
+}
+
 std::vector<StmtP> PassLowering::rescale(const std::string &P, const MemberInfo &m, Expr x, std::vector<Expr> &d) {
     std::vector<StmtP> s;
     if (m.form != Form::Mult) return s;
@@ -262,6 +336,12 @@ std::vector<StmtP> PassLowering::rescale(const std::string &P, const MemberInfo 
             s.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, dv[i]));
             d.push_back(local_var(dn + "_" + std::to_string(i)));
         }
+    }
+    if (auto f = rescale_factor_.find(m.k); f != rescale_factor_.end()) {
+        // The group's factor (1 where this member's tags say no rescale is due: they equal the
+        // representative's). acc = 0 stays 0, as below.
+        s.push_back(if_then(make_cmp(CmpOp::NE, acc(P, m, x), real_c(0)), {assign(acc(P, m, x), make_mul(acc(P, m, x), local_at(f->second, rr())))}));
+        return s;
     }
     std::vector<Expr> t = tags(P, m, x);
     Expr al = alpha(m, x, d, t, san);
@@ -306,9 +386,13 @@ bool PassLowering::row_rescale(const std::string &P, const MemberInfo &m, std::v
     Expr al = alpha(m, xg(), d, t0, san);
     if (mentions(al, "$xg")) return false;
     std::string f = "$rs" + std::to_string(uid_++);
-    out.push_back(decl(f, LocalClass::State, {}, real_c(1)));
-    out.push_back(if_then(make_and(make_cmp(CmpOp::GT, m.X, int_c(0)), make_and(seen_b(P, m, int_c(0)), differs(d, t0))),
-                          {assign(local_var(f), al)}));
+    if (auto shared = rescale_factor_.find(m.k); shared != rescale_factor_.end()) {
+        out.push_back(decl(f, LocalClass::State, {}, local_at(shared->second, rr())));
+    } else {
+        out.push_back(decl(f, LocalClass::State, {}, real_c(1)));
+        out.push_back(if_then(make_and(make_cmp(CmpOp::GT, m.X, int_c(0)), make_and(seen_b(P, m, int_c(0)), differs(d, t0))),
+                              {assign(local_var(f), al)}));
+    }
     out.push_back(over_extra(m, [&](Expr x) {
         // acc = 0 stays 0 (α may overflow to inf where the old tag is far above the new δ).
         return std::vector<StmtP>{if_then(make_cmp(CmpOp::NE, acc(P, m, x), real_c(0)), {assign(acc(P, m, x), make_mul(acc(P, m, x), local_var(f)))})};

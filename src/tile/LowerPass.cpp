@@ -311,10 +311,12 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
         out.push_back(rows_of_block({for_loop(j, j0, j1, {assign(local_at(local, add_i(mul_i(rr(), int_c(row_stride())), make_sub(j, j0))), v)}, LoopKind::Simd)}));
     }
     plan_gemms(P);
+    plan_shared_rescales(P);
     for (const MemberInfo &m : members_) {
         const MemberAnalysis &a = *m.a;
         Mode run{P, false, false}, san{P, false, true};
         out.push_back(comment("member " + std::to_string(m.k) + ": " + relation_name(a.relation)));
+        for (const StmtP &s : shared_rescale_factor(P, m)) out.push_back(s);
         if (auto it = gemm_of_.find(m.k); it != gemm_of_.end()) {
             for (const StmtP &s : member_gemm(P, m, it->second)) out.push_back(s);
             continue;

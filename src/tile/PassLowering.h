@@ -204,6 +204,16 @@ private:
     /** The GEMM path's rescale with one factor per row (LowerGemm.cpp); false when it does not apply. */
     bool row_rescale(const std::string &P, const MemberInfo &m, std::vector<StmtP> &out);
 
+    /** Groups the multiplicative sums of this pass whose δ does not depend on their extra point and
+     *  whose α(δ, τ) is one function of (δ, τ): every such member sets its tags to the same δ and its
+     *  seen flag after every tile and merge, from the same initial values, so their tags stay equal
+     *  and one factor α(δ, τ) per row and tile serves all of them (attention's l and O: one exp per
+     *  row and tile instead of two). Groups of one are left alone. */
+    void plan_shared_rescales(const std::string &P);
+    /** The loop computing the factor of m's group into its tile array, when m is the group's first
+     *  member (emitted just before it, after the members its δ reads have been updated). */
+    std::vector<StmtP> shared_rescale_factor(const std::string &P, const MemberInfo &m);
+
     std::vector<StmtP> after_terms(const std::string &P, const MemberInfo &m, Expr x, const std::vector<Expr> &d);
 
     /** A member summing a shared tile array (no shift: the terms are the array's values). */
@@ -262,8 +272,10 @@ private:
     Expr L_ = nullptr;
     std::map<std::string, std::string> prologue_ids_;
     std::map<int, MemberGemm> gemm_of_;
-    std::map<int, std::vector<Expr>> hoisted_;
-    std::vector<StmtP> epilogue_arrays_;  ///< row buffers of streamed epilogue outputs  ///< member -> δ locals declared once per row
+    std::map<int, std::vector<Expr>> hoisted_;  ///< member -> δ locals declared once per row
+    std::map<int, std::string> rescale_factor_;  ///< member -> the tile array of its group's factor
+    std::map<int, int> rescale_first_;           ///< first member of a group -> the member whose tags it reads
+    std::vector<StmtP> epilogue_arrays_;  ///< row buffers of streamed epilogue outputs
     std::set<std::string> int8_arrays_;
     std::map<Expr, std::pair<std::string, bool>> shared_;  ///< factor -> (tile array, computed yet)
     int uid_ = 0;

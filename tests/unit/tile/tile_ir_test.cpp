@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <sstream>
 
 #include "driver/Compiler.h"
@@ -34,6 +36,36 @@ Module module_with(StmtP body) {
 
 Expr X(Expr i) { return make_load("X", {i}, DType::f32, SType::Real); }
 Expr Y(Expr i) { return make_load("Y", {i}, DType::f32, SType::Real); }
+
+/** Calls f on every expression of s and below. */
+void each_expr(const StmtP &s, const std::function<void(Expr)> &f) {
+    map_own_exprs(s, [&](Expr e) {
+        f(e);
+        return e;
+    });
+    for (const StmtP &c : s->body) each_expr(c, f);
+    for (const StmtP &c : s->else_body) each_expr(c, f);
+}
+
+/** exp/exp2 calls inside the tile loops of s whose argument reads a member's tag: the rescales. */
+int rescale_exps_per_tile(const StmtP &s) {
+    if (s->kind == StmtKind::For && s->var && s->var->name == "$tile") {
+        std::set<Expr> calls;
+        each_expr(s, [&](Expr e) {
+            visit(e, [&](Expr n) {
+                if (n->kind != Kind::Call || (n->func != Func::exp && n->func != Func::exp2)) return;
+                bool tag = false;
+                visit(n, [&](Expr q) { tag |= q->kind == Kind::Load && q->name.find("_tag") != std::string::npos; });
+                if (tag) calls.insert(n);
+            });
+        });
+        return static_cast<int>(calls.size());
+    }
+    int n = 0;
+    for (const StmtP &c : s->body) n += rescale_exps_per_tile(c);
+    for (const StmtP &c : s->else_body) n += rescale_exps_per_tile(c);
+    return n;
+}
 
 }  // namespace
 
@@ -93,6 +125,24 @@ TEST(TileLowering, SoftmaxIsOneKernelWithItsEpilogue) {
     EXPECT_NE(m.kernels[0].what.find("epilogue Y"), std::string::npos);
     Module u = lower_plan(c->plan, [] { LowerOptions o; o.unfused = true; return o; }());
     EXPECT_EQ(u.kernels.size(), 3u);  // m, s, Y
+}
+
+TEST(TileLowering, MembersWithOneDeltaAndAlphaShareOneRescalePerTile) {
+    // Attention's l and O (and the decodes' l and O) both rescale by exp(τ - δ) with δ = m: one
+    // factor per row and tile serves both (PassLowering::plan_shared_rescales); before, 2.
+    for (auto [name, want] : std::vector<std::pair<const char *, int>>{
+             {"attention", 1}, {"attention_causal", 1}, {"attention_gqa", 1}, {"decode_gqa", 1}, {"mla_decode", 1}}) {
+        ArenaScope a;
+        auto c = compile_file(std::string(REDFUSE_SOURCE_DIR) + "/examples/" + name + ".rf", {});
+        for (int64_t seg : {0, 4}) {
+            LowerOptions lo;
+            lo.force_segments = seg;
+            Module m = lower_plan(c->plan, lo);
+            int n = 0;
+            for (const Kernel &k : m.kernels) n += rescale_exps_per_tile(k.body);
+            EXPECT_EQ(n, want) << name << " segments " << seg << "\n" << to_string(m);
+        }
+    }
 }
 
 TEST(TileLowering, GoldenDumps) {
