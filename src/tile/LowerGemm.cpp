@@ -291,7 +291,9 @@ void PassLowering::plan_shared_rescales(const std::string &P) {
         std::vector<const MemberInfo *> share;
         for (const MemberInfo *m : g)
             if (rep->X->is_const() && rep->X->value >= 1 ? true : m->X == rep->X) share.push_back(m);
-        if (share.size() < 2) continue;
+        // One member with several extra points shares the factor among them (their tags move
+        // together for the same reason); one member with one point has nothing to share.
+        if (share.size() < 2 && rep->X->is_const() && rep->X->value <= 1) continue;
         std::string f = "$rf" + std::to_string(uid_++);
         for (const MemberInfo *m : share) rescale_factor_[m->k] = f;
         rescale_first_[share[0]->k] = rep->k;
@@ -318,7 +320,7 @@ std::vector<StmtP> PassLowering::shared_rescale_factor(const std::string &P, con
     if (!(rep.X->is_const() && rep.X->value >= 1)) due = make_and(make_cmp(CmpOp::GT, rep.X, int_c(0)), due);
     row.push_back(if_then(due, {assign(local_var(fn), alpha(rep, int_c(0), d, t0, san))}));
     row.push_back(assign(local_at(f, rr()), local_var(fn)));
-    return {comment("rescale factor shared by the members with this δ and α"), decl(f, LocalClass::Tile, {int_c(nb_)}, nullptr),
+    return {comment("rescale factor per row, shared by the members and extra points with this δ and α"), decl(f, LocalClass::Tile, {int_c(nb_)}, nullptr),
             rows_of_block(row)};
 }
 

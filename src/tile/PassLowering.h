@@ -208,7 +208,7 @@ private:
      *  whose α(δ, τ) is one function of (δ, τ): every such member sets its tags to the same δ and its
      *  seen flag after every tile and merge, from the same initial values, so their tags stay equal
      *  and one factor α(δ, τ) per row and tile serves all of them (attention's l and O: one exp per
-     *  row and tile instead of two). Groups of one are left alone. */
+     *  row and tile instead of two). A group of one member with one extra point is left alone. */
     void plan_shared_rescales(const std::string &P);
     /** The loop computing the factor of m's group into its tile array, when m is the group's first
      *  member (emitted just before it, after the members its δ reads have been updated). */

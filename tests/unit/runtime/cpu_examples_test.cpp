@@ -111,6 +111,31 @@ TEST_P(CpuExamples, TailsSegmentsAndTheUnfusedPlan) {
     run_case(path, src, unfused);
 }
 
+TEST(CpuBackend, SharedRescaleFactorsAgainstTheReference) {
+    // Multiplicative members sharing one rescale factor per row (tile IR plan_shared_rescales):
+    // with l, without l (two members over E columns), and with a per-column δ (no sharing); on
+    // the element-wise update path (tanh(V), V·V: no GEMM), with tails, segments and row blocks.
+    const char *head = "size R = 5, C = 37, E = 3\ninput X[R, C] : f32\ninput V[C, E] : f32\nm[r] = max(c: X[r, c])\n";
+    std::vector<std::pair<std::string, std::string>> specs{
+        {"with_l", std::string(head) + "l[r] = sum(c: exp(X[r, c] - m[r]))\n"
+                                        "O[r, e] = sum(c: exp(X[r, c] - m[r]) * tanh(V[c, e])) / l[r]\noutput O\n"},
+        {"two_members", std::string(head) + "O[r, e] = sum(c: exp(X[r, c] - m[r]) * tanh(V[c, e]))\n"
+                                             "P[r, e] = sum(c: exp(X[r, c] - m[r]) * V[c, e] * V[c, e])\noutput O\noutput P\n"},
+        {"per_column_delta", "size R = 5, C = 37, E = 3\ninput X[R, C, E] : f32\nm[r, e] = max(c: X[r, c, e])\n"
+                             "O[r, e] = sum(c: exp(X[r, c, e] - m[r, e]) * X[r, c, e])\noutput O\n"}};
+    for (const auto &[name, src] : specs) {
+        RunOptions tails;
+        tails.tile = 16;
+        tails.segments = 3;
+        tails.row_block = 3;
+        tails.sizes = {{"R", 7}, {"C", 300}, {"E", 5}};
+        run_case(name + ".rf", src, tails);
+        RunOptions single;
+        single.tile = 1;
+        run_case(name + ".rf", src, single);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Examples, CpuExamples, ::testing::ValuesIn(examples()),
                          [](const ::testing::TestParamInfo<std::filesystem::path> &i) { return i.param.stem().string(); });
 

@@ -143,6 +143,17 @@ TEST(TileLowering, MembersWithOneDeltaAndAlphaShareOneRescalePerTile) {
             EXPECT_EQ(n, want) << name << " segments " << seg << "\n" << to_string(m);
         }
     }
+    // The element-wise update path (no GEMM: tanh(V)) with E output columns: one factor per row
+    // for l and every column of O (was one for l and one per column of O).
+    ArenaScope a;
+    auto c = compile_source("size R = 5, C = 37, E = 3\ninput X[R, C] : f32\ninput V[C, E] : f32\n"
+                            "m[r] = max(c: X[r, c])\nl[r] = sum(c: exp(X[r, c] - m[r]))\n"
+                            "O[r, e] = sum(c: exp(X[r, c] - m[r]) * tanh(V[c, e])) / l[r]\noutput O\n",
+                            "mult.rf", {});
+    Module m = lower_plan(c->plan, {});
+    std::string dump = to_string(m);
+    EXPECT_EQ(rescale_exps_per_tile(m.kernels.at(0).body), 1) << dump;
+    EXPECT_NE(dump.find("$A2_acc[$rr * E + $x2_10] * $rf0[$rr]"), std::string::npos) << dump;
 }
 
 TEST(TileLowering, GoldenDumps) {
