@@ -65,6 +65,7 @@ std::unique_ptr<Compilation> compile_source(const std::string &source, const std
         for (const SizeDecl &s : c->program.sizes)
             if (s.default_value) sizes[s.name] = *s.default_value;
     }
+    c->sizes = sizes;
     po.sizes = &sizes;
     c->plan = make_plan(c->program, po);                                           // analyze + plan
     c->plan.program = &c->program;
@@ -137,9 +138,9 @@ bool is_index_output(const Program &p, const std::string &name) {
 }  // namespace
 
 std::string backend_dump(const Compilation &c, const std::string &stage) {
+    // The schedule (row block, tile, segments) is chosen for the sizes the plan was made for.
     tile::LowerOptions lo;
-    for (const SizeDecl &s : c.program.sizes)
-        if (s.default_value) lo.sizes[s.name] = *s.default_value;
+    lo.sizes = c.sizes;
     if (stage == "opencl" || stage == "cuda") {
         GpuOptions go;
         go.target = stage;
@@ -170,9 +171,7 @@ std::vector<std::string> emit_cpu(const Compilation &c, const std::string &dir, 
     if (id != name || name.empty() || std::isdigit(static_cast<unsigned char>(name[0])))
         throw UserError({}, "--name must be a C identifier (letters, digits, '_'; not starting with a digit), got '" + name + "'");
     PlanOptions po = plan_options_for("cpu");
-    SizeBinding sizes;
-    for (const SizeDecl &s : c.program.sizes)
-        if (s.default_value) sizes[s.name] = *s.default_value;
+    SizeBinding sizes = c.sizes;  // emit --size: what the schedule is chosen for
     po.sizes = &sizes;
     Plan plan = make_plan(c.program, po);
     plan.program = &c.program;

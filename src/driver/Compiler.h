@@ -22,6 +22,7 @@ struct Compilation {
     std::string file, source;
     Program program;
     Plan plan;
+    SizeBinding sizes;  ///< the sizes the plan was made for (--size over the spec's defaults)
     double analyze_ms = 0;
 };
 

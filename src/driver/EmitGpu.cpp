@@ -17,9 +17,7 @@ std::vector<std::string> emit_gpu(const Compilation &c, const std::string &dir, 
     std::string id = c_identifier(name, "");
     if (id != name || name.empty() || std::isdigit(static_cast<unsigned char>(name[0])))
         throw UserError({}, "--name must be a C identifier (letters, digits, '_'; not starting with a digit), got '" + name + "'");
-    SizeBinding sizes;
-    for (const SizeDecl &s : c.program.sizes)
-        if (s.default_value) sizes[s.name] = *s.default_value;
+    SizeBinding sizes = c.sizes;  // emit --size: what the schedule is chosen for
     PlanOptions po = plan_options_for("gpu");
     po.sizes = &sizes;
     Plan plan = make_plan(c.program, po);

@@ -125,3 +125,20 @@ TEST_P(EmitCpu, StandaloneProgramMatchesTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, EmitCpu, ::testing::Values("softmax", "moe_routing", "attention", "variance"));
+
+TEST(EmitDumps, FollowTheSizesThePlanWasMadeFor) {
+    // `analyze --emit tile|cuda --size ...` and `emit --size ...` choose the schedule for the given
+    // sizes (they used the spec's defaults): split-KV decode is one segment at the defaults (N = 37)
+    // and several at N = 8192.
+    ArenaScope a;
+    std::string spec = std::string(REDFUSE_SOURCE_DIR) + "/examples/decode_gqa.rf";
+    auto small = compile_file(spec, {});
+    CompileOptions big_opts;
+    big_opts.sizes = {{"B", 4}, {"Hq", 32}, {"Hkv", 8}, {"N", 8192}, {"D", 128}};
+    auto big = compile_file(spec, big_opts);
+    EXPECT_EQ(big->sizes.at("N"), 8192);
+    EXPECT_EQ(small->sizes.at("N"), 37);
+    EXPECT_NE(backend_dump(*small, "tile").find("segments=1 "), std::string::npos);
+    EXPECT_NE(backend_dump(*big, "tile").find("strategy=multi_segment"), std::string::npos);
+    EXPECT_NE(backend_dump(*small, "opencl"), backend_dump(*big, "opencl"));
+}
