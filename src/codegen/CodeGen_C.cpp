@@ -45,6 +45,18 @@ std::string safe_comment(const std::string &s) {
     return out;
 }
 
+const char *c_storage_type(DType t) {
+    switch (t) {
+    case DType::f64: return "double";
+    case DType::f32: return "float";
+    case DType::f16: case DType::bf16: return "uint16_t";
+    case DType::f8e4m3: case DType::f8e5m2: return "uint8_t";
+    case DType::i8: return "int8_t";
+    case DType::i32: return "int32_t";
+    default: return "int64_t";
+    }
+}
+
 std::string c_real_literal(double v, const std::string &real) {
     if (std::isnan(v)) return "std::numeric_limits<" + real + ">::quiet_NaN()";
     if (std::isinf(v)) return std::string(v < 0 ? "-" : "") + "std::numeric_limits<" + real + ">::infinity()";

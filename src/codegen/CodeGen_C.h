@@ -45,6 +45,10 @@ std::string safe_comment(const std::string &s);
  *  stride of 1 lets compilers use plain vector loads). */
 std::string row_major_offset(const std::string &buf, const std::vector<std::string> &idx);
 
+/** The C element type a buffer of dtype t is stored as in memory, in every dialect: reals narrower
+ *  than f32 stay as their raw bits (uint16_t / uint8_t) and are widened by the semantics helpers. */
+const char *c_storage_type(DType t);
+
 /** A real literal that reads back exactly (shortest round-trip digits, or an infinity/NaN). */
 std::string c_real_literal(double v, const std::string &real);
 

@@ -14,7 +14,7 @@
 namespace rf {
 
 extern const char *const kEmbeddedCpuHeader;   // generated from src/runtime/kernels/redfuse_cpu.h
-extern const char *const kEmbeddedSimdHeader;  // generated from src/runtime/kernels/redfuse_simd.h
+extern const char *const kEmbeddedSimdHeader;  // generated from src/runtime/kernels/redfuse_simd{,_gemm,_fp8}.h
 
 const std::string &cpu_runtime_header() {
     static const std::string text = kEmbeddedCpuHeader;
@@ -47,18 +47,6 @@ std::string c_string(const std::string &s) {
     return out + "\"";
 }
 
-const char *storage_type(DType t) {
-    switch (t) {
-    case DType::f64: return "double";
-    case DType::f32: return "float";
-    case DType::f16: case DType::bf16: return "uint16_t";
-    case DType::f8e4m3: case DType::f8e5m2: return "uint8_t";
-    case DType::i8: return "int8_t";
-    case DType::i32: return "int32_t";
-    default: return "int64_t";
-    }
-}
-
 std::string local_name(const std::string &n) { return c_identifier(n.substr(1), "l_"); }
 
 class KernelPrinter {
@@ -77,7 +65,7 @@ public:
         for (size_t i = 0; i < m_.buffers.size(); i++) {
             const Buffer &b = m_.buffers[i];
             std::string id = buf_id(i);
-            os_ << "    " << storage_type(b.dtype) << " *__restrict " << id << " = (" << storage_type(b.dtype) << " *)rf_bufs[" << i
+            os_ << "    " << c_storage_type(b.dtype) << " *__restrict " << id << " = (" << c_storage_type(b.dtype) << " *)rf_bufs[" << i
                 << "]; (void)" << id << ";\n";
             // Row-major strides.
             for (size_t d = 0; d < b.dims.size(); d++) {

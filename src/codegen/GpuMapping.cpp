@@ -3,22 +3,15 @@
  */
 #include "codegen/GpuMapping.h"
 
+#include "codegen/CodeGen_C.h"
+
 namespace rf::gpu_mapping {
 
 using namespace tile;
 
 /** Element type of a buffer in GPU memory: temporaries are float (fp32 running states, brief §2). */
 const char *gpu_storage_type(const Buffer &b) {
-    if (b.role == Buffer::Role::Temp) return "float";
-    switch (b.dtype) {
-    case DType::f64: return "double";
-    case DType::f32: return "float";
-    case DType::f16: case DType::bf16: return "uint16_t";
-    case DType::f8e4m3: case DType::f8e5m2: return "uint8_t";
-    case DType::i8: return "int8_t";
-    case DType::i32: return "int32_t";
-    default: return "int64_t";
-    }
+    return b.role == Buffer::Role::Temp ? "float" : c_storage_type(b.dtype);
 }
 
 std::string gpu_widen(DType t, const std::string &stored) {

@@ -1,29 +1,27 @@
 /** \file redfuse_simd.h
- * Hot-loop primitives for generated CPU kernels (GEMMs, exp, row reductions), with the code path chosen
- * at compile time from the -m flags: AVX-512 (F+BW+VL; vdpbf16ps with AVX512_BF16, vpdpbusd with
- * AVX512_VNNI), else AVX2+FMA, else portable scalar loops.
+ * Hot-loop primitives for generated CPU kernels, first of three texts: the vector vocabulary and the
+ * element-wise row kernels (exp, max, sum, scale), with the code path chosen at compile time from the
+ * -m flags: AVX-512 (F+BW+VL; vdpbf16ps with AVX512_BF16, vpdpbusd with AVX512_VNNI), else AVX2+FMA,
+ * else portable scalar loops.
+ *
+ * Three texts, pasted in this order (CMake embeds their concatenation as kEmbeddedSimdHeader, which
+ * the JIT pastes and `emit` writes out as one redfuse_simd.h): this one (ISA selection, bf16
+ * conversions, the per-ISA vector vocabulary, the vectorized exp and the row primitives),
+ * redfuse_simd_gemm.h (the GEMM micro-kernels and their scratch) and redfuse_simd_fp8.h (narrow GEMM
+ * weights). A program that includes them directly includes them in that order.
  *
  * Self-contained (no redfuse headers) and C++17, because JIT-compiled kernels include it. Every function
  * is `static inline`, so translation units built with different -m flags never share a definition.
- * No pointer needs any alignment; leading dimensions are in elements. Scratch memory (B panels) is
- * per thread and translation unit (a process-wide map, not thread_local) and only grows: up to 512 KiB per thread for large GEMMs (plus up to
- * 128 KiB for bf16 A without AVX512_BF16), 64 KiB or less for attention-sized tiles. No function uses
- * OpenMP; all are safe to call from several threads at once.
+ * No pointer needs any alignment. No function uses OpenMP; all are safe to call from several threads
+ * at once.
  */
 #ifndef REDFUSE_SIMD_H
 #define REDFUSE_SIMD_H
 
-#include <array>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <new>
-#include <type_traits>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define RFK_SIMD_AVX512 1
@@ -51,12 +49,8 @@
 
 #if defined(__GNUC__)
 #define RFK_UNROLL _Pragma("GCC unroll 16")
-// Register-blocked kernels stay out of line: inlined into their drivers, GCC 12 has been seen to keep a
-// B vector on the stack and reload it for every FMA (40% slower).
-#define RFK_KERNEL __attribute__((noinline))
 #else
 #define RFK_UNROLL
-#define RFK_KERNEL
 #endif
 
 namespace rfk {
@@ -93,60 +87,8 @@ static inline uint16_t f32_to_bf16(float f) {
 
 namespace simd_detail {
 
-// ---------------------------------------------------------------------------------------------------
-// Scratch: one growing 64-byte-aligned buffer per slot and thread.
-// ---------------------------------------------------------------------------------------------------
-struct ScratchBuffer {
-    void *data = nullptr;
-    size_t bytes = 0;
-    ~ScratchBuffer() { std::free(data); }
-};
-// Per thread, but not thread_local: generated kernels live in dlopen'd objects, and thread-local
-// objects with destructors registered from such an object (by OpenMP worker threads that outlive it)
-// crash LeakSanitizer's exit-time scan. A process-wide map from thread id to buffers, freed when the
-// object is unloaded, costs one uncontended lock per call (calls are per tile, not per element).
-struct ScratchPool {
-    std::mutex lock;
-    std::unordered_map<std::thread::id, std::array<ScratchBuffer, 3>> per_thread;  // node addresses are stable
-};
-static inline ScratchPool &scratch_pool() {
-    static ScratchPool pool;
-    return pool;
-}
-static inline void *scratch(int slot, size_t bytes) {
-    ScratchPool &pool = scratch_pool();
-    ScratchBuffer *buffers;
-    {
-        std::lock_guard<std::mutex> guard(pool.lock);
-        buffers = pool.per_thread[std::this_thread::get_id()].data();
-    }
-    ScratchBuffer &b = buffers[slot];
-    if (b.bytes < bytes) {
-        size_t rounded = (bytes + 63) / 64 * 64;
-        void *p = std::aligned_alloc(64, rounded);
-        if (!p) throw std::bad_alloc();
-        std::free(b.data);
-        b.data = p;
-        b.bytes = rounded;
-    }
-    return b.data;
-}
-
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
-
-// Calls f(std::integral_constant<int, r>) for a run-time r in [1, R]: row tails reuse the register-blocked
-// kernels at a compile-time height.
-template <int R, typename F>
-static inline void with_rows(int r, F &&f) {
-    if constexpr (R >= 1) {
-        if (r == R) {
-            f(std::integral_constant<int, R>{});
-            return;
-        }
-        with_rows<R - 1>(r, f);
-    }
-}
 
 // Exp constants. exp(x) = 2^n * e^r, n = round(x / ln2), r = x - n ln2 (ln2 in two parts so r is exact to
 // a few bits beyond float), e^r = 1 + r + r^2 q(r) with q a degree-4 Chebyshev fit of (e^r - 1 - r) / r^2
@@ -161,7 +103,7 @@ constexpr float kExpLo = -110.0f, kExpHi = 90.0f;
 
 #if defined(RFK_SIMD_VECTOR)
 // ---------------------------------------------------------------------------------------------------
-// One vector vocabulary per ISA, so the kernels below are written once.
+// One vector vocabulary per ISA, so the kernels below and those of redfuse_simd_gemm.h are written once.
 // ---------------------------------------------------------------------------------------------------
 #if defined(RFK_SIMD_AVX512)
 constexpr int VW = 16;
@@ -340,532 +282,15 @@ static inline vf shifted(vf x, vf scale, vf m, bool m_is_inf) {
     vf t = vsub(xs, m);
     return m_is_inf ? vselect(veq(xs, m), t, xs) : t;
 }
-
-// Calls f(std::integral_constant<int, rows>, i) for strips of R rows covering [0, M); the last one is shorter.
-template <int R, typename F>
-static inline void for_strips(int64_t M, F &&f) {
-    int64_t i = 0;
-    for (; i + R <= M; i += R) f(std::integral_constant<int, R>{}, i);
-    if (i < M) with_rows<R - 1>(int(M - i), [&](auto rows) { f(rows, i); });
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Outer-product GEMM core: an MR x (NV*VW) block of C in registers; per k one broadcast of A[i][k] per row
-// times NV vectors of a row of B laid out with the N dimension contiguous (packed B^T panel, or V rows).
-// ---------------------------------------------------------------------------------------------------
-template <int NV>
-static inline void store_block_row(float *c, const vf *acc, float alpha, bool add, int64_t ncols) {
-    RFK_UNROLL for (int v = 0; v < NV; ++v) {
-        int64_t n = clamp64(ncols - v * VW, 0, VW);
-        if (n == 0) break;
-        vf val = vmul(vset1(alpha), acc[v]);
-        if (n == VW)
-            vstore(c + v * VW, add ? vadd(val, vload(c + v * VW)) : val);
-        else
-            vstore_n(c + v * VW, add ? vadd(val, vload_n(c + v * VW, n)) : val, n);
-    }
-}
-
-// C[0..MR)[0..ncols) (+)= alpha * A[0..MR)[0..kc) * B, B row k at b + k*ldb, NV*VW elements (zero-padded
-// past ncols when packed); bf16 B is widened as it is loaded.
-template <int MR, int NV, typename TB>
-RFK_KERNEL static void outer_kernel(int64_t kc, const float *a, int64_t lda, const TB *b, int64_t ldb, float *c,
-                                    int64_t ldc, float alpha, bool add, int64_t ncols) {
-    static_assert(NV >= 1 && NV <= 4, "B rows are named registers, not an array: GCC may leave an array in memory");
-    vf acc[MR][NV];
-    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = vzero();
-    for (int64_t k = 0; k < kc; ++k) {
-        const TB *bk = b + k * ldb;
-        vf b0 = vload(bk), b1 = NV > 1 ? vload(bk + VW) : b0, b2 = NV > 2 ? vload(bk + 2 * VW) : b0,
-           b3 = NV > 3 ? vload(bk + 3 * VW) : b0;
-        RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            vf av = vset1(a[i * lda + k]);
-            acc[i][0] = vfma(av, b0, acc[i][0]);
-            if constexpr (NV > 1) acc[i][1] = vfma(av, b1, acc[i][1]);
-            if constexpr (NV > 2) acc[i][2] = vfma(av, b2, acc[i][2]);
-            if constexpr (NV > 3) acc[i][3] = vfma(av, b3, acc[i][3]);
-        }
-    }
-    RFK_UNROLL for (int i = 0; i < MR; ++i) store_block_row<NV>(c + i * ldc, acc[i], alpha, add, ncols);
-}
-
-// Packs rows [0, rows) of a K-contiguous matrix (columns [0, kc)) transposed: out[k*W + j], W = NV*VW,
-// j >= rows zero. B^T panels for the NT GEMMs; bf16 input is widened on the way.
-template <int NV, typename T>
-static inline void pack_transposed(const T *src, int64_t ld, int64_t rows, int64_t kc, float *out) {
-    constexpr int W = NV * VW;
-    for (int h = 0; h < NV; ++h) {
-        int64_t valid = clamp64(rows - h * VW, 0, VW);
-        for (int64_t k0 = 0; k0 < kc; k0 += VW) {
-            int64_t kk = min64(VW, kc - k0);
-            vf r[VW];
-            for (int t = 0; t < VW; ++t) {
-                const T *p = src + (h * VW + t) * ld + k0;
-                r[t] = t >= valid ? vzero() : (kk == VW ? vload(p) : vload_n(p, kk));
-            }
-            vtranspose(r);
-            for (int64_t t = 0; t < kk; ++t) vstore(out + (k0 + t) * W + h * VW, r[t]);
-        }
-    }
-}
-
-// Copies columns [0, cols) of kc rows (N-contiguous) into out[k*W + j], zero-padded (V's last panel).
-template <int NV, typename T>
-static inline void pack_rows(const T *src, int64_t ld, int64_t kc, int64_t cols, float *out) {
-    constexpr int W = NV * VW;
-    for (int64_t k = 0; k < kc; ++k)
-        RFK_UNROLL for (int v = 0; v < NV; ++v) {
-            int64_t n = clamp64(cols - v * VW, 0, VW);
-            vstore(out + k * W + v * VW, n == VW ? vload(src + k * ld + v * VW) : (n == 0 ? vzero() : vload_n(src + k * ld + v * VW, n)));
-        }
-}
-
-static inline void widen_row(const uint16_t *src, int64_t n, float *out) {
-    int64_t k = 0;
-    for (; k + VW <= n; k += VW) vstore(out + k, vload(src + k));
-    if (k < n) vstore_n(out + k, vload_n(src + k, n - k), n - k);
-}
-
-// K = 0 leaves nothing to accumulate: C = alpha * 0, or unchanged when accumulating.
-static inline void clear_rows(int64_t M, int64_t N, float *C, int64_t ldc) {
-    for (int64_t i = 0; i < M; ++i) std::memset(C + i * ldc, 0, size_t(N) * sizeof(float));
-}
-
-// Blocking of the outer-product GEMMs: a B panel (KC x W floats) stays in L1 while MR-row strips of A pass
-// over it; the packed B block (KC x NC) and an A block (MC x KC) share L2.
-#if defined(RFK_SIMD_AVX512)
-constexpr int kMR = 8, kNV = 2, kSmallMR = 4, kSmallNV = 4;
-#else
-constexpr int kMR = 6, kNV = 2, kSmallMR = 3, kSmallNV = 4;
-#endif
-constexpr int64_t kKC = 256, kNC = 512, kMC = 128;
-// Rows of A per dot tile (against 4 rows of B): (rows + 1) * 4 + 1 vector registers of the 32 or 16.
-constexpr int kDotMR = VW == 16 ? 4 : 2;
-// Packing B pays off once enough rows of A reuse each panel; below that the dot form wins (bench/micro).
-constexpr int64_t kPackMinM = 8, kPackMinN = 16;
-
-// Runs the register blocks over nc columns of B (panels of W, panel_stride elements apart), rows [0, M).
-template <int MR, int NV, typename TB>
-static inline void outer_block(int64_t M, int64_t nc, int64_t kc, const float *a, int64_t lda, const TB *b,
-                               int64_t ldb_k, int64_t panel_stride, float *c, int64_t ldc, float alpha, bool add) {
-    constexpr int W = NV * VW;
-    for (int64_t j = 0; j < nc; j += W)
-        for_strips<MR>(M, [&](auto rows, int64_t i) {
-            outer_kernel<decltype(rows)::value, NV, TB>(kc, a + i * lda, lda, b + (j / W) * panel_stride, ldb_k,
-                                                        c + i * ldc + j, ldc, alpha, add, min64(W, nc - j));
-        });
-}
-
-#if defined(RFK_SIMD_BF16)
-// ---------------------------------------------------------------------------------------------------
-// bf16 x bf16 with vdpbf16ps: each 32-bit lane holds a pair of consecutive k. B^T panels of pairs are the
-// f32 transpose applied to 32-bit pair units.
-// ---------------------------------------------------------------------------------------------------
-static inline __m512bh as_bh(vf v) { return (__m512bh)_mm512_castps_si512(v); }
-static inline __mmask32 first_n16(int64_t n) { return __mmask32(n >= 32 ? 0xffffffffu : ((1u << n) - 1u)); }
-
-// out[p*W + j] = pair (B[j][2p], B[j][2p+1]); a missing odd element and rows >= `rows` are zero.
-template <int NV>
-static inline void pack_pairs(const uint16_t *src, int64_t ld, int64_t rows, int64_t kc, float *out) {
-    constexpr int W = NV * 16;
-    int64_t npairs = (kc + 1) / 2;
-    for (int h = 0; h < NV; ++h) {
-        int64_t valid = clamp64(rows - h * 16, 0, 16);
-        for (int64_t p0 = 0; p0 < npairs; p0 += 16) {
-            __mmask32 m = first_n16(kc - 2 * p0);
-            vf r[16];
-            for (int t = 0; t < 16; ++t)
-                r[t] = t >= valid ? vzero() : _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, src + (h * 16 + t) * ld + 2 * p0));
-            vtranspose(r);
-            for (int64_t t = 0; t < min64(16, npairs - p0); ++t) vstore(out + (p0 + t) * W + h * 16, r[t]);
-        }
-    }
-}
-
-template <int MR, int NV>
-RFK_KERNEL static void bf16_outer_kernel(int64_t kc, const uint16_t *a, int64_t lda, const float *b, float *c,
-                                         int64_t ldc, float alpha, bool add, int64_t ncols) {
-    static_assert(NV == 2, "one pair of named B registers");
-    constexpr int W = NV * 16;
-    vf acc[MR][NV];
-    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = vzero();
-    // pair_of(i, p): A[i][2p], A[i][2p+1] as one 32-bit lane; the last k of an odd kc pairs with zero, as
-    // its partner in the B panel is zero too.
-    auto step = [&](int64_t p, auto pair_of) {
-        vf b0 = in_register(vload(b + p * W)), b1 = in_register(vload(b + p * W + 16));
-        RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            __m512bh av = (__m512bh)_mm512_set1_epi32(pair_of(i, p));
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, as_bh(b0));
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, as_bh(b1));
-        }
-    };
-    int64_t full = kc / 2;
-    for (int64_t p = 0; p < full; ++p)
-        step(p, [&](int i, int64_t q) {
-            int32_t pair;
-            std::memcpy(&pair, a + i * lda + 2 * q, 4);
-            return pair;
-        });
-    if (kc & 1) step(full, [&](int i, int64_t) { return int32_t(a[i * lda + kc - 1]); });
-    RFK_UNROLL for (int i = 0; i < MR; ++i) store_block_row<NV>(c + i * ldc, acc[i], alpha, add, ncols);
-}
-#endif  // RFK_SIMD_BF16
-
-// NT via packing: C (+)= alpha * A B^T. kPairs: bf16 A and B through vdpbf16ps on pair panels; otherwise f32
-// FMAs, bf16 operands widened (A per block into scratch, B while packing). With a single M block each B
-// panel is packed right before its strips run (still in L1); with several, the whole NC block is packed
-// once and reused by all of them.
-template <bool kPairs, typename TA, typename TB>
-static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
-                             int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    constexpr int W = kNV * VW;
-    constexpr int64_t KC = kPairs ? 2 * kKC : kKC;  // pairs: even, so only the last block can hold an odd k
-    auto panel_rows = [](int64_t kc) { return kPairs ? (kc + 1) / 2 : kc; };
-    bool panel_at_a_time = M <= kMC;
-    int64_t packed_cols = panel_at_a_time ? W : (min64(N, kNC) + W - 1) / W * W;
-    float *bpack = static_cast<float *>(scratch(0, size_t(panel_rows(min64(K, KC)) * packed_cols) * sizeof(float)));
-    for (int64_t pc = 0; pc < K; pc += KC) {
-        int64_t kc = min64(KC, K - pc), panel = panel_rows(kc) * W;
-        bool add = accumulate || pc > 0;
-        auto pack = [&](int64_t j, float *out) {
-#if defined(RFK_SIMD_BF16)
-            if constexpr (kPairs) pack_pairs<kNV>(B + j * ldb + pc, ldb, min64(W, N - j), kc, out); else
-#endif
-            pack_transposed<kNV>(B + j * ldb + pc, ldb, min64(W, N - j), kc, out);
-        };
-        for (int64_t jc = 0; jc < N; jc += kNC) {
-            int64_t nc = min64(kNC, N - jc);
-            if (!panel_at_a_time)
-                for (int64_t j = 0; j < nc; j += W) pack(jc + j, bpack + (j / W) * panel);
-            for (int64_t ic = 0; ic < M; ic += kMC) {
-                int64_t mc = min64(kMC, M - ic);
-                const float *ablock = nullptr;
-                int64_t ablock_ld = lda;
-                if constexpr (std::is_same_v<TA, float>) {
-                    ablock = A + ic * lda + pc;
-                } else if constexpr (!kPairs) {
-                    float *conv = static_cast<float *>(scratch(1, size_t(mc * kc) * sizeof(float)));
-                    for (int64_t i = 0; i < mc; ++i) widen_row(A + (ic + i) * lda + pc, kc, conv + i * kc);
-                    ablock = conv;
-                    ablock_ld = kc;
-                }
-                for (int64_t j = 0; j < nc; j += W) {
-                    float *bp = panel_at_a_time ? bpack : bpack + (j / W) * panel;
-                    if (panel_at_a_time) pack(jc + j, bp);
-                    int64_t ncols = min64(W, nc - j);
-                    float *cb = C + ic * ldc + jc + j;
-#if defined(RFK_SIMD_BF16)
-                    if constexpr (kPairs)
-                        for_strips<kMR>(mc, [&](auto rows, int64_t i) {
-                            bf16_outer_kernel<decltype(rows)::value, kNV>(kc, A + (ic + i) * lda + pc, lda, bp, cb + i * ldc,
-                                                                          ldc, alpha, add, ncols);
-                        });
-                    else
-#endif
-                    outer_block<kMR, kNV, float>(mc, ncols, kc, ablock, ablock_ld, bp, W, 0, cb, ldc, alpha, add);
-                }
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Dot-product GEMM core for small M (or N): MR rows of A against 4 rows of B with vectors along K, reduced
-// at the end. No packing, so decode-sized problems stream B once at memory speed.
-// ---------------------------------------------------------------------------------------------------
-static inline __m128i first_of_4(int64_t n) {
-    alignas(16) static const int32_t lanes[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
-    return _mm_loadu_si128(reinterpret_cast<const __m128i *>(lanes + 4 - n));
-}
-
-// f32 FMAs along K; bf16 operands are widened as they are loaded.
-struct DotFma {
-    static constexpr int kStep = VW;
-    template <typename T>
-    static vf load(const T *p, int64_t n) { return n == VW ? vload(p) : vload_n(p, n); }
-    static vf madd(vf acc, vf a, vf b) { return vfma(a, b, acc); }
-};
-#if defined(RFK_SIMD_BF16)
-// bf16 pairs along K through vdpbf16ps: 32 k per instruction.
-struct DotBf16 {
-    static constexpr int kStep = 32;
-    static vf load(const uint16_t *p, int64_t n) { return _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(first_n16(n), p)); }
-    static vf madd(vf acc, vf a, vf b) { return _mm512_dpbf16_ps(acc, as_bh(a), as_bh(b)); }
-};
-#endif
-
-template <int MR, typename Ops, typename TA, typename TB>
-RFK_KERNEL static void dot_kernel(int64_t K, const TA *a, int64_t lda, const TB *const *b, float *c, int64_t ldc,
-                                  float alpha, bool add, int64_t ncols) {
-    vf acc[MR][4];
-    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vzero();
-    const TB *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
-    auto step = [&](int64_t k, int64_t n) {
-        vf v0 = in_register(Ops::load(b0 + k, n)), v1 = in_register(Ops::load(b1 + k, n));
-        vf v2 = in_register(Ops::load(b2 + k, n)), v3 = in_register(Ops::load(b3 + k, n));
-        RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            vf av = in_register(Ops::load(a + i * lda + k, n));
-            acc[i][0] = Ops::madd(acc[i][0], av, v0);
-            acc[i][1] = Ops::madd(acc[i][1], av, v1);
-            acc[i][2] = Ops::madd(acc[i][2], av, v2);
-            acc[i][3] = Ops::madd(acc[i][3], av, v3);
-        }
-    };
-    int64_t k = 0;
-    for (; k + Ops::kStep <= K; k += Ops::kStep) step(k, Ops::kStep);
-    if (k < K) step(k, K - k);
-    __m128i m = first_of_4(ncols);
-    RFK_UNROLL for (int i = 0; i < MR; ++i) {
-        __m128 s = _mm_mul_ps(vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), _mm_set1_ps(alpha));
-        if (add) s = _mm_add_ps(s, _mm_maskload_ps(c + i * ldc, m));
-        _mm_maskstore_ps(c + i * ldc, m, s);
-    }
-}
-
-// Tiles C into MR x 4 blocks, B rows outermost so each group of 4 B rows is read from memory once. Missing B
-// rows in the last group alias row 0 of the group (valid memory); their sums are not stored.
-template <int MR, typename T, typename Kernel>
-static inline void dot_tiles(int64_t M, int64_t N, const T *B, int64_t ldb, Kernel &&kernel) {
-    for (int64_t j = 0; j < N; j += 4) {
-        int64_t ncols = min64(4, N - j);
-        const T *rows[4];
-        for (int t = 0; t < 4; ++t) rows[t] = B + (j + (t < ncols ? t : 0)) * ldb;
-        for_strips<MR>(M, [&](auto mr, int64_t i) { kernel(mr, i, j, rows, ncols); });
-    }
-}
-
-template <typename Ops, typename TA, typename TB>
-static inline void nt_gemm(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
-                           int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    if (K == 0) {
-        if (!accumulate) clear_rows(M, N, C, ldc);
-    } else if (M >= kPackMinM && N >= kPackMinN) {
-        nt_packed<!std::is_same_v<Ops, DotFma>>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-    } else {
-        dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const TB *const *rows, int64_t ncols) {
-            dot_kernel<decltype(mr)::value, Ops>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, alpha, accumulate, ncols);
-        });
-    }
-}
-
-// NN accumulate: V rows already have N contiguous, so full panels are used in place (bf16 widened as it
-// is loaded); only the N tail is packed, zero-padded, per KC x W panel. Few rows take a wider block, which
-// keeps enough independent FMA chains in flight.
-template <int MR, int NV, typename TV>
-static inline void nn_acc(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
-                          float *C, int64_t ldc) {
-    constexpr int W = NV * VW;
-    for (int64_t pc = 0; pc < K; pc += kKC) {
-        int64_t kc = min64(kKC, K - pc), full = N / W * W;
-        outer_block<MR, NV, TV>(M, full, kc, P + pc, ldp, V + pc * ldv, ldv, W, C, ldc, 1.0f, true);
-        if (full < N) {
-            float *panel = static_cast<float *>(scratch(0, size_t(kc * W) * sizeof(float)));
-            pack_rows<NV>(V + pc * ldv + full, ldv, kc, N - full, panel);
-            outer_block<MR, NV, float>(M, N - full, kc, P + pc, ldp, panel, W, 0, C + full, ldc, 1.0f, true);
-        }
-    }
-}
-template <typename TV>
-static inline void nn_gemm(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
-                           float *C, int64_t ldc) {
-    if (M <= kSmallMR)
-        nn_acc<kSmallMR, kSmallNV>(M, N, K, P, ldp, V, ldv, C, ldc);
-    else
-        nn_acc<kMR, kNV>(M, N, K, P, ldp, V, ldv, C, ldc);
-}
-
-// ---------------------------------------------------------------------------------------------------
-// int8 dot tiles.
-// ---------------------------------------------------------------------------------------------------
-#if defined(RFK_SIMD_VNNI)
-// acc += u8 x s8 in groups of four. GCC 12 spills accumulators around the intrinsic (its tied operand); the
-// asm states the tie directly and keeps all of them in registers.
-static inline __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
-#if defined(__GNUC__) && !defined(__clang__)
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
-    return acc;
-#else
-    return _mm512_dpbusd_epi32(acc, u8, s8);
-#endif
-}
-
-// vpdpbusd multiplies u8 x s8: A + 128 (a sign-bit flip) is unsigned, and sum_k 128*B[j][k], computed with
-// the same instruction (0x80 bytes times B) on the first row strip, is subtracted. Wrap-around int32
-// arithmetic makes the result exact whenever the true result fits in int32.
-template <int MR, bool kFirstStrip>
-RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, const int8_t *const *b, int32_t *c,
-                                     int64_t ldc, bool add, int64_t ncols, int32_t *bias) {
-    __m512i acc[MR][4], bacc[4];
-    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
-    RFK_UNROLL for (int j = 0; j < 4; ++j) {
-        bacc[j] = _mm512_setzero_si512();
-        RFK_UNROLL for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_setzero_si512();
-    }
-    const int8_t *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
-    auto step = [&](int64_t k, __mmask64 m) {
-        __m512i v0 = in_register(_mm512_maskz_loadu_epi8(m, b0 + k)), v1 = in_register(_mm512_maskz_loadu_epi8(m, b1 + k));
-        __m512i v2 = in_register(_mm512_maskz_loadu_epi8(m, b2 + k)), v3 = in_register(_mm512_maskz_loadu_epi8(m, b3 + k));
-        if constexpr (kFirstStrip) {
-            bacc[0] = dpbusd(bacc[0], flip, v0);
-            bacc[1] = dpbusd(bacc[1], flip, v1);
-            bacc[2] = dpbusd(bacc[2], flip, v2);
-            bacc[3] = dpbusd(bacc[3], flip, v3);
-        }
-        RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            __m512i av = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a + i * lda + k), flip);
-            acc[i][0] = dpbusd(acc[i][0], av, v0);
-            acc[i][1] = dpbusd(acc[i][1], av, v1);
-            acc[i][2] = dpbusd(acc[i][2], av, v2);
-            acc[i][3] = dpbusd(acc[i][3], av, v3);
-        }
-    };
-    int64_t k = 0;
-    for (; k + 64 <= K; k += 64) step(k, ~__mmask64(0));
-    if (k < K) step(k, (__mmask64(1) << (K - k)) - 1);
-    if constexpr (kFirstStrip) _mm_storeu_si128(reinterpret_cast<__m128i *>(bias), vsum4(bacc[0], bacc[1], bacc[2], bacc[3]));
-    const __m128i bias4 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(bias)), m4 = first_of_4(ncols);
-    RFK_UNROLL for (int i = 0; i < MR; ++i) {
-        __m128i v = _mm_sub_epi32(vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), bias4);
-        if (add) v = _mm_add_epi32(v, _mm_maskload_epi32(c + i * ldc, m4));
-        _mm_maskstore_epi32(c + i * ldc, m4, v);
-    }
-}
-#else
-// Without VNNI: widen to int16 and vpmaddwd, exact (|a*b| <= 2^14, so a pair sum fits in int32).
-template <int MR>
-RFK_KERNEL static void s8_dot_kernel_avx2(int64_t K, const int8_t *a, int64_t lda, const int8_t *const *b, int32_t *c,
-                                          int64_t ldc, bool add, int64_t ncols) {
-    __m256i acc[MR][4];
-    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_si256();
-    auto load16 = [](const int8_t *p, int64_t n) {
-        alignas(16) int8_t tmp[16] = {};
-        if (n < 16) p = static_cast<const int8_t *>(std::memcpy(tmp, p, size_t(n)));
-        return in_register(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
-    };
-    for (int64_t k = 0; k < K; k += 16) {
-        int64_t n = min64(16, K - k);
-        __m256i v0 = load16(b[0] + k, n), v1 = load16(b[1] + k, n), v2 = load16(b[2] + k, n), v3 = load16(b[3] + k, n);
-        RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            __m256i av = load16(a + i * lda + k, n);
-            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(av, v0));
-            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(av, v1));
-            acc[i][2] = _mm256_add_epi32(acc[i][2], _mm256_madd_epi16(av, v2));
-            acc[i][3] = _mm256_add_epi32(acc[i][3], _mm256_madd_epi16(av, v3));
-        }
-    }
-    __m128i m4 = first_of_4(ncols);
-    RFK_UNROLL for (int i = 0; i < MR; ++i) {
-        __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]), _mm256_hadd_epi32(acc[i][2], acc[i][3]));
-        __m128i v = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        if (add) v = _mm_add_epi32(v, _mm_maskload_epi32(c + i * ldc, m4));
-        _mm_maskstore_epi32(c + i * ldc, m4, v);
-    }
-}
-#endif
 #endif  // RFK_SIMD_VECTOR
 
 }  // namespace simd_detail
 
 // =====================================================================================================
-// Public API. Without AVX2+FMA every function is the plain loop below its SIMD call.
+// Public API (row primitives; the GEMMs are in redfuse_simd_gemm.h). Without AVX2+FMA every function is
+// the plain loop below its SIMD call.
 // =====================================================================================================
 
-static inline void gemm_nt_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                               const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-#if defined(RFK_SIMD_VECTOR)
-    simd_detail::nt_gemm<simd_detail::DotFma>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-            float s = 0;
-            for (int64_t k = 0; k < K; ++k) s += A[i * lda + k] * B[j * ldb + k];
-            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
-        }
-#endif
-}
-
-// A stays f32 (exact products, f32 FMA speed): a caller that wants bf16 activations (twice the FMA rate
-// with AVX512_BF16, A rounded to bf16) converts A with f32_to_bf16 and calls gemm_nt_bf16.
-static inline void gemm_nt_f32_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                                    const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-#if defined(RFK_SIMD_VECTOR)
-    simd_detail::nt_gemm<simd_detail::DotFma>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-            float s = 0;
-            for (int64_t k = 0; k < K; ++k) s += A[i * lda + k] * bf16_to_f32(B[j * ldb + k]);
-            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
-        }
-#endif
-}
-
-// With AVX512_BF16 the products go through vdpbf16ps, which treats bf16 subnormal inputs as zero.
-static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
-                                const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-#if defined(RFK_SIMD_BF16)
-    simd_detail::nt_gemm<simd_detail::DotBf16>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-#elif defined(RFK_SIMD_VECTOR)
-    simd_detail::nt_gemm<simd_detail::DotFma>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-            float s = 0;
-            for (int64_t k = 0; k < K; ++k) s += bf16_to_f32(A[i * lda + k]) * bf16_to_f32(B[j * ldb + k]);
-            C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
-        }
-#endif
-}
-
-static inline void gemm_nn_acc_f32(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const float *V,
-                                   int64_t ldv, float *C, int64_t ldc) {
-#if defined(RFK_SIMD_VECTOR)
-    simd_detail::nn_gemm(M, N, K, P, ldp, V, ldv, C, ldc);
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t k = 0; k < K; ++k)
-            for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += P[i * ldp + k] * V[k * ldv + j];
-#endif
-}
-
-static inline void gemm_nn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp,
-                                        const uint16_t *V, int64_t ldv, float *C, int64_t ldc) {
-#if defined(RFK_SIMD_VECTOR)
-    simd_detail::nn_gemm(M, N, K, P, ldp, V, ldv, C, ldc);
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t k = 0; k < K; ++k)
-            for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += P[i * ldp + k] * bf16_to_f32(V[k * ldv + j]);
-#endif
-}
-
-static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,
-                                    int64_t ldb, int32_t *C, int64_t ldc, bool accumulate) {
-#if defined(RFK_SIMD_VECTOR)
-    using namespace simd_detail;
-#if defined(RFK_SIMD_VNNI)
-    int32_t bias[4] = {0, 0, 0, 0};  // 128 * sum_k B[j][k] of the current 4 rows, from their first strip
-#endif
-    dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const int8_t *const *rows, int64_t ncols) {
-        constexpr int MR = decltype(mr)::value;
-#if defined(RFK_SIMD_VNNI)
-        if (i == 0)
-            s8_dot_kernel<MR, true>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
-        else
-            s8_dot_kernel<MR, false>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
-#else
-        s8_dot_kernel_avx2<MR>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols);
-#endif
-    });
-#else
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-            uint32_t s = 0;  // unsigned: wrap-around instead of undefined overflow, like the SIMD paths
-            for (int64_t k = 0; k < K; ++k) s += uint32_t(int32_t(A[i * lda + k]) * int32_t(B[j * ldb + k]));
-            C[i * ldc + j] = int32_t(s + (accumulate ? uint32_t(C[i * ldc + j]) : 0u));
-        }
-#endif
-}
 static inline float max_f32(const float *x, int64_t n, float init) {
     float best = init;
     bool nan = init != init;
@@ -978,7 +403,6 @@ static inline void scale_f32(float *x, int64_t n, float a) {
 }  // namespace rfk
 
 #undef RFK_UNROLL
-#undef RFK_KERNEL
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

@@ -1,5 +1,5 @@
 /** \file simd_kernels_test.cpp
- * redfuse_simd.h (and redfuse_simd_fp8.h) against double-precision references: every GEMM over many shapes (0, 1, primes, tails,
+ * redfuse_simd.h, redfuse_simd_gemm.h and redfuse_simd_fp8.h against double-precision references: every GEMM over many shapes (0, 1, primes, tails,
  * padded leading dimensions, block boundaries), exact int8, exp within 2 ulp (and redfuse_cpu.h's exp_f and
  * exp2_f, which generated vector loops inline), row reductions with NaN and -inf, bf16 casts as
  * rfk::cast_bf16. The in-process tests exercise the path of the default flags (scalar); the same checks
@@ -30,6 +30,7 @@
 
 #include "runtime/kernels/redfuse_cpu.h"
 #include "runtime/kernels/redfuse_simd.h"
+#include "runtime/kernels/redfuse_simd_gemm.h"
 #include "runtime/kernels/redfuse_simd_fp8.h"
 
 extern char **environ;
