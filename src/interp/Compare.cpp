@@ -11,15 +11,19 @@
 
 namespace rf {
 
-CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exact) {
+CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exact, const Tensor *magnitude,
+                      double magnitude_tol) {
     RF_INTERNAL_ASSERT(out.shape == ref.shape && out.data.size() == ref.data.size())
         << "comparing shape " << shape_to_string(out.shape) << " with reference shape " << shape_to_string(ref.shape);
+    RF_INTERNAL_ASSERT(!magnitude || magnitude->data.size() == ref.data.size()) << "magnitude of another shape";
     CompareResult r;
     double ref_max = 0;
     for (double v : ref.data)
         if (std::isfinite(v)) ref_max = std::max(ref_max, std::fabs(v));
-    // The first pass fixes the scale; the second counts elements beyond tol at that scale.
-    double limit = tol * (ref_max > 0 ? ref_max : 1.0);
+    // The first pass fixes the normwise scale; the second counts elements beyond tol at that scale,
+    // widened by magnitude_tol per unit of magnitude beyond it (a NaN magnitude widens nothing).
+    const double base = ref_max > 0 ? ref_max : 1.0;
+    const double widen = magnitude && tol > 0 && std::isfinite(tol) ? magnitude_tol / tol : 0.0;
     double worst_err = -1;
     int64_t worst_index = -1, first_bad = -1;
     for (size_t i = 0; i < ref.data.size(); i++) {
@@ -35,12 +39,16 @@ CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exa
             if (std::isnan(o)) r.nans++;
         } else {
             double err = std::fabs(o - x);
+            double mag = magnitude ? magnitude->data[i] : 0.0;
+            double scale = mag > base ? base + widen * (mag - base) : base;
             r.max_abs_err = std::max(r.max_abs_err, err);
-            if (err > worst_err) {
-                worst_err = err;
+            r.max_rel_err = std::max(r.max_rel_err, err / scale);
+            r.cancellation = std::max(r.cancellation, scale / base);
+            if (err / scale > worst_err) {
+                worst_err = err / scale;
                 worst_index = static_cast<int64_t>(i);
             }
-            bad = exact ? o != x : err > limit;
+            bad = exact ? o != x : err > tol * scale;
         }
         if (bad) {
             r.mismatches++;
@@ -48,16 +56,18 @@ CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exa
         }
     }
     r.worst = first_bad >= 0 ? first_bad : worst_index;
-    r.max_rel_err = ref_max > 0 ? r.max_abs_err / ref_max : r.max_abs_err;
     r.ok = r.mismatches == 0;
     return r;
 }
 
-double tolerance(DType out_dtype, bool f32_compute, int64_t reduction_length) {
+double compute_tolerance(bool f32_compute, int64_t reduction_length) {
     double n = static_cast<double>(std::max<int64_t>(reduction_length, 1));
-    double compute = f32_compute ? std::min(4e-6 * std::sqrt(n), 1e-3) : 1e-10 * (1.0 + std::log2(n));
+    return f32_compute ? std::min(4e-6 * std::sqrt(n), 1e-3) : 1e-10 * (1.0 + std::log2(n));
+}
+
+double tolerance(DType out_dtype, bool f32_compute, int64_t reduction_length) {
     double storage = is_float(out_dtype) ? 2.0 * dtype_epsilon(out_dtype) : 0.0;
-    return compute + storage;
+    return compute_tolerance(f32_compute, reduction_length) + storage;
 }
 
 std::string to_string(const CompareResult &r) {

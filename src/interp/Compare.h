@@ -1,6 +1,7 @@
 /** \file Compare.h
  * Comparison of a computed output with the reference, and the tolerance a comparison is allowed by
- * output dtype, compute precision and reduction length (brief §4).
+ * output dtype, compute precision and reduction length (brief §4), scaled up where the reference's
+ * terms cancel (interp/Magnitude.h).
  */
 #pragma once
 
@@ -13,7 +14,8 @@ namespace rf {
 
 struct CompareResult {
     double max_abs_err = 0;  ///< max |out - ref| over elements where both are finite
-    double max_rel_err = 0;  ///< normwise: max_abs_err / max |ref| (max_abs_err when ref is all 0)
+    double max_rel_err = 0;  ///< max over elements of |out - ref| / scale_i (see compare): ok iff <= tol
+    double cancellation = 1; ///< max over elements of scale_i / max|ref|: how far a magnitude widened it
     int64_t mismatches = 0;  ///< elements beyond tolerance, plus every non-finite disagreement
     int64_t nans = 0;        ///< NaNs in out where ref is not NaN
     int64_t worst = -1;      ///< flat index of the first mismatch (or of the largest error), -1 if none
@@ -25,10 +27,17 @@ struct CompareResult {
  *  - ref ±inf: out must be the same infinity (a masked row's lse is -inf on both sides).
  *  - ref NaN: out must be NaN too (the spec literally produces NaN there).
  *  - exact (indices, integer outputs): every element must be equal.
- *  Otherwise an element is a mismatch when |out - ref| > tol · max|ref| (normwise, so a tiny
- *  reference value next to large ones is not held to a relative bound it cannot meet).
+ *  Otherwise an element is a mismatch when |out - ref| > tol · scale_i, where
+ *    scale_i = B + (magnitude_tol / tol) · max(0, magnitude[i] - B),   B = max|ref| (1 if ref is all 0)
+ *  i.e. the limit is tol · B plus magnitude_tol for every unit of the element's magnitude beyond B.
+ *  B is normwise, so a tiny reference value next to large ones is not held to a relative bound it
+ *  cannot meet. magnitude (run_magnitude's M >= |ref|; none: 0) is the element's a-priori error
+ *  scale, Σ|terms| rather than |Σ terms| where terms cancel; magnitude_tol is the part of tol that
+ *  grows with it (the compute part: an output dtype's rounding is relative to |ref|, not to M).
+ *  Without cancellation M <= B and the limit is tol · B, as with no magnitude.
  *  ok = no mismatches, i.e. max_rel_err <= tol and every non-finite value agrees. */
-CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exact = false);
+CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exact = false,
+                      const Tensor *magnitude = nullptr, double magnitude_tol = 0);
 
 /** Normwise relative tolerance for an output of dtype `out_dtype` produced by reductions of length
  *  `reduction_length` (pass the longest reduced extent feeding the output, e.g. max(N, D) for
@@ -41,6 +50,8 @@ CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exa
  *    tolerance = compute + storage.
  *  Monotone non-decreasing in n. */
 double tolerance(DType out_dtype, bool f32_compute, int64_t reduction_length);
+/** The compute part of tolerance (the part compare scales with an element's magnitude). */
+double compute_tolerance(bool f32_compute, int64_t reduction_length);
 
 /** One line for reports: `max_abs_err=... max_rel_err=... mismatches=... nans=... ok`. */
 std::string to_string(const CompareResult &r);

@@ -93,3 +93,27 @@ TEST(Compare, ToleranceIsMonotoneInLengthAndOrderedByPrecision) {
     EXPECT_LE(tolerance(DType::f32, true, int64_t(1) << 40), 1e-3 + 1e-6);  // capped
     EXPECT_GE(tolerance(DType::bf16, false, 1), 2 * dtype_epsilon(DType::bf16));
 }
+
+TEST(Compare, MagnitudeWidensOnlyBeyondTheNormwiseScale) {
+    Tensor ref = vec({1.0, 100.0, 0.5}), out = vec({1.0, 100.0, 0.5 + 2e-3});
+    // Magnitudes at or below max|ref| change nothing: the result equals the plain comparison's.
+    Tensor low = vec({1.0, 100.0, 50.0});
+    CompareResult plain = compare(out, ref, 1e-5), same = compare(out, ref, 1e-5, false, &low, 1e-5);
+    EXPECT_EQ(plain.ok, same.ok);
+    EXPECT_EQ(plain.max_rel_err, same.max_rel_err);
+    EXPECT_EQ(same.cancellation, 1.0);
+    EXPECT_FALSE(same.ok);
+    // The third element's terms summed to 1000 in magnitude: magnitude_tol per unit beyond 100.
+    Tensor high = vec({1.0, 100.0, 1000.0});
+    CompareResult r = compare(out, ref, 1e-5, false, &high, 1e-5);
+    EXPECT_TRUE(r.ok);  // limit 1e-5 · 100 + 1e-5 · 900 = 1e-2
+    EXPECT_NEAR(r.cancellation, 10.0, 1e-12);
+    EXPECT_NEAR(r.max_rel_err, 2e-3 / 1000, 1e-15);
+    // Only the part of the tolerance passed as magnitude_tol grows (an output dtype's rounding is
+    // relative to the value): none passed, nothing widens.
+    EXPECT_FALSE(compare(out, ref, 1e-5, false, &high, 0).ok);
+    // A wrong element is still wrong at its own scale, and a NaN magnitude widens nothing.
+    EXPECT_FALSE(compare(vec({1.0, 100.0, 20.0}), ref, 1e-5, false, &high, 1e-5).ok);
+    Tensor nan = vec({NAN, NAN, NAN});
+    EXPECT_FALSE(compare(out, ref, 1e-5, false, &nan, 1e-5).ok);
+}
