@@ -15,33 +15,11 @@
 #include "ir/Eval.h"
 #include "runtime/CpuBackend.h"
 #include "runtime/CudaRuntime.h"
+#include "runtime/GpuDevice.h"
 #include "runtime/OpenCLRuntime.h"
 #include "support/Error.h"
 
 namespace rf {
-
-namespace {
-
-struct DevBuf {
-    virtual ~DevBuf() = default;
-    virtual void write(const void *src, size_t bytes) = 0;
-    virtual void read(void *dst, size_t bytes) = 0;
-};
-
-}  // namespace
-
-/** One device: buffers, launches, waiting, timing. */
-class GpuDevice {
-public:
-    virtual ~GpuDevice() = default;
-    virtual std::unique_ptr<DevBuf> alloc(size_t bytes) = 0;
-    virtual void launch(const GpuLaunch &l, int64_t groups, int64_t smem, const std::vector<DevBuf *> &bufs,
-                        const std::vector<int64_t> &sizes) = 0;
-    virtual void sync() = 0;
-    /** Device milliseconds of f() (which enqueues work). */
-    virtual double time(const std::function<void()> &f) = 0;
-    virtual void flush_caches() {}
-};
 
 namespace {
 
@@ -141,9 +119,16 @@ void apply_source_hooks(std::string &source) {
 
 int default_threads(const std::string &target) { return target == "cuda" ? 128 : 64; }
 
+std::shared_ptr<const CudaDeviceOverride> &cuda_override() {
+    static std::shared_ptr<const CudaDeviceOverride> o;
+    return o;
+}
+
 }  // namespace
 
 GpuProgram::~GpuProgram() = default;
+
+void set_cuda_device_override(std::shared_ptr<const CudaDeviceOverride> o) { cuda_override() = std::move(o); }
 
 std::vector<std::string> cuda_compile_options() { return {"--prec-div=false", "-lineinfo"}; }
 
@@ -202,7 +187,15 @@ std::unique_ptr<GpuProgram> compile_gpu(const Plan &plan, const SizeBinding &siz
     auto t0 = std::chrono::steady_clock::now();
     auto prog = std::make_unique<GpuProgram>();
     GpuOptions opts = o;
-    if (o.target == "cuda") {
+    if (o.target == "cuda" && cuda_override()) {
+        // A test's device (the host emulator): no driver, no NVRTC; the same fitting and hooks.
+        const CudaDeviceOverride &d = *cuda_override();
+        if (opts.workers == 0) opts.workers = d.workers;
+        prog->device_name = d.name;
+        prog->gpu = fit_shared_memory(plan, sizes, opts, d.shared_limit);
+        apply_source_hooks(prog->gpu.source);
+        prog->device = d.build(prog->gpu);
+    } else if (o.target == "cuda") {
         const cuda::DeviceInfo &d = cuda::device();  // UserError "no CUDA driver/device: ..." without one
         if (opts.workers == 0) opts.workers = 2 * d.sms;
         prog->device_name = d.name;

@@ -37,7 +37,7 @@ std::vector<std::string> cuda_compile_options();
 /** The GPU module of a plan at `sizes` (lowering + printing; needs no device: emit, CI cubins). */
 GpuModule generate_gpu_module(const Plan &plan, const SizeBinding &sizes, const GpuOptions &o);
 
-class GpuDevice;  // the OpenCL or CUDA side (GpuBackend.cpp)
+class GpuDevice;  // the OpenCL or CUDA side (GpuDevice.h, GpuBackend.cpp)
 
 struct GpuProgram {
     GpuModule gpu;

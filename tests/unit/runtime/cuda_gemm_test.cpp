@@ -3,10 +3,10 @@
  * GEMMs of generated CUDA kernels, pasted in that order), three ways:
  *
  *  1. Emulated on the host (always runs). The header is compiled as C++ with RF_GEMM_EMULATE: every
- *     CUDA thread of a block is a std::thread, __syncthreads a block barrier, and the PTX primitives
+ *     CUDA thread of a block is a fiber (CudaEmu.h), __syncthreads a block barrier, and the PTX primitives
  *     (ldmatrix .x4/.trans, mma.sync m16n8k16 bf16/f16 and m16n8k32 e4m3/e5m2, cp.async with zero
  *     fill and wait_group, cvt.rn.bf16x2/f16x2 and f16x2.e4m3x2/e5m2x2, dp4a, ld/st.shared) are
- *     implemented in CudaGemmEmulator.h from the PTX ISA's definitions
+ *     implemented in CudaEmuPtx.h from the PTX ISA's definitions
  *     (cross-checked with CuTe's SM75_U32x4_LDSM_N / SM75_U16x8_LDSM_T layouts and CUDA's
  *     __floats2bfloat162_rn), independently of the header. So all of the header's own logic (tile
  *     shapes, swizzles, fragment addressing, tails, the pipeline, split-K) runs against a float64

@@ -1,0 +1,182 @@
+/** \file cuda_emulation_test.cpp
+ * Every example's generated CUDA run on the host emulator (CudaEmuDevice.h: the kernels compiled by
+ * the host compiler, CUDA threads as fibers, warp shuffles, the tensor-core GEMM's PTX from the PTX
+ * ISA) against the float64 reference, at awkward sizes, at the block, warp and thread fusion levels;
+ * and mistakes injected into generated sources that the emulator must catch.
+ */
+#include <gtest/gtest.h>
+
+#include "../ExampleSizes.h"
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "CudaEmuDevice.h"
+#include "driver/Compiler.h"
+#include "support/Error.h"
+
+using namespace rf;
+
+namespace {
+
+std::string describe(const RunOptions &o) {
+    std::ostringstream s;
+    for (auto &[n, v] : o.sizes) s << n << "=" << v << " ";
+    s << "tile=" << o.tile << " segments=" << o.segments << " row_block=" << o.row_block << " wg=" << o.gpu_threads
+      << (o.unfused ? " unfused" : "") << (o.no_tensor_cores ? " no-tensor-cores" : "") << " level=" << o.fusion_level;
+    return s.str();
+}
+
+/** One run on the emulated CUDA device, checked against the float64 reference (run_compiled's check,
+ *  as the OpenCL suite does); an emulator error (deadlock, divergent barrier, race) fails it too. */
+void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) {
+    ArenaScope arena;
+    auto c = compile_source(source, path.string(), {});
+    o.target = "cuda";
+    o.check = true;
+    if (path.stem() == "moment_of_inertia") o.dist = "positive";
+    o.seed = 31;
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+        RunReport r = run_compiled(*c, o);
+        EXPECT_TRUE(r.ok) << path.filename() << " " << describe(o) << "\n" << r.text;
+    } catch (const std::exception &e) {
+        ADD_FAILURE() << path.filename() << " " << describe(o) << ": " << e.what();
+    }
+    if (std::getenv("REDFUSE_EMU_TIMES"))
+        std::fprintf(stderr, "%s %s: %.2f s\n", path.stem().c_str(), describe(o).c_str(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+}  // namespace
+
+class CudaEmulatedExamples : public ::testing::TestWithParam<std::filesystem::path> {};
+
+TEST_P(CudaEmulatedExamples, AgainstTheReference) {
+    const auto &path = GetParam();
+    std::string src = test::read_text(path);
+    ArenaScope arena;
+    auto c = compile_source(src, path.string(), {});
+    auto odd = test::size_variant(c->program, [](int64_t v) { return 2 * v + 1; });
+    test::ScopedCudaEmulation emu;
+    RunOptions o;
+    o.sizes = odd;
+    o.fusion_level = "block";
+    run_case(path, src, o);
+    // Forced schedule: short tiles with tails, segments merged across blocks, row blocks of 3.
+    o.tile = 3;
+    o.segments = 3;
+    o.row_block = 3;
+    run_case(path, src, o);
+    // Warp level: one row per warp, shuffle butterflies, __syncwarp, warps past the last row return.
+    o = RunOptions{};
+    o.sizes = odd;
+    o.fusion_level = "warp";
+    o.segments = 2;
+    o.tile = 7;
+    run_case(path, src, o);
+    // The tile GEMMs without tensor cores (the printer's SIMT GEMM) on the example that has most.
+    if (path.stem() == "attention") {
+        o = RunOptions{};
+        o.sizes = odd;
+        o.fusion_level = "block";
+        o.no_tensor_cores = true;
+        run_case(path, src, o);
+    }
+    // Thread level: a state per thread, segments merged in the second launch.
+    o = RunOptions{};
+    o.sizes = odd;
+    o.fusion_level = "thread";
+    o.segments = 4;
+    o.tile = 5;
+    run_case(path, src, o);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CudaEmulatedExamples, ::testing::ValuesIn(test::example_paths()),
+                         [](const auto &info) { return info.param.stem().string(); });
+
+namespace {
+
+/** A deliberate mistake in the generated source that the emulator must catch. */
+struct Mistake {
+    const char *what;
+    const char *example;
+    std::map<std::string, int64_t> sizes;
+    const char *level;
+    std::function<int(std::string &)> apply;  ///< returns how many places it changed (> 0)
+    const char *expect;                       ///< in the emulator's error; empty: a failed check
+};
+
+int replace_all(std::string &s, const std::string &from, const std::string &to) {
+    int n = 0;
+    for (size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size(), n++) s.replace(at, from.size(), to);
+    return n;
+}
+
+int regex_replace_all(std::string &s, const std::string &re, const std::string &to) {
+    std::regex r(re);
+    int n = static_cast<int>(std::distance(std::sregex_iterator(s.begin(), s.end(), r), std::sregex_iterator()));
+    s = std::regex_replace(s, r, to);
+    return n;
+}
+
+}  // namespace
+
+/** Mistakes of the kinds the emulator exists for, injected into the generated source: each must make
+ *  the run fail, by a wrong result against the reference or by an emulator error. */
+TEST(CudaEmulator, CatchesInjectedMistakes) {
+    std::vector<Mistake> mistakes{
+        {"warp shuffle butterfly without offset 1", "softmax", {{"R", 3}, {"C", 1000}}, "block",
+         [](std::string &s) { return replace_all(s, "o_ > 0; o_ >>= 1", "o_ > 1; o_ >>= 1"); }, ""},
+        {"barrier between the warps' partials and their sum dropped", "softmax", {{"R", 3}, {"C", 1000}}, "block",
+         [](std::string &s) { return regex_replace_all(s, R"((rf_red\[RF_LID >> 5\] = [^;]*;\s*)RF_BARRIER\(\);)", "$1"); }, ""},
+        {"__syncwarp dropped (warp level)", "softmax", {{"R", 5}, {"C", 1000}}, "warp",
+         [](std::string &s) { return replace_all(s, "__syncwarp();", ";"); }, ""},
+        {"barrier in divergent code", "softmax", {{"R", 3}, {"C", 100}}, "block",
+         [](std::string &s) { return replace_all(s, "RF_BARRIER();\n", "if (RF_LID != 37) RF_BARRIER();\n"); }, "__syncthreads"},
+        {"a lane leaves before a shuffle (warp level)", "softmax", {{"R", 5}, {"C", 100}}, "warp",
+         [](std::string &s) { return regex_replace_all(s, R"(if \(w_ >= ([^;]*)\) return;)", "if (w_ >= $1 || rf_lane == 31) return;"); },
+         "deadlock"},
+        {"vector loads without the alignment test", "softmax", {{"R", 3}, {"C", 101}}, "block",
+         [](std::string &s) { return replace_all(s, "& 15) == 0)", "& 15) >= 0)"); }, "misaligned"},
+        {"tensor-core GEMM: the barrier before a chunk's use dropped", "attention", {}, "block",
+         [](std::string &s) {
+             return replace_all(s, "rf_gemm_ptx::cp_async_wait<kStages - 2>();\n                    __syncthreads();",
+                                "rf_gemm_ptx::cp_async_wait<kStages - 2>();");
+         },
+         "race"},
+    };
+    for (const Mistake &m : mistakes) {
+        SCOPED_TRACE(m.what);
+        std::filesystem::path path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / (std::string(m.example) + ".rf");
+        std::string src = test::read_text(path);
+        ArenaScope arena;
+        auto c = compile_source(src, path.string(), {});
+        int applied = 0;
+        test::CudaEmuOptions eo;
+        eo.mutate_source = [&](std::string &s) { applied += m.apply(s); };
+        test::ScopedCudaEmulation emu(eo);
+        RunOptions o;
+        o.target = "cuda";
+        o.check = true;
+        o.seed = 31;
+        o.sizes = m.sizes;
+        o.fusion_level = m.level;
+        std::string error;
+        bool ok = true;
+        try {
+            ok = run_compiled(*c, o).ok;
+        } catch (const std::exception &e) {
+            error = e.what();
+            ok = false;
+        }
+        EXPECT_GT(applied, 0) << "the mistake matched nothing in the generated source";
+        EXPECT_FALSE(ok) << "not caught";
+        if (*m.expect) EXPECT_NE(error.find(m.expect), std::string::npos) << error;
+        else EXPECT_EQ(error, "") << "a wrong result was expected, not an emulator error";
+    }
+}
