@@ -2,6 +2,8 @@
  * Tile GEMMs recognized while lowering a pass: QKᵀ prologues and Σ_j F(j)·W(j, x) members over a block
  * of rows (one GEMM, a GEMM per GQA group, or a GEMV per row), and per-tile factors shared by members.
  */
+#include <algorithm>
+
 #include "tile/PassLowering.h"
 
 namespace rf::tile::lowering {
@@ -248,56 +250,68 @@ void PassLowering::hoist_deltas(const std::string &P, const MemberInfo &m, std::
     hoisted_[m.k] = locals;
 }
 
-void PassLowering::plan_shared_rescales(const std::string &P) {
-    rescale_factor_.clear();
-    rescale_first_.clear();
-    Mode san{P, false, true};
+std::vector<Expr> PassLowering::rescale_key(const std::string &P, const MemberInfo &m) {
     // α with placeholders for δ and the tags: two members with the same δ (which reads only
     // members before them: δ's dependencies precede a member in the chain) and the same α rescale
     // by the same value whenever their tags agree.
-    auto key = [&](const MemberInfo &m) -> std::vector<Expr> {
-        if (m.form != Form::Mult || m.a->op != ReduceOp::Sum || m.nd == 0) return {};
-        std::vector<Expr> k = deltas(m, xg(), san), now, old;
-        for (Expr d : k)
-            if (mentions(d, "$xg")) return {};
-        for (size_t i = 0; i < m.nd; i++) {
-            now.push_back(local_var("$rf_now" + std::to_string(i)));
-            old.push_back(local_var("$rf_old" + std::to_string(i)));
-        }
-        Expr al = alpha(m, xg(), now, old, san);
-        if (mentions(al, "$xg")) return {};
-        k.push_back(al);
-        return k;
-    };
+    if (m.form != Form::Mult || m.a->op != ReduceOp::Sum || m.nd == 0) return {};
+    Mode san{P, false, true};
+    std::vector<Expr> k = deltas(m, xg(), san), now, old;
+    for (Expr d : k)
+        if (mentions(d, "$xg")) return {};
+    for (size_t i = 0; i < m.nd; i++) {
+        now.push_back(local_var("$rf_now" + std::to_string(i)));
+        old.push_back(local_var("$rf_old" + std::to_string(i)));
+    }
+    Expr al = alpha(m, xg(), now, old, san);
+    if (mentions(al, "$xg")) return {};
+    k.push_back(al);
+    return k;
+}
+
+void PassLowering::plan_shared_rescales(const std::string &P) {
+    rescale_factor_.clear();
+    rescale_first_.clear();
     std::map<std::vector<Expr>, std::vector<const MemberInfo *>> groups;
     std::vector<std::vector<Expr>> order;
     for (const MemberInfo &m : members_) {
-        std::vector<Expr> k = key(m);
+        std::vector<Expr> k = rescale_key(P, m);
         if (k.empty()) continue;
         if (!groups.count(k)) order.push_back(k);
         groups[k].push_back(&m);
     }
+    auto one_point = [](const MemberInfo *m) { return m->X->is_const() && m->X->value <= 1; };
     for (const std::vector<Expr> &k : order) {
         std::vector<const MemberInfo *> g = groups[k];
         // The factor reads the tags of one member at x = 0, which exist only where it has an extra
-        // point: a member with a constant, positive X answers for all; otherwise only members with
-        // the same X as the first (all empty or all not) can share its tags.
-        const MemberInfo *rep = g[0];
-        for (const MemberInfo *m : g)
-            if (m->X->is_const() && m->X->value >= 1) {
-                rep = m;
-                break;
+        // point: a member with a constant, positive X answers for all; otherwise the members are
+        // split by X (all of a part empty or all not), each part with its own factor.
+        std::vector<std::vector<const MemberInfo *>> parts;
+        auto fixed = std::find_if(g.begin(), g.end(), [](const MemberInfo *m) { return m->X->is_const() && m->X->value >= 1; });
+        if (fixed != g.end()) {
+            std::rotate(g.begin(), fixed, fixed + 1);  // the representative first, the rest in order
+            parts.push_back(g);
+        } else {
+            for (const MemberInfo *m : g) {
+                auto same = std::find_if(parts.begin(), parts.end(), [&](const auto &q) { return q[0]->X == m->X; });
+                if (same == parts.end()) parts.push_back({m});
+                else same->push_back(m);
             }
-        std::vector<const MemberInfo *> share;
-        for (const MemberInfo *m : g)
-            if (rep->X->is_const() && rep->X->value >= 1 ? true : m->X == rep->X) share.push_back(m);
-        // One member with several extra points shares the factor among them (their tags move
-        // together for the same reason); one member with one point has nothing to share.
-        if (share.size() < 2 && rep->X->is_const() && rep->X->value <= 1) continue;
-        std::string f = "$rf" + std::to_string(uid_++);
-        for (const MemberInfo *m : share) rescale_factor_[m->k] = f;
-        rescale_first_[share[0]->k] = rep->k;
+        }
+        for (const std::vector<const MemberInfo *> &part : parts) {
+            // One member with several extra points shares the factor among them (their tags move
+            // together for the same reason); one member with one point has nothing to share.
+            if (part.size() < 2 && one_point(part[0])) continue;
+            std::string f = "$rf" + std::to_string(uid_++);
+            int first = part[0]->k;
+            for (const MemberInfo *m : part) {
+                rescale_factor_[m->k] = f;
+                first = std::min(first, m->k);
+            }
+            rescale_first_[first] = part[0]->k;
+        }
     }
+    for (int k : row_flagged_) RF_INTERNAL_ASSERT(rescale_factor_.count(k)) << "row-flagged member " << k << " without a row factor";
 }
 
 std::vector<StmtP> PassLowering::shared_rescale_factor(const std::string &P, const MemberInfo &m) {
@@ -459,9 +473,12 @@ std::vector<StmtP> PassLowering::member_gemm(const std::string &P, const MemberI
                 for (size_t i = 0; i < m.nd; i++) d.push_back(deltas(m, x, Mode{P, false, true})[i]);
         }
         s.push_back(accum(ReduceOp::Sum, acc(P, m, x), local_at(tmp, add_i(mul_i(rr(), m.X), x))));
-        for (const StmtP &q : after_terms(P, m, x, d)) s.push_back(q);
+        if (!row_flagged_.count(m.k))
+            for (const StmtP &q : after_terms(P, m, x, d)) s.push_back(q);
         return s;
     }));
+    if (row_flagged_.count(m.k))  // the row's flag and tags, once
+        for (const StmtP &q : after_terms(P, m, int_c(0), hoisted_.at(m.k))) post.push_back(q);
     out.push_back(rows_of_block(post));
     hoisted_.erase(m.k);
     return out;

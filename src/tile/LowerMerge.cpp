@@ -36,6 +36,7 @@ std::vector<StmtP> PassLowering::merge(const std::string &A, const std::string &
                 };
                 Expr va = moved(A, nA), vb = moved(B, count(B));
                 s.push_back(assign(acc(A, m, x), prod ? make_mul(va, vb) : make_add(va, vb)));
+                if (row_flagged_.count(m.k)) return s;  // the row's flag and tags after every point (below)
                 for (size_t i = 0; i < d.size(); i++) s.push_back(assign(tag(A, m, x, i), d[i]));
                 break;
             }
@@ -85,6 +86,17 @@ std::vector<StmtP> PassLowering::merge(const std::string &A, const std::string &
             s.push_back(assign(seen(A, m, x), make_select(make_or(sa, sb), real_c(1), real_c(0))));
             return s;
         }));
+        if (row_flagged_.count(m.k)) {
+            // Every point read the row's flags and tags of A and B above; now they move on once.
+            Expr x0 = int_c(0);
+            std::string dn = "$d" + std::to_string(uid_++);
+            std::vector<Expr> dv = deltas(m, x0, Mode{A, false, true});
+            for (size_t i = 0; i < dv.size(); i++) {
+                per_row.push_back(decl(dn + "_" + std::to_string(i), LocalClass::State, {}, dv[i]));
+                per_row.push_back(assign(tag(A, m, x0, i), local_var(dn + "_" + std::to_string(i))));
+            }
+            per_row.push_back(assign(seen(A, m, x0), make_select(make_or(seen_b(A, m, x0), seen_b(B, m, x0)), real_c(1), real_c(0))));
+        }
     }
     out.push_back(rows_of_block(per_row));
     return out;

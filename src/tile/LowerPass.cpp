@@ -71,6 +71,8 @@ void PassLowering::prepare() {
     for (const MemberInfo &m : members_) {
         names_[m.def->name] = m.k;
         if (m.def->is_topk()) names_[m.def->index_name] = m.k;
+        // The key does not depend on the state's name: any prefix decides.
+        if (!rescale_key("$A", m).empty() && !(m.X->is_const() && m.X->value <= 1)) row_flagged_.insert(m.k);
     }
 }
 
@@ -104,7 +106,7 @@ MemberInfo PassLowering::info(int k) {
 Expr PassLowering::tag(const std::string &P, const MemberInfo &m, Expr x, size_t i) {
     // A shifted sum keeps its reference point in slot 0 (nd = 0): one slot per x at least.
     int64_t width = static_cast<int64_t>(std::max<size_t>(1, m.nd));
-    return local_at(field(P, m.k, "_tag"), add_i(mul_i(sl(m, x), int_c(width)), int_c(static_cast<int64_t>(i))));
+    return local_at(field(P, m.k, "_tag"), add_i(mul_i(flag_slot(m, x), int_c(width)), int_c(static_cast<int64_t>(i))));
 }
 
 std::vector<std::pair<std::string, Expr>> PassLowering::fields(const std::string &P) {
@@ -112,11 +114,12 @@ std::vector<std::pair<std::string, Expr>> PassLowering::fields(const std::string
     for (const MemberInfo &m0 : members_) {
         MemberInfo m = m0;
         m.X = nb_ == 1 ? m0.X : mul_i(m0.X, int_c(nb_));  // every row of the block
+        Expr flags = row_flagged_.count(m.k) ? int_c(nb_) : m.X;  // one per row, or one per point
         f.push_back({field(P, m.k, "_acc"), m.X});
-        f.push_back({field(P, m.k, "_seen"), m.X});
+        f.push_back({field(P, m.k, "_seen"), flags});
         if (m.form == Form::ArgSelect) f.push_back({field(P, m.k, "_idx"), m.X});
         if (m.form == Form::SumShift || m.form == Form::Mult || m.form == Form::Poly)
-            f.push_back({field(P, m.k, "_tag"), mul_i(m.X, int_c(static_cast<int64_t>(std::max<size_t>(1, m.nd))))});
+            f.push_back({field(P, m.k, "_tag"), mul_i(flags, int_c(static_cast<int64_t>(std::max<size_t>(1, m.nd))))});
         if (m.form == Form::Poly)
             f.push_back({field(P, m.k, "_S"), mul_i(m.X, int_c(static_cast<int64_t>(m.a->alphas.size())))});
         if (m.form == Form::TopK) {
@@ -336,6 +339,8 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
             std::vector<StmtP> body;
             hoist_deltas(P, m, body);
             body.push_back(over_extra(m, [&](Expr x) { return mult_update(P, m, x, san); }));
+            if (row_flagged_.count(m.k))  // the row's flag and tags, after every point is rescaled
+                for (const StmtP &q : after_terms(P, m, int_c(0), hoisted_.at(m.k))) body.push_back(q);
             out.push_back(rows_of_block(body));
             hoisted_.erase(m.k);
         }
@@ -479,6 +484,7 @@ std::vector<StmtP> PassLowering::mult_update(const std::string &P, const MemberI
     s.push_back(decl(tn, LocalClass::Tile, {}, real_c(a.op == ReduceOp::Prod ? 1 : 0)));
     s.push_back(for_loop(j, j0, j1, {accum(a.op == ReduceOp::Prod ? ReduceOp::Prod : ReduceOp::Sum, local_var(tn), term)}, LoopKind::Simd));
     s.push_back(accum(a.op == ReduceOp::Prod ? ReduceOp::Prod : ReduceOp::Sum, acc(P, m, x), local_var(tn)));
+    if (row_flagged_.count(m.k)) return s;  // update_tile writes the row's flag and tags after the points
     for (size_t i = 0; i < d.size(); i++) s.push_back(assign(t[i], d[i]));
     s.push_back(assign(seen(P, m, x), real_c(1)));
     return s;

@@ -505,11 +505,16 @@ private:
 Module lower_plan(const Plan &plan, const LowerOptions &opts) {
     Module m = ModuleLowering(plan, opts).run();
     if (verify_each_pass()) verify(m);
-    // REDFUSE_TILE_PASSES=0 turns them off in any command (A/B measurements, bisecting a wrong result).
+    // REDFUSE_TILE_PASSES=0 turns them off in any command, and a list (e.g. exp2,hoist) runs only
+    // those (A/B measurements, bisecting a wrong result).
     const char *env = std::getenv("REDFUSE_TILE_PASSES");
-    if (!opts.passes || (env && std::string(env) == "0")) return m;
-    // exp2 first: it puts log2 e next to the invariant coefficients the hoisting then moves out.
-    for (void (*pass)(Module &) : {fold_exp2, hoist_invariants}) {
+    std::string only = env ? env : "";
+    if (!opts.passes || only == "0") return m;
+    // exp2 first: it puts log2 e next to the invariant coefficients the hoisting then moves out;
+    // the arrays are coalesced last, on the final statements.
+    const std::pair<const char *, void (*)(Module &)> passes[] = {{"exp2", fold_exp2}, {"hoist", hoist_invariants}, {"coalesce", coalesce_tile_arrays}};
+    for (const auto &[name, pass] : passes) {
+        if (!only.empty() && only != "1" && ("," + only + ",").find("," + std::string(name) + ",") == std::string::npos) continue;
         pass(m);
         if (verify_each_pass()) verify(m);
     }

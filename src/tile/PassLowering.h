@@ -80,7 +80,12 @@ private:
     StmtP rows_of_block(std::vector<StmtP> body) { return for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), std::move(body), LoopKind::Independent); }
     Expr acc(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_acc"), sl(m, x)); }
     Expr idx(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_idx"), sl(m, x)); }
-    Expr seen(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_seen"), sl(m, x)); }
+    /** The slot of x's seen flag and tags: one per row for a row-flagged member (row_flagged_). */
+    Expr flag_slot(const MemberInfo &m, Expr x) {
+        if (!row_flagged_.count(m.k)) return sl(m, x);
+        return nb_ == 1 ? int_c(0) : rr();
+    }
+    Expr seen(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_seen"), flag_slot(m, x)); }
     Expr tag(const std::string &P, const MemberInfo &m, Expr x, size_t i);
     Expr count(const std::string &P) { return local_var(P + "_n", SType::Int); }
     Expr seen_b(const std::string &P, const MemberInfo &m, Expr x) { return make_cmp(CmpOp::NE, seen(P, m, x), real_c(0)); }
@@ -210,6 +215,10 @@ private:
      *  and one factor α(δ, τ) per row and tile serves all of them (attention's l and O: one exp per
      *  row and tile instead of two). A group of one member with one extra point is left alone. */
     void plan_shared_rescales(const std::string &P);
+    /** δ at the extra point and α(δ, τ) with placeholders for δ and τ, when a multiplicative sum's δ
+     *  and α do not depend on its extra point (empty otherwise): the grouping key of
+     *  plan_shared_rescales. */
+    std::vector<Expr> rescale_key(const std::string &P, const MemberInfo &m);
     /** The loop computing the factor of m's group into its tile array, when m is the group's first
      *  member (emitted just before it, after the members its δ reads have been updated). */
     std::vector<StmtP> shared_rescale_factor(const std::string &P, const MemberInfo &m);
@@ -274,6 +283,13 @@ private:
     std::map<int, MemberGemm> gemm_of_;
     std::map<int, std::vector<Expr>> hoisted_;  ///< member -> δ locals declared once per row
     std::map<int, std::string> rescale_factor_;  ///< member -> the tile array of its group's factor
+    /** Members whose extra points' seen flags and tags are one per row: multiplicative sums with
+     *  more than one extra point (or a size's worth) whose δ and α do not depend on it. Every point
+     *  of such a member is rescaled by one factor per row computed before the loop over the points
+     *  (plan_shared_rescales), gets the same δ as its tag and is seen after every tile and merge,
+     *  so one flag and one tag per row hold what X of them held: the state shrinks from 3X to X + 2
+     *  values per row, and the writes of flags and tags move out of the loops over the points. */
+    std::set<int> row_flagged_;
     std::map<int, int> rescale_first_;           ///< first member of a group -> the member whose tags it reads
     std::vector<StmtP> epilogue_arrays_;  ///< row buffers of streamed epilogue outputs
     std::set<std::string> int8_arrays_;

@@ -16,4 +16,9 @@ void fold_exp2(Module &m);
  *  independent loops around it, or the parallel loop's body (HoistInvariants.cpp). */
 void hoist_invariants(Module &m);
 
+/** A tile array takes over the storage of one declared in the same list that is dead by then, or
+ *  that the statement writing it rewrites element by element (attention's exp tile overwrites its
+ *  score tile) (CoalesceTileArrays.cpp). */
+void coalesce_tile_arrays(Module &m);
+
 }  // namespace rf::tile
