@@ -97,6 +97,24 @@ TEST_P(OpenCLExamples, AgainstTheReferenceOnPoCL) {
 INSTANTIATE_TEST_SUITE_P(All, OpenCLExamples, ::testing::ValuesIn(test::example_paths()),
                          [](const auto &info) { return info.param.stem().string(); });
 
+TEST(OpenCLFuzzFindings, PerRowScalarsStoredInTurn) {
+    // scripts/fuzz_specs.py seed 5 #7: the per-row mean and variance are stored by two loops of
+    // one iteration, each spread over the work-group and followed by a barrier; PoCL 3.1 dropped the
+    // second store (every v NaN at block, warp and thread level). Such loops are now one round
+    // without a loop (GpuSpread.cpp). Single kernel (C ≤ 1024: on chip) and segments (C = 2048).
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    std::string src = "size R = 17, C = 1025\ninput X[R, C] : bf16\ninput W[C] : f32\nm[r] = min(c: X[r,c] * W[c])\n"
+                      "mu[r] = sum(c: X[r,c]) / C\nv[r] = sum(c: (X[r,c] - mu[r]) * (X[r,c] - mu[r])) / C\n"
+                      "Y[r,c] = (X[r,c] - mu[r]) * rsqrt(v[r] + 1e-5) * W[c]\noutput m, mu, v, Y\n";
+    for (int64_t C : {100, 1025, 2048})
+        for (const char *level : {"block", "warp", "thread"}) {
+            RunOptions o;
+            o.sizes = {{"R", 17}, {"C", C}};
+            o.fusion_level = level;
+            run_case("fuzz5_7.rf", src, o);
+        }
+}
+
 /** Every example's CUDA kernels, at its default sizes, compiled to machine code for sm_80 and
  *  sm_90a; no spills; the per-kernel register / shared memory summary matches the golden file. */
 TEST(CudaCubins, EveryExampleCompilesWithoutSpills) {
