@@ -29,6 +29,9 @@ std::vector<std::string> emit_gpu(const Compilation &c, const std::string &dir, 
     // Launch shapes as C expressions over the size arguments (named as in the kernels' parameters).
     CEmitContext ctx;
     ctx.real = "double";
+    // The GPU dialect's integer helpers (rf_floordiv, ...: plain C, defined in redfuse_gpu.h), which
+    // the host program can copy; the C++ dialect would print rfk:: and std:: names.
+    ctx.dialect = target == "cuda" ? Dialect::Cuda : Dialect::OpenCL;
     ctx.var = [](Expr v) { return c_identifier(v->name); };
     nlohmann::json j;
     j["target"] = target;
@@ -51,7 +54,8 @@ std::vector<std::string> emit_gpu(const Compilation &c, const std::string &dir, 
                                         "dynamic shared memory = shared_bytes"
                                       : "every buffer in order (cl_mem; temporaries float), then every size as cl_long, then a "
                                         "__local buffer of shared_bytes";
-    j["helpers"] = "floor division rf_floordiv(a, b) may appear in the expressions: floor(a / b) for integers";
+    j["helpers"] = "the expressions are C over int64_t and may use rf_floordiv(a, b) = floor(a / b), rf_mod(a, b) = a - b * "
+                   "floor(a / b), rf_imin and rf_imax (as defined in the kernel source's redfuse_gpu.h part)";
 
     EmitDir out(dir);
     auto write = [&](const std::string &file, const std::string &text) { out.write(file, text); };

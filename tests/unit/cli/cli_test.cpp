@@ -216,6 +216,13 @@ TEST(Cli, GpuTargets) {
     EXPECT_EQ(j["source"], "dec.cl");
     ASSERT_FALSE(j["launches"].empty());
     EXPECT_TRUE(j["launches"][0].contains("work_groups"));
+    // Launch shapes are plain C over the size parameters, with the kernel source's helpers (a host
+    // program copies them): no C++ names.
+    for (const auto &l : j["launches"])
+        for (const char *k : {"work_groups", "shared_bytes"}) {
+            std::string expr = l[k].get<std::string>();
+            EXPECT_EQ(expr.find("::"), std::string::npos) << expr;
+        }
     EXPECT_TRUE(std::filesystem::exists(dir / "dec.cl"));
     std::filesystem::remove_all(dir);
     // Usage errors: a work-group size that is not a power of two, an unknown fusion level.
