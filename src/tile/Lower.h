@@ -31,6 +31,9 @@ struct LowerOptions {
     /** Run the tile passes after lowering (tile/Passes.h: exp → exp2 folding, loop-invariant
      *  hoisting). Off only to look at or test the lowering's own output. */
     bool passes = true;
+    /** States are kept in the compute type (float: the GPU printers), so tile GEMMs may accumulate
+     *  into them (the pass accumulate_gemms_into_states runs too). */
+    bool float_states = false;
 };
 
 /** The default schedule of a chain at the given sizes (its plan's strategy and segments, a tile

@@ -21,4 +21,9 @@ void hoist_invariants(Module &m);
  *  score tile) (CoalesceTileArrays.cpp). */
 void coalesce_tile_arrays(Module &m);
 
+/** A member's tile GEMM accumulates straight into its running state instead of a zeroed tile array
+ *  added to the state afterwards (GemmIntoState.cpp). Only where states have the GEMM's float type:
+ *  the GPU lowering (LowerOptions::float_states); the CPU keeps states in double. */
+void accumulate_gemms_into_states(Module &m);
+
 }  // namespace rf::tile
