@@ -6,6 +6,7 @@
  */
 #include <gtest/gtest.h>
 
+#include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
 
 #include <filesystem>
@@ -40,25 +41,7 @@ struct Case {
     RunOptions opts;
 };
 
-std::string describe(const RunOptions &o) {
-    std::ostringstream s;
-    for (auto &[n, v] : o.sizes) s << n << "=" << v << " ";
-    s << "tile=" << o.tile << " segments=" << o.segments << " row_block=" << o.row_block << (o.unfused ? " unfused" : "");
-    return s.str();
-}
-
-void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) {
-    ArenaScope arena;
-    auto c = compile_source(source, path.string(), {});
-    o.target = "cpu";
-    o.check = true;
-    if (path.stem() == "moment_of_inertia") o.dist = "positive";
-    for (uint64_t seed : {21, 22}) {
-        o.seed = seed;
-        RunReport r = run_compiled(*c, o);
-        EXPECT_TRUE(r.ok) << path.filename() << " " << describe(o) << " seed " << seed << "\n" << r.text;
-    }
-}
+void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) { test::check_run(path, source, o, "cpu", {21, 22}); }
 
 }  // namespace
 

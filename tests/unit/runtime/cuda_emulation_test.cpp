@@ -6,6 +6,7 @@
  */
 #include <gtest/gtest.h>
 
+#include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
 
 #include <chrono>
@@ -23,34 +24,9 @@ using namespace rf;
 
 namespace {
 
-std::string describe(const RunOptions &o) {
-    std::ostringstream s;
-    for (auto &[n, v] : o.sizes) s << n << "=" << v << " ";
-    s << "tile=" << o.tile << " segments=" << o.segments << " row_block=" << o.row_block << " wg=" << o.gpu_threads
-      << (o.unfused ? " unfused" : "") << (o.no_tensor_cores ? " no-tensor-cores" : "") << " level=" << o.fusion_level;
-    return s.str();
-}
-
-/** One run on the emulated CUDA device, checked against the float64 reference (run_compiled's check,
- *  as the OpenCL suite does); an emulator error (deadlock, divergent barrier, race) fails it too. */
-void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) {
-    ArenaScope arena;
-    auto c = compile_source(source, path.string(), {});
-    o.target = "cuda";
-    o.check = true;
-    if (path.stem() == "moment_of_inertia") o.dist = "positive";
-    o.seed = 31;
-    auto t0 = std::chrono::steady_clock::now();
-    try {
-        RunReport r = run_compiled(*c, o);
-        EXPECT_TRUE(r.ok) << path.filename() << " " << describe(o) << "\n" << r.text;
-    } catch (const std::exception &e) {
-        ADD_FAILURE() << path.filename() << " " << describe(o) << ": " << e.what();
-    }
-    if (std::getenv("REDFUSE_EMU_TIMES"))
-        std::fprintf(stderr, "%s %s: %.2f s\n", path.stem().c_str(), describe(o).c_str(),
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-}
+/** One run on the emulated CUDA device, checked against the float64 reference (as the OpenCL suite
+ *  does); an emulator error (deadlock, divergent barrier, race) fails it too. */
+void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) { test::check_run(path, source, o, "cuda", {31}); }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
  */
 #include <gtest/gtest.h>
 
+#include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
 
 #include <filesystem>
@@ -25,24 +26,7 @@ using namespace rf;
 
 namespace {
 
-std::string describe(const RunOptions &o) {
-    std::ostringstream s;
-    for (auto &[n, v] : o.sizes) s << n << "=" << v << " ";
-    s << "tile=" << o.tile << " segments=" << o.segments << " row_block=" << o.row_block << " wg=" << o.gpu_threads
-      << (o.unfused ? " unfused" : "") << " level=" << o.fusion_level;
-    return s.str();
-}
-
-void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) {
-    ArenaScope arena;
-    auto c = compile_source(source, path.string(), {});
-    o.target = "opencl";
-    o.check = true;
-    if (path.stem() == "moment_of_inertia") o.dist = "positive";
-    o.seed = 31;
-    RunReport r = run_compiled(*c, o);
-    EXPECT_TRUE(r.ok) << path.filename() << " " << describe(o) << "\n" << r.text;
-}
+void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) { test::check_run(path, source, o, "opencl", {31}); }
 
 }  // namespace
 
