@@ -26,7 +26,10 @@ using namespace loop_facts;
  *       same i, and i is injective over the loops inside the statement (below). Then every element is
  *       read (as A) and written (as B) by one iteration only, the read first: in place is the same.
  * Arrays are per iteration of the loops around L (declared inside them), so nothing carries over
- * from one iteration to the next. Attention: the exp tile P = exp2(S·h1 − h2) overwrites the score
+ * from one iteration to the next: the lowering never reads an uninitialized tile array before writing
+ * it in the same iteration (the CPU allocates one per worker, the GPU one per block, reused). The
+ * rewriting statement must hold exactly one assignment to B: with two (two loops over the tile, or
+ * B[v] = A[v]; B[v+1] = A[v+1]), one could overwrite an element of A the other still reads. Attention: the exp tile P = exp2(S·h1 − h2) overwrites the score
  * tile S (its last reader), halving the tile arrays of a row block (2 × 33 KiB → 33 KiB: one L1 on
  * the CPU; on a GPU, shared memory for two blocks per SM instead of one).
  *
@@ -138,10 +141,11 @@ bool injective(Expr i, const std::vector<Loop> &loops, const std::set<std::strin
     return true;
 }
 
-/** Case (2): s rewrites A into B element by element. */
+/** Case (2): s rewrites A into B element by element (`writes` counts the assignments to B). */
 bool rewrites_in_place(const StmtP &s, const std::string &A, const std::string &B, std::vector<Loop> &loops,
-                       const std::set<std::string> &written, const std::map<std::string, Expr> &index_values) {
+                       const std::set<std::string> &written, const std::map<std::string, Expr> &index_values, int &writes) {
     if (s->kind == StmtKind::Assign && s->target->kind == Kind::Load && s->target->name == B) {
+        writes++;
         Expr i = s->target->args.at(0);
         if (mentions(i, A) || mentions(i, B) || mentions(s->value, B)) return false;
         bool ok = true;
@@ -156,8 +160,8 @@ bool rewrites_in_place(const StmtP &s, const std::string &A, const std::string &
     if (own || (s->kind == StmtKind::Decl && (s->name == A || s->name == B))) return false;
     if (s->kind == StmtKind::For) loops.push_back({s->var, s->begin, s->end});
     bool ok = true;
-    for (const StmtP &c : s->body) ok = ok && rewrites_in_place(c, A, B, loops, written, index_values);
-    for (const StmtP &c : s->else_body) ok = ok && rewrites_in_place(c, A, B, loops, written, index_values);
+    for (const StmtP &c : s->body) ok = ok && rewrites_in_place(c, A, B, loops, written, index_values, writes);
+    for (const StmtP &c : s->else_body) ok = ok && rewrites_in_place(c, A, B, loops, written, index_values, writes);
     if (s->kind == StmtKind::For) loops.pop_back();
     return ok;
 }
@@ -190,7 +194,10 @@ std::vector<StmtP> coalesce_list(std::vector<StmtP> list) {
                     std::set<std::string> written;
                     written_in(list[*first_b], written);
                     std::vector<Loop> loops;
-                    if (!rewrites_in_place(list[*first_b], da.name, db.name, loops, written, index_values)) continue;
+                    int writes = 0;
+                    // One assignment to B: with two (two loops, or two in one body) an iteration of
+                    // one could overwrite an element of A that the other still reads.
+                    if (!rewrites_in_place(list[*first_b], da.name, db.name, loops, written, index_values, writes) || writes != 1) continue;
                 }
                 std::string from = db.name, to = da.name;
                 list.erase(list.begin() + static_cast<std::ptrdiff_t>(b));

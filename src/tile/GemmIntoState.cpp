@@ -25,7 +25,9 @@ namespace {
  * Preconditions, each checked: $g is declared with 0 right before the GEMM statement and mentioned
  * nowhere else in the list but there and in one accumulation `A[i] sum= $g[i]` (same index,
  * A a declared state array) inside the statement right after, which reads A nowhere else (it would
- * now see the sum already added); every GEMM into $g accumulates. */
+ * now see the sum already added); every GEMM into $g accumulates. Not checked here but by
+ * construction: the GEMM writes exactly the elements the loop accumulates (member_gemm's layout,
+ * M = rows, N = X, c_si = X over acc's rr·X + x), so no element of acc outside them is touched. */
 
 bool mentions_local(const StmtP &s, const std::string &name) {
     bool hit = false;

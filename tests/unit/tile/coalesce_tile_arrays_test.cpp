@@ -3,7 +3,8 @@
  * a table of tile-loop bodies — coalesced when one array is dead before the other's first use, or
  * rewritten element by element with an injective index (the attention exp tile); kept apart when
  * the old array is read after the new one is written, when the index may repeat (stride shorter than
- * the tile, a missing loop variable, a per-iteration offset), or when the extents differ — and every
+ * the tile, a missing loop variable, a per-iteration offset), when the rewrite writes twice, or when
+ * the extents differ — and every
  * attention and decode keeps one score tile instead of two.
  */
 #include <gtest/gtest.h>
@@ -87,6 +88,13 @@ std::vector<Case> cases() {
          }, 2},
         {"the row variable missing from the index: every row writes one element, apart",
          [=] { return std::vector<StmtP>{arr("$a"), arr("$b"), fill("$a", make_sub(jh(), tb())), rows({assign(local_at("$b", make_sub(jh(), tb())), make_call(Func::exp2, local_at("$a", make_sub(jh(), tb()))))}), use("$b", make_sub(jh(), tb()))}; }, 2},
+        {"two rewriting loops in one statement: apart (the second reads what the first overwrote)",
+         [] {
+             Expr r1 = make_call(Func::exp2, local_at("$a", at(264))), r2 = make_call(Func::sqrt, local_at("$a", at(264)));
+             return std::vector<StmtP>{arr("$a"), arr("$b"), fill("$a", at(264)),
+                                       block({rows({assign(local_at("$b", at(264)), r1)}), rows({assign(local_at("$b", at(264)), r2)})}),
+                                       use("$b", at(264))};
+         }, 2},
         {"different extents: apart", [] { return std::vector<StmtP>{arr("$a"), arr("$b", 4096), fill("$a", at(264)), use("$a", at(264)), fill("$b", at(128)), use("$b", at(128))}; }, 2},
         {"an initialized array keeps its own storage", [] {
              return std::vector<StmtP>{arr("$a"), decl("$b", LocalClass::Tile, {int_c(8448)}, real_c(0)), fill("$a", at(264)), use("$a", at(264)), use("$b", at(264))};
