@@ -262,15 +262,6 @@ private:
     std::vector<Source> sources_;
 };
 
-/** Advances a row-major multi-index over `shape`; false after the last point. */
-bool next_index(std::vector<int64_t> &idx, const std::vector<int64_t> &shape) {
-    for (size_t i = idx.size(); i-- > 0;) {
-        if (++idx[i] < shape[i]) return true;
-        idx[i] = 0;
-    }
-    return false;
-}
-
 }  // namespace
 
 std::map<std::string, Tensor> run_magnitude(const Program &p, const SizeBinding &sizes,

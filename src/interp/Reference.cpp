@@ -96,15 +96,6 @@ private:
     std::vector<LoadSlot> slots_;
 };
 
-/** Advances a row-major multi-index over `shape`; false after the last point. */
-bool next_index(std::vector<int64_t> &idx, const std::vector<int64_t> &shape) {
-    for (size_t i = idx.size(); i-- > 0;) {
-        if (++idx[i] < shape[i]) return true;
-        idx[i] = 0;
-    }
-    return false;
-}
-
 /** Top-k order: larger first, NaN above everything, ties by lower index. */
 bool topk_before(const std::pair<double, int64_t> &a, const std::pair<double, int64_t> &b) {
     bool an = std::isnan(a.first), bn = std::isnan(b.first);

@@ -73,4 +73,12 @@ std::string shape_to_string(const std::vector<int64_t> &shape) {
     return os.str();
 }
 
+bool next_index(std::vector<int64_t> &idx, const std::vector<int64_t> &shape) {
+    for (size_t i = idx.size(); i-- > 0;) {
+        if (++idx[i] < shape[i]) return true;
+        idx[i] = 0;
+    }
+    return false;
+}
+
 }  // namespace rf

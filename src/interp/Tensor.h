@@ -47,4 +47,7 @@ int64_t checked_numel(const std::vector<int64_t> &shape, const std::string &what
 /** `[2, 3, 4]`, for messages. */
 std::string shape_to_string(const std::vector<int64_t> &shape);
 
+/** Advances a row-major multi-index over `shape`; false after the last point. */
+bool next_index(std::vector<int64_t> &idx, const std::vector<int64_t> &shape);
+
 }  // namespace rf

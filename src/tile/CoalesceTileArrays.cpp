@@ -40,20 +40,6 @@ using namespace loop_facts;
  * [tb, te) of the cascade axis with te = min(tb + T, hi) (n ≤ T). Every loop of the statement around
  * the rewrite must appear in i (else two iterations write one element). */
 
-bool stmt_mentions(const StmtP &s, const std::string &name) {
-    bool hit = false;
-    map_own_exprs(s, [&](Expr e) {
-        hit = hit || mentions(e, name);
-        return e;
-    });
-    if (hit) return true;
-    for (const StmtP &c : s->body)
-        if (stmt_mentions(c, name)) return true;
-    for (const StmtP &c : s->else_body)
-        if (stmt_mentions(c, name)) return true;
-    return false;
-}
-
 struct Loop {
     Expr var, begin, end;
 };
@@ -152,12 +138,7 @@ bool rewrites_in_place(const StmtP &s, const std::string &A, const std::string &
         visit(s->value, [&](Expr n) { ok = ok && !(n->kind == Kind::Load && n->name == A && n->args.at(0) != i); });
         return ok && injective(i, loops, written, index_values);
     }
-    bool own = false;
-    map_own_exprs(s, [&](Expr e) {
-        own = own || mentions(e, A) || mentions(e, B);
-        return e;
-    });
-    if (own || (s->kind == StmtKind::Decl && (s->name == A || s->name == B))) return false;
+    if (mentions_own(s, A) || mentions_own(s, B) || (s->kind == StmtKind::Decl && (s->name == A || s->name == B))) return false;
     if (s->kind == StmtKind::For) loops.push_back({s->var, s->begin, s->end});
     bool ok = true;
     for (const StmtP &c : s->body) ok = ok && rewrites_in_place(c, A, B, loops, written, index_values, writes);
@@ -186,8 +167,8 @@ std::vector<StmtP> coalesce_list(std::vector<StmtP> list) {
                 std::optional<size_t> last_a, first_b;
                 for (size_t q = 0; q < list.size(); q++) {
                     if (q == a || q == b) continue;
-                    if (stmt_mentions(list[q], da.name)) last_a = q;
-                    if (!first_b && stmt_mentions(list[q], db.name)) first_b = q;
+                    if (mentions_anywhere(list[q], da.name)) last_a = q;
+                    if (!first_b && mentions_anywhere(list[q], db.name)) first_b = q;
                 }
                 if (!last_a || !first_b || *first_b < a || *last_a > *first_b) continue;
                 if (*last_a == *first_b) {

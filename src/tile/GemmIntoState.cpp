@@ -5,11 +5,14 @@
 #include <optional>
 #include <set>
 
+#include "tile/LoopFacts.h"
 #include "tile/Passes.h"
 
 namespace rf::tile {
 
 namespace {
+
+using namespace loop_facts;
 
 /* The lowering writes a GEMM member's update (LowerGemm.cpp, member_gemm) as
  *     tile $g[n] = 0
@@ -29,17 +32,6 @@ namespace {
  * construction: the GEMM writes exactly the elements the loop accumulates (member_gemm's layout,
  * M = rows, N = X, c_si = X over acc's rr·X + x), so no element of acc outside them is touched. */
 
-bool mentions_local(const StmtP &s, const std::string &name) {
-    bool hit = false;
-    map_own_exprs(s, [&](Expr e) {
-        hit = hit || mentions(e, name);
-        return e;
-    });
-    for (const StmtP &c : s->body) hit = hit || mentions_local(c, name);
-    for (const StmtP &c : s->else_body) hit = hit || mentions_local(c, name);
-    return hit;
-}
-
 /** Every GEMM under s writes into `tmp` and accumulates (and s holds nothing else that mentions it). */
 bool only_accumulating_gemms(const StmtP &s, const std::string &tmp) {
     if (s->kind == StmtKind::Gemm) {
@@ -47,12 +39,7 @@ bool only_accumulating_gemms(const StmtP &s, const std::string &tmp) {
         return g.accumulate && g.c_base->kind == Kind::Load && g.c_base->name == tmp && !mentions(g.a_base, tmp) &&
                !mentions(g.b_base, tmp);
     }
-    bool own = false;
-    map_own_exprs(s, [&](Expr e) {
-        own = own || mentions(e, tmp);
-        return e;
-    });
-    if (own) return false;
+    if (mentions_own(s, tmp)) return false;
     for (const StmtP &c : s->body)
         if (!only_accumulating_gemms(c, tmp)) return false;
     for (const StmtP &c : s->else_body)
@@ -70,16 +57,11 @@ std::optional<std::string> the_accumulation(const StmtP &s, const std::string &t
         found++;
         return t->name;
     }
-    bool own = false;
-    map_own_exprs(s, [&](Expr e) {
-        own = own || mentions(e, tmp);
-        return e;
-    });
-    if (own) return std::nullopt;
+    if (mentions_own(s, tmp)) return std::nullopt;
     std::optional<std::string> acc;
     for (const auto *list : {&s->body, &s->else_body})
         for (const StmtP &c : *list) {
-            if (!mentions_local(c, tmp)) continue;
+            if (!mentions_anywhere(c, tmp)) continue;
             auto a = the_accumulation(c, tmp, found);
             if (!a) return std::nullopt;
             acc = a;
@@ -124,11 +106,11 @@ std::vector<StmtP> rewrite_list(std::vector<StmtP> list, const std::set<std::str
         if (!acc || found != 1 || !states.count(*acc)) continue;
         bool elsewhere = false;
         for (size_t q = 0; q < list.size(); q++)
-            if (q != i && q != i + 1 && q != i + 2 && mentions_local(list[q], tmp)) elsewhere = true;
+            if (q != i && q != i + 1 && q != i + 2 && mentions_anywhere(list[q], tmp)) elsewhere = true;
         if (elsewhere) continue;
         // Nothing else in the loop may read the state: it would now see the GEMM's sum already added.
         auto rest = drop_accumulation(list[i + 2], tmp);
-        if (rest && mentions_local(*rest, *acc)) continue;
+        if (rest && mentions_anywhere(*rest, *acc)) continue;
         list[i + 1] = redirect_gemms(list[i + 1], tmp, *acc);
         if (rest) list[i + 2] = *rest;
         else list.erase(list.begin() + static_cast<std::ptrdiff_t>(i + 2));

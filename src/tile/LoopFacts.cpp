@@ -30,6 +30,23 @@ void written_in(const StmtP &s, std::set<std::string> &out) {
     for (const StmtP &c : s->else_body) written_in(c, out);
 }
 
+bool mentions_own(const StmtP &s, const std::string &name) {
+    bool hit = false;
+    map_own_exprs(s, [&](Expr e) {
+        hit = hit || mentions(e, name);
+        return e;
+    });
+    return hit;
+}
+
+bool mentions_anywhere(const StmtP &s, const std::string &name) {
+    if (mentions_own(s, name)) return true;
+    for (const auto *list : {&s->body, &s->else_body})
+        for (const StmtP &c : *list)
+            if (mentions_anywhere(c, name)) return true;
+    return false;
+}
+
 bool invariant(Expr e, const std::set<std::string> &written) {
     return !any_of(e, [&](Expr n) {
         if (n->kind == Kind::Reduce) return true;

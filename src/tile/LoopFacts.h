@@ -1,7 +1,8 @@
 /** \file LoopFacts.h
- * Internal to src/tile: what the tile passes (FoldExp2.cpp, HoistInvariants.cpp) need to know about a
- * loop to move work out of it: the names it writes or declares, whether an expression is invariant
- * in it, whether evaluating an expression early can trap, and whether the loop runs at least once.
+ * Internal to src/tile: what the tile passes (FoldExp2.cpp, HoistInvariants.cpp, CoalesceTileArrays.cpp,
+ * GemmIntoState.cpp) need to know about statements and loops: the names they mention, write or
+ * declare, whether an expression is invariant in a loop, whether evaluating an expression early can
+ * trap, and whether a loop runs at least once.
  */
 #pragma once
 
@@ -18,6 +19,12 @@ namespace rf::tile::loop_facts {
  *  declared locals, targets of assignments, accumulations and selections, top-k lists, shift states,
  *  GEMM outputs, and buffers it stores or copies into. */
 void written_in(const StmtP &s, std::set<std::string> &out);
+
+/** True when an expression of s itself (not of its children) mentions `name` (a Var or Load). */
+bool mentions_own(const StmtP &s, const std::string &name);
+
+/** True when an expression of s or of any statement below it mentions `name`. */
+bool mentions_anywhere(const StmtP &s, const std::string &name);
 
 /** True when e reads none of `written` (no Var or Load of those names) and holds no nested
  *  reduction (its axes are binders the passes do not reason about). */

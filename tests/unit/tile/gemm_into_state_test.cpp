@@ -110,7 +110,9 @@ TEST(GemmIntoState, TableOfKernels) {
         EXPECT_NO_THROW(verify(m)) << c.what;
         std::string dump = to_string(m);
         EXPECT_EQ(!has_array(m.kernels[0].body, "$g"), c.rewritten) << c.what << "\n" << dump;
-        if (c.rewritten) EXPECT_NE(dump.find("gemm $acc[0] +="), std::string::npos) << dump;
+        if (c.rewritten) {
+            EXPECT_NE(dump.find("gemm $acc[0] +="), std::string::npos) << dump;
+        }
     }
 }
 
