@@ -9,12 +9,12 @@ scripts/setup.sh
 echo "== tests"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== the installed library from a program outside the tree (find_package(redfuse))"
-rm -rf build/install build/package
+echo "== the installed library from a program outside the tree (examples/cpp: find_package(redfuse))"
+rm -rf build/install build/example-cpp
 cmake --install build --prefix build/install >/dev/null
-cmake -S tests/package -B build/package -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
-ninja -C build/package >/dev/null
-build/package/consumer examples/softmax.rf
+cmake -S examples/cpp -B build/example-cpp -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
+ninja -C build/example-cpp >/dev/null
+build/example-cpp/softmax_kernel examples/softmax.rf
 
 if [ "${REDFUSE_NO_SANITIZE:-0}" != "1" ]; then
   echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"

@@ -1,6 +1,7 @@
 /** \file redfuse.cpp
- * The command-line tool: a thin shell over the library (brief §5.2). Exit status 0 on success, 1 for
- * a bad spec or a failed check, 2 for usage errors, 3 for internal errors (compiler bugs).
+ * The command-line tool: a thin shell over the library (docs/cli.md). One function per command;
+ * choices are parsed into enums here, at the edge. Exit status 0 on success, 1 for a bad spec or a
+ * failed check, 2 for usage errors, 3 for internal errors (compiler bugs).
  */
 #include <CLI/CLI.hpp>
 
@@ -10,6 +11,7 @@
 
 #include "driver/Bench.h"
 #include "driver/Compiler.h"
+#include "driver/Run.h"
 #include "fuse/Graph.h"
 #include "support/Error.h"
 
@@ -50,188 +52,287 @@ std::string read_source_for_errors(const std::string &path) {
     return ss.str();
 }
 
+/** Every command-line value, as parsed by CLI11 (strings for choices, checked against their lists). */
+struct Args {
+    std::string spec, emit_stage, target, model_target = "gpu", save_dir, load_dir, dist = "normal", out_file,
+        emit_name = "redfuse", strategy, fusion_level = "auto", arch;
+    std::vector<std::string> size_items;
+    bool json = false, approx = false, check = false, f32 = false, unfused = false, no_tensor_cores = false,
+         no_unfused = false, retune = false, no_tuned = false;
+    uint64_t seed = 1;
+    double scale = 1.0, budget = 1.0;
+    int threads = 0;
+    int64_t tile = 0, segments = 0, row_block = 0;
+};
+
+int gpu_work_group(const std::string &target, int threads) {
+    if (threads != 0 && (threads < 32 || threads > 1024 || (threads & (threads - 1)) != 0))
+        throw UsageError("--threads for " + target + " is the work-group size: a power of two from 32 to 1024");
+    return threads;
+}
+
+rf::InputDistribution parse_dist(const std::string &d) {
+    if (d == "normal") return rf::InputDistribution::Normal;
+    if (d == "uniform") return rf::InputDistribution::Uniform;
+    if (d == "positive") return rf::InputDistribution::Positive;
+    throw UsageError("unknown input distribution '" + d + "' (normal, uniform, positive)");
+}
+
+// ---- analyze
+
+/** The target of `analyze`: the back-half stages need their own (cpp: cpu; cuda; opencl); tile
+ *  and the report use --target (gpu: the GPU model of the cost model, the default). */
+rf::Target analyze_target(const Args &a, const std::optional<rf::DumpRequest> &stage) {
+    bool back_half = stage && stage->stage >= rf::Stage::TileLower;
+    if (a.model_target == "gpu") {
+        if (!back_half) return rf::analysis_target();
+        return rf::make_target(rf::TargetRequest{rf::target_of_stage(stage->stage, rf::TargetKind::Cpu), a.arch, ""});
+    }
+    rf::TargetKind kind = rf::parse_target_kind(a.model_target);
+    if (back_half && rf::target_of_stage(stage->stage, kind) != kind)
+        throw UsageError("--emit " + rf::to_string(*stage) + " needs --target " + rf::to_string(rf::target_of_stage(stage->stage, kind)));
+    return rf::make_target(rf::TargetRequest{kind, a.arch, ""});
+}
+
+/** The text of one stage: the front half's from the compilation; the tile passes' through the
+ *  pipeline's own dumps (so what is shown is what is built). */
+std::string stage_text(const rf::Compilation &c, const rf::DumpRequest &d) {
+    switch (d.stage) {
+    case rf::Stage::Ir: return rf::to_string(c.program);
+    case rf::Stage::Graph: return rf::to_string(rf::dependence_graph(c.program), c.program);
+    case rf::Stage::Plan: return rf::plan_dump(c);
+    case rf::Stage::TileLower: case rf::Stage::TilePass: {
+        rf::Options o = c.options;
+        std::ostringstream out;
+        o.dumps = {d};
+        o.dump_stream = &out;
+        rf::generate(c, o);
+        if (out.str().empty()) throw UsageError("the tile pass '" + d.pass + "' does not run for target " + rf::to_string(c.target.kind));
+        return out.str();
+    }
+    default: return rf::backend_dump(c, d.stage);
+    }
+}
+
+int cmd_analyze(const Args &a) {
+    std::optional<rf::DumpRequest> stage;
+    if (!a.emit_stage.empty()) {
+        try {
+            stage = rf::parse_dump(a.emit_stage);
+        } catch (const rf::UserError &e) {
+            throw UsageError(std::string("--emit: ") + e.what());
+        }
+    }
+    rf::Options o;
+    o.sizes = parse_sizes(a.size_items);
+    o.approx = a.approx;
+    auto c = rf::analyze_file(a.spec, analyze_target(a, stage), o);
+    if (stage) std::cout << stage_text(*c, *stage);
+    else if (a.json) std::cout << rf::analysis_json(*c).dump(2) << "\n";
+    else std::cout << rf::analysis_text(*c);
+    return 0;
+}
+
+// ---- run, emit, bench, tune
+
+int cmd_run(const Args &a) {
+    rf::RunOptions ro;
+    ro.target = rf::parse_target_kind(a.target);
+    ro.sizes = parse_sizes(a.size_items);
+    ro.seed = a.seed;
+    ro.check = a.check;
+    ro.f32 = a.f32;
+    ro.save_dir = a.save_dir;
+    ro.load_dir = a.load_dir;
+    ro.dist = parse_dist(a.dist);
+    ro.scale = a.scale;
+    ro.approx = a.approx;
+    ro.unfused = a.unfused;
+    ro.tile = a.tile;
+    ro.segments = a.segments;
+    ro.row_block = a.row_block;
+    ro.no_tensor_cores = a.no_tensor_cores;
+    ro.arch = a.arch;
+    if (rf::is_gpu(ro.target)) {
+        ro.gpu_threads = gpu_work_group(a.target, a.threads);
+        ro.fusion_level = rf::parse_fusion_level(a.fusion_level);
+    } else {
+        ro.threads = a.threads;
+    }
+    rf::RunReport r = rf::run_spec(a.spec, ro);
+    if (a.json) std::cout << r.json.dump(2) << "\n";
+    else std::cout << r.text;
+    return r.ok ? 0 : 1;
+}
+
+int cmd_emit(const Args &a) {
+    std::string target = a.target.empty() ? "cpu" : a.target;
+    rf::Options o;
+    o.sizes = parse_sizes(a.size_items);
+    o.approx = a.approx;
+    auto c = rf::analyze_file(a.spec, rf::make_target(rf::TargetRequest{rf::parse_target_kind(target), a.arch, ""}), o);
+    std::vector<std::string> files = rf::is_gpu(c->target.kind) ? rf::emit_gpu(*c, a.out_file, a.emit_name)
+                                                                 : rf::emit_cpu(*c, a.out_file, a.emit_name);
+    for (const std::string &f : files) std::cout << "wrote " << f << "\n";
+    return 0;
+}
+
+rf::BenchOptions bench_options(const Args &a, rf::TargetKind kind) {
+    rf::BenchOptions bo;
+    bo.sizes = parse_sizes(a.size_items);
+    bo.threads = a.threads;
+    bo.strategy = a.strategy;
+    bo.load_dir = a.load_dir;
+    bo.seed = a.seed;
+    bo.budget_s = a.budget;
+    bo.unfused_too = !a.no_unfused;
+    bo.use_tuned = !a.no_tuned;
+    bo.tile = a.tile;
+    bo.segments = a.segments;
+    bo.row_block = a.row_block;
+    if (rf::is_gpu(kind)) {
+        bo.gpu_threads = gpu_work_group(rf::to_string(kind), a.threads);
+        bo.fusion_level = rf::parse_fusion_level(a.fusion_level);
+        bo.threads = 0;
+    }
+    return bo;
+}
+
+int cmd_bench_or_tune(const Args &a, bool tune) {
+    rf::TargetKind kind = rf::parse_target_kind(a.target.empty() ? "cpu" : a.target);
+    if (rf::is_interpreter(kind)) throw UsageError("bench and tune time generated code: --target cpu, cuda or opencl");
+    rf::BenchOptions bo = bench_options(a, kind);
+    rf::Options o;
+    o.sizes = bo.sizes;
+    auto c = rf::analyze_file(a.spec, rf::make_target(rf::TargetRequest{kind, a.arch, ""}), o);
+    rf::BenchReport r;
+    if (tune) {
+        rf::TuneOptions to;
+        to.bench = bo;
+        to.retune = a.retune;
+        to.progress = [](const std::string &line) { std::cerr << line << std::endl; };
+        r = rf::tune_compiled(*c, to);
+    } else {
+        r = rf::bench_compiled(*c, bo);
+    }
+    if (a.json) std::cout << r.json.dump(2) << "\n";
+    else std::cout << r.text;
+    return 0;
+}
+
+// ---- the command line
+
+void add_analyze(CLI::App &app, Args &a) {
+    auto *cmd = app.add_subcommand("analyze", "Prove which reductions fuse and show the derived algorithm");
+    cmd->add_option("SPEC", a.spec, "Spec file (.rf)")->required();
+    cmd->add_flag("--json", a.json, "Print one JSON object (docs/cli.md)");
+    cmd->add_option("--size", a.size_items, "Sizes for the cost model and the schedule: N=V,M=W");
+    std::string stages;
+    for (const std::string &s : rf::dump_names()) stages += (stages.empty() ? "" : " | ") + s;
+    cmd->add_option("--emit", a.emit_stage, "Dump a stage instead: " + stages);
+    cmd->add_flag("--approx", a.approx, "Fuse through rounding casts with the running value (inexact)");
+    cmd->add_option("--target", a.model_target, "Machine: gpu (the cost model's GPU, default) | cpu (this host) | cuda | opencl")
+        ->check(CLI::IsMember({"gpu", "cpu", "cuda", "opencl"}));
+    cmd->add_option("--arch", a.arch, "cuda: the architecture to generate for (sm_80, sm_90a, ...) without a device");
+}
+
+void add_run(CLI::App &app, Args &a) {
+    auto *run = app.add_subcommand("run", "Run a spec on random or saved inputs");
+    run->add_option("SPEC", a.spec, "Spec file (.rf)")->required();
+    run->add_option("--target", a.target, "cpu | cuda | opencl | interp | interp-f32")
+        ->check(CLI::IsMember({"cpu", "cuda", "opencl", "interp", "interp-f32"}));
+    run->add_option("--threads", a.threads, "cpu: worker threads (default: all); cuda/opencl: work-group size (a power of two, 32..1024)");
+    run->add_flag("--unfused", a.unfused, "cpu/cuda/opencl: run the unfused plan (one kernel per definition)");
+    run->add_flag("--no-tensor-cores", a.no_tensor_cores, "cuda: tile GEMMs on the SIMT path only");
+    run->add_option("--fusion-level", a.fusion_level, "cuda/opencl: where running states live: auto (default) | block | warp | thread")
+        ->check(CLI::IsMember({"auto", "block", "warp", "thread"}));
+    run->add_option("--row-block", a.row_block, "cpu: rows handled together (the M of tile GEMMs)")->check(CLI::Range(int64_t(1), int64_t(4096)));
+    run->add_option("--tile", a.tile, "cpu: tile length along the cascade axis (default: chosen)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    run->add_option("--segments", a.segments, "cpu: split the cascade axis into this many segments, merged with the derived merge")
+        ->check(CLI::Range(int64_t(1), int64_t(4096)));
+    run->add_option("--size", a.size_items, "Sizes: N=V,M=W (defaults from the spec)");
+    run->add_flag("--check", a.check, "Compare every output with the float64 reference interpreter");
+    run->add_option("--seed", a.seed, "Seed of the random inputs and of the random tiling");
+    run->add_option("--save", a.save_dir, "Write inputs and outputs as NumPy .npy files into DIR");
+    run->add_option("--load", a.load_dir, "Read the inputs from .npy files in DIR");
+    run->add_flag("--json", a.json, "Print one JSON object");
+    run->add_flag("--f32", a.f32, "Run the plan interpreter in float32");
+    run->add_option("--dist", a.dist, "Input distribution: normal | uniform | positive");
+    run->add_option("--scale", a.scale, "Multiply random inputs by this (large values test exp overflow)");
+    run->add_flag("--approx", a.approx, "Run the approximate incremental plan through rounding casts; --check reports its error");
+    run->add_option("--arch", a.arch, "cuda: compile for this architecture (sm_XX) instead of the device's");
+}
+
+void add_emit(CLI::App &app, Args &a) {
+    auto *emit = app.add_subcommand("emit", "Write the generated kernels as standalone sources (C ABI / launch description)");
+    emit->add_option("SPEC", a.spec, "Spec file (.rf)")->required();
+    emit->add_option("--target", a.target, "cpu (default) | cuda | opencl")->check(CLI::IsMember({"cpu", "cuda", "opencl"}));
+    emit->add_option("--size", a.size_items, "Sizes the schedule is chosen for (the code accepts any)");
+    emit->add_option("-o", a.out_file, "Output directory")->required();
+    emit->add_option("--name", a.emit_name, "Prefix of the exported C symbols and of the file names");
+    emit->add_flag("--approx", a.approx, "Fuse through rounding casts (inexact)");
+    emit->add_option("--arch", a.arch, "cuda: generate for this architecture (sm_XX) without asking for a device");
+}
+
+void add_bench_and_tune(CLI::App &app, Args &a) {
+    auto *bench = app.add_subcommand("bench", "Time the fused kernel and the unfused plan against this machine's limits");
+    auto *tune = app.add_subcommand("tune", "Search tile sizes, segments and strategy; keep the best in the cache");
+    for (CLI::App *sub : {bench, tune}) {
+        sub->add_option("SPEC", a.spec, "Spec file (.rf)")->required();
+        sub->add_option("--target", a.target, "cpu (default) | cuda | opencl")->check(CLI::IsMember({"cpu", "cuda", "opencl"}));
+        sub->add_option("--size", a.size_items, "Sizes: N=V,M=W (defaults from the spec)");
+        sub->add_flag("--json", a.json, "Print one JSON object");
+        sub->add_option("--threads", a.threads, "Worker threads (default: all)");
+        sub->add_option("--seed", a.seed, "Seed of the random inputs");
+        sub->add_option("--budget", a.budget, "Seconds of timing per variant (default 1)");
+    }
+    bench->add_option("--strategy", a.strategy, "Force a strategy: unfused | multi_pass | onchip_multipass | multi_segment")
+        ->check(CLI::IsMember({"unfused", "multi_pass", "onchip_multipass", "multi_segment", "single_pass", "incremental"}));
+    bench->add_option("--load", a.load_dir, "Read the inputs from .npy files in DIR");
+    bench->add_option("--fusion-level", a.fusion_level, "cuda/opencl: auto (default) | block | warp | thread")
+        ->check(CLI::IsMember({"auto", "block", "warp", "thread"}));
+    bench->add_option("--tile", a.tile, "Tile length along the cascade axis");
+    bench->add_option("--segments", a.segments, "Segments of the cascade axis");
+    bench->add_option("--row-block", a.row_block, "Rows handled together (the M of tile GEMMs)");
+    bench->add_flag("--no-unfused", a.no_unfused, "Do not time the unfused plan");
+    bench->add_flag("--no-tuned", a.no_tuned, "Ignore a cached `tune` result");
+    tune->add_flag("--retune", a.retune, "Ignore a cached result and search again");
+}
+
+int dispatch(const CLI::App &app, const Args &a) {
+    if (app.got_subcommand("analyze")) return cmd_analyze(a);
+    if (app.got_subcommand("emit")) return cmd_emit(a);
+    if (app.got_subcommand("bench")) return cmd_bench_or_tune(a, false);
+    if (app.got_subcommand("tune")) return cmd_bench_or_tune(a, true);
+    Args run = a;
+    if (run.target.empty()) run.target = "interp";
+    return cmd_run(run);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     CLI::App app{"redfuse: fuses cascades of dependent reductions into single-pass kernels"};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Show help for every command");
-
-    std::string spec;
-    bool json = false, approx = false, check = false, f32 = false;
-    std::vector<std::string> size_items;
-    std::string emit_stage, target = "interp", save_dir, load_dir, dist = "normal", out_file;
-    uint64_t seed = 1;
-    double scale = 1.0;
-    int threads = 0;
-    bool unfused = false;
-    int64_t tile = 0, segments = 0, row_block = 0;
-    bool no_tensor_cores = false;
-    std::string fusion_level = "auto";
-
-    auto *analyze = app.add_subcommand("analyze", "Prove which reductions fuse and show the derived algorithm");
-    analyze->add_option("SPEC", spec, "Spec file (.rf)")->required();
-    analyze->add_flag("--json", json, "Print one JSON object (brief §5.2)");
-    analyze->add_option("--size", size_items, "Sizes for the cost model: N=V,M=W");
-    analyze->add_option("--emit", emit_stage, "Dump a stage instead: ir | graph | plan | tile | cpp | opencl | cuda")
-        ->check(CLI::IsMember({"ir", "graph", "plan", "tile", "cpp", "opencl", "cuda"}));
-    analyze->add_flag("--approx", approx, "Fuse through rounding casts with the running value (inexact)");
-    std::string model_target = "gpu";
-    analyze->add_option("--target", model_target, "Machine model for the strategy: gpu (default) | cpu (this host)")
-        ->check(CLI::IsMember({"gpu", "cpu", "cuda", "opencl"}));
-
-    auto *run = app.add_subcommand("run", "Run a spec on random or saved inputs");
-    run->add_option("SPEC", spec, "Spec file (.rf)")->required();
-    run->add_option("--target", target, "cpu | cuda | opencl | interp | interp-f32")
-        ->check(CLI::IsMember({"cpu", "cuda", "opencl", "interp", "interp-f32"}));
-    run->add_option("--threads", threads, "cpu: worker threads (default: all); cuda/opencl: work-group size (a power of two, 32..1024)");
-    run->add_flag("--unfused", unfused, "cpu/cuda/opencl: run the unfused plan (one kernel per definition)");
-    run->add_flag("--no-tensor-cores", no_tensor_cores, "cuda: tile GEMMs on the SIMT path only");
-    run->add_option("--fusion-level", fusion_level, "cuda/opencl: where running states live: auto (default) | block | warp | thread")
-        ->check(CLI::IsMember({"auto", "block", "warp", "thread"}));
-    run->add_option("--row-block", row_block, "cpu: rows handled together (the M of tile GEMMs)")->check(CLI::Range(int64_t(1), int64_t(4096)));
-    run->add_option("--tile", tile, "cpu: tile length along the cascade axis (default: chosen)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-    run->add_option("--segments", segments, "cpu: split the cascade axis into this many segments, merged with the derived merge")
-        ->check(CLI::Range(int64_t(1), int64_t(4096)));
-    run->add_option("--size", size_items, "Sizes: N=V,M=W (defaults from the spec)");
-    run->add_flag("--check", check, "Compare every output with the float64 reference interpreter");
-    run->add_option("--seed", seed, "Seed of the random inputs and of the random tiling");
-    run->add_option("--save", save_dir, "Write inputs and outputs as NumPy .npy files into DIR");
-    run->add_option("--load", load_dir, "Read the inputs from .npy files in DIR");
-    run->add_flag("--json", json, "Print one JSON object");
-    run->add_flag("--f32", f32, "Run the plan interpreter in float32");
-    run->add_option("--dist", dist, "Input distribution: normal | uniform | positive");
-    run->add_option("--scale", scale, "Multiply random inputs by this (large values test exp overflow)");
-    run->add_flag("--approx", approx, "Run the approximate incremental plan through rounding casts; --check reports its error");
-
-    std::string emit_name = "redfuse", strategy;
-    double budget = 1.0;
-    bool no_unfused = false, retune = false, no_tuned = false;
-    auto *emit = app.add_subcommand("emit", "Write the generated kernels as standalone C++ with a C ABI");
-    emit->add_option("SPEC", spec, "Spec file (.rf)")->required();
-    emit->add_option("--target", target, "cpu | cuda | opencl")->check(CLI::IsMember({"cpu", "cuda", "opencl"}));
-    emit->add_option("--size", size_items, "Sizes the schedule is chosen for (the code accepts any)");
-    emit->add_option("-o", out_file, "Output directory")->required();
-    emit->add_option("--name", emit_name, "Prefix of the exported C symbols and of the file names");
-    emit->add_flag("--approx", approx, "Fuse through rounding casts (inexact)");
-
-    auto *bench = app.add_subcommand("bench", "Time the fused kernel and the unfused plan against this machine's limits");
-    auto *tune = app.add_subcommand("tune", "Search tile sizes, segments and strategy; keep the best in the cache");
-    for (CLI::App *sub : {bench, tune}) {
-        sub->add_option("SPEC", spec, "Spec file (.rf)")->required();
-        sub->add_option("--target", target, "cpu | cuda | opencl")->check(CLI::IsMember({"cpu", "cuda", "opencl"}));
-        sub->add_option("--size", size_items, "Sizes: N=V,M=W (defaults from the spec)");
-        sub->add_flag("--json", json, "Print one JSON object");
-        sub->add_option("--threads", threads, "Worker threads (default: all)");
-        sub->add_option("--seed", seed, "Seed of the random inputs");
-        sub->add_option("--budget", budget, "Seconds of timing per variant (default 1)");
-    }
-    bench->add_option("--strategy", strategy, "Force a strategy: unfused | multi_pass | onchip_multipass | multi_segment")
-        ->check(CLI::IsMember({"unfused", "multi_pass", "onchip_multipass", "multi_segment", "single_pass", "incremental"}));
-    bench->add_option("--load", load_dir, "Read the inputs from .npy files in DIR");
-    bench->add_option("--fusion-level", fusion_level, "cuda/opencl: auto (default) | block | warp | thread")->check(CLI::IsMember({"auto", "block", "warp", "thread"}));
-    bench->add_option("--tile", tile, "Tile length along the cascade axis");
-    bench->add_option("--segments", segments, "Segments of the cascade axis");
-    bench->add_option("--row-block", row_block, "Rows handled together (the M of tile GEMMs)");
-    bench->add_flag("--no-unfused", no_unfused, "Do not time the unfused plan");
-    bench->add_flag("--no-tuned", no_tuned, "Ignore a cached `tune` result");
-    tune->add_flag("--retune", retune, "Ignore a cached result and search again");
-
+    Args a;
+    add_analyze(app, a);
+    add_run(app, a);
+    add_emit(app, a);
+    add_bench_and_tune(app, a);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {
         int rc = app.exit(e);
         return rc == 0 ? 0 : 2;
     }
-
     try {
         rf::ArenaScope arena;
-        rf::CompileOptions co;
-        co.approx = approx;
-        if (app.got_subcommand("analyze")) co.target = model_target;
-        co.sizes = parse_sizes(size_items);
+        rf::install_environment_once();
         try {
-            auto c = rf::compile_file(spec, co);
-            if (app.got_subcommand("analyze")) {
-                if (emit_stage == "ir") std::cout << rf::to_string(c->program);
-                else if (emit_stage == "graph") std::cout << rf::to_string(rf::dependence_graph(c->program), c->program);
-                else if (emit_stage == "plan") std::cout << rf::plan_dump(*c);
-                else if (emit_stage == "tile" || emit_stage == "cpp" || emit_stage == "opencl" || emit_stage == "cuda") std::cout << rf::backend_dump(*c, emit_stage);
-                else if (json) std::cout << rf::analysis_json(*c).dump(2) << "\n";
-                else std::cout << rf::analysis_text(*c);
-                return 0;
-            }
-            if (app.got_subcommand("emit")) {
-                std::vector<std::string> files =
-                    target == "cuda" || target == "opencl" ? rf::emit_gpu(*c, out_file, emit_name, target) : rf::emit_cpu(*c, out_file, emit_name) ;
-                for (const std::string &f : files) std::cout << "wrote " << f << "\n";
-                return 0;
-            }
-            if (app.got_subcommand("bench") || app.got_subcommand("tune")) {
-                rf::BenchOptions bo;
-                bo.sizes = co.sizes;
-                bo.threads = threads;
-                bo.strategy = strategy;
-                bo.load_dir = load_dir;
-                bo.seed = seed;
-                bo.budget_s = budget;
-                bo.unfused_too = !no_unfused;
-                bo.use_tuned = !no_tuned;
-                bo.tile = tile;
-                bo.segments = segments;
-                bo.row_block = row_block;
-                bo.target = target == "cuda" || target == "opencl" ? target : "cpu";
-                if (target == "cuda" || target == "opencl") {
-                    if (threads != 0 && (threads < 32 || threads > 1024 || (threads & (threads - 1)) != 0))
-                        throw UsageError("--threads for " + target + " is the work-group size: a power of two from 32 to 1024");
-                    bo.gpu_threads = threads;
-                    bo.fusion_level = fusion_level;
-                    bo.threads = 0;
-                }
-                rf::BenchReport r;
-                if (app.got_subcommand("tune")) {
-                    rf::TuneOptions to;
-                    to.bench = bo;
-                    to.retune = retune;
-                    to.progress = [](const std::string &line) { std::cerr << line << std::endl; };
-                    r = rf::tune_compiled(*c, to);
-                } else {
-                    r = rf::bench_compiled(*c, bo);
-                }
-                if (json) std::cout << r.json.dump(2) << "\n";
-                else std::cout << r.text;
-                return 0;
-            }
-            rf::RunOptions ro;
-            ro.target = target;
-            ro.sizes = co.sizes;
-            ro.seed = seed;
-            ro.check = check;
-            ro.f32 = f32;
-            ro.save_dir = save_dir;
-            ro.load_dir = load_dir;
-            ro.dist = dist;
-            ro.scale = scale;
-            ro.approx = approx;
-            ro.threads = threads;
-            ro.unfused = unfused;
-            ro.tile = tile;
-            ro.segments = segments;
-            ro.row_block = row_block;
-            if (target == "cuda" || target == "opencl") {
-                if (threads != 0 && (threads < 32 || threads > 1024 || (threads & (threads - 1)) != 0))
-                    throw UsageError("--threads for " + target + " is the work-group size: a power of two from 32 to 1024");
-                ro.gpu_threads = threads;
-                ro.fusion_level = fusion_level;
-                ro.threads = 0;
-            }
-            ro.no_tensor_cores = no_tensor_cores;
-            rf::RunReport r = rf::run_compiled(*c, ro);
-            if (json) std::cout << r.json.dump(2) << "\n";
-            else std::cout << r.text;
-            return r.ok ? 0 : 1;
+            return dispatch(app, a);
         } catch (const rf::UserError &e) {
-            std::cerr << rf::format_user_error(e, spec, read_source_for_errors(spec));
+            std::cerr << rf::format_user_error(e, a.spec, read_source_for_errors(a.spec));
             return 1;
         }
     } catch (const UsageError &e) {

@@ -28,9 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-int usable_threads(int threads) {
+int usable_threads(const CpuFeatures &f, int threads) {
     if (threads > 0) return threads;
-    const CpuFeatures &f = host_cpu();
     return static_cast<int>(std::max(1u, f.usable_cpus ? f.usable_cpus : f.logical_cpus));
 }
 
@@ -67,10 +66,10 @@ extern "C" double rf_probe_fma(int64_t iters, int threads) {
 
 }  // namespace
 
-MachineLimits machine_limits(int threads, bool remeasure) {
-    threads = usable_threads(threads);
+MachineLimits machine_limits(const CpuFeatures &cpu, int threads, bool remeasure) {
+    threads = usable_threads(cpu, threads);
     std::filesystem::path dir = default_cache_dir();
-    std::string key = sha256_hex(host_cpu().brand + "|" + std::to_string(threads)).substr(0, 16);
+    std::string key = sha256_hex(cpu.brand + "|" + std::to_string(threads)).substr(0, 16);
     std::filesystem::path cached = dir / ("machine-" + key + ".json");
     if (!remeasure) {
         std::ifstream in(cached);
@@ -90,7 +89,7 @@ MachineLimits machine_limits(int threads, bool remeasure) {
     }
     pin_openmp_runtime();
     JitOptions jo;
-    jo.flags = cpu_jit_flags();
+    jo.flags = cpu_jit_flags(cpu);
     auto so = jit_compile(kProbeSource, jo);
     auto add = so->function<void (*)(float *, const float *, const float *, int64_t, int)>("rf_probe_add");
     auto fma = so->function<double (*)(int64_t, int)>("rf_probe_fma");
@@ -125,7 +124,7 @@ MachineLimits machine_limits(int threads, bool remeasure) {
     std::filesystem::create_directories(dir, ec);
     std::ofstream out(cached);
     out << nlohmann::json{{"bandwidth_gbs", m.bandwidth_gbs}, {"fp32_gflops", m.fp32_gflops}, {"threads", threads},
-                          {"cpu", host_cpu().brand}}.dump(2);
+                          {"cpu", cpu.brand}}.dump(2);
     return m;
 }
 
@@ -220,7 +219,7 @@ Timing time_program(const CpuProgram &prog, CpuBuffers &bufs, int threads, doubl
 
 std::string tune_key(const Compilation &c, const SizeBinding &sizes, int threads) {
     std::ostringstream k;
-    k << c.source << "|threads=" << threads << "|cpu=" << host_cpu().brand;
+    k << c.source << "|threads=" << threads << "|cpu=" << c.target.cpu.brand;
     for (auto &[n, v] : sizes) k << "|" << n << "=" << v;
     return sha256_hex(k.str()).substr(0, 24);
 }
@@ -241,8 +240,9 @@ struct Variant {
     }
 };
 
-CpuOptions cpu_options(const BenchOptions &o, const Variant &v) {
-    CpuOptions co;
+/** The compilation's options with a variant's schedule knobs. */
+Options variant_options(const Compilation &c, const BenchOptions &o, const Variant &v) {
+    Options co = c.options;
     co.threads = o.threads;
     co.strategy = v.strategy == "unfused" ? "" : v.strategy;
     co.unfused = v.strategy == "unfused";
@@ -252,21 +252,29 @@ CpuOptions cpu_options(const BenchOptions &o, const Variant &v) {
     return co;
 }
 
+/** generate → build, for one variant of the compilation's schedule. */
+std::unique_ptr<CpuProgram> build_variant(const Compilation &c, const BenchOptions &o, const Variant &v) {
+    Options vo = variant_options(c, o, v);
+    return build_cpu(generate(c, vo), c, vo);
+}
+
+/** The compilation must be for this target, with its plan made for the sizes it is run at. */
+void require_compiled_for(const Compilation &c, TargetKind kind, const BenchOptions &o) {
+    if (c.target.kind != kind || (!o.sizes.empty() && c.sizes != bind_sizes(c.program, o.sizes)))
+        throw InternalError("bench/tune: the compilation was not made for the bench's target and sizes");
+}
+
 }  // namespace
 
 BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
-    if (o.target == "opencl" || o.target == "cuda") return bench_gpu(c, o);
-    if (o.target != "cpu") throw UserError({}, "unknown bench target '" + o.target + "' (cpu, cuda, opencl)");
+    if (is_gpu(c.target.kind)) return bench_gpu(c, o);
+    require_compiled_for(c, TargetKind::Cpu, o);
     const Program &p = c.program;
     SizeBinding sizes = bind_sizes(p, o.sizes);
-    int threads = usable_threads(o.threads);
-    PlanOptions po = plan_options_for("cpu");
-    po.sizes = &sizes;
-    Plan plan = make_plan(p, po);
-    plan.program = &p;
+    int threads = usable_threads(c.target.cpu, o.threads);
     std::map<std::string, Tensor> inputs = o.load_dir.empty() ? make_random_inputs(p, sizes, o.seed) : load_dir(o.load_dir, p, sizes);
     CpuBuffers bufs(p, sizes, inputs);
-    MachineLimits lim = machine_limits(o.threads);
+    MachineLimits lim = machine_limits(c.target.cpu, o.threads);
     WorkloadCost cost = workload_cost(p, sizes);
 
     Variant fused{o.strategy, o.tile, o.segments, o.row_block};
@@ -284,7 +292,7 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
             }
         }
     }
-    auto prog = compile_cpu(plan, sizes, cpu_options(o, fused));
+    auto prog = build_variant(c, o, fused);
     Timing tf = time_program(*prog, bufs, o.threads, o.budget_s, o.min_reps);
     nlohmann::json j;
     j["spec"] = c.file;
@@ -323,7 +331,7 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     text << "  fused   " << tf.median_ms << " ms  " << j["gbps"].get<double>() << " GB/s  " << j["gflops"].get<double>()
          << " GFLOP/s  " << 100 * floor_ms / tf.median_ms << "% of floor  [" << fused.label() << "; " << strategy << "]\n";
     if (o.unfused_too) {
-        auto un = compile_cpu(plan, sizes, cpu_options(o, {"unfused", 0, 0}));
+        auto un = build_variant(c, o, {"unfused", 0, 0});
         Timing tu = time_program(*un, bufs, o.threads, o.budget_s, o.min_reps);
         j["unfused_time_ms"] = tu.median_ms;
         j["unfused"] = {{"time_ms", tu.median_ms}, {"reps", tu.reps}, {"kernels", un->module.kernels.size()}};
@@ -356,18 +364,15 @@ void save_tuning(const std::filesystem::path &path, nlohmann::json &j) {
 }
 
 BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
-    if (o.bench.target == "opencl" || o.bench.target == "cuda") return tune_gpu(c, o);
+    if (is_gpu(c.target.kind)) return tune_gpu(c, o);
+    require_compiled_for(c, TargetKind::Cpu, o.bench);
     const Program &p = c.program;
     SizeBinding sizes = bind_sizes(p, o.bench.sizes);
-    int threads = usable_threads(o.bench.threads);
+    int threads = usable_threads(c.target.cpu, o.bench.threads);
     std::string key = tune_key(c, sizes, threads);
     std::filesystem::path path = tune_path(key);
     if (!o.retune)
         if (std::optional<BenchReport> r = cached_tuning(path)) return *r;
-    PlanOptions po = plan_options_for("cpu");
-    po.sizes = &sizes;
-    Plan plan = make_plan(p, po);
-    plan.program = &p;
     CpuBuffers bufs(p, sizes, make_random_inputs(p, sizes, o.bench.seed));
     std::vector<Variant> variants;
     for (const char *s : {"", "multi_pass", "onchip_multipass"})
@@ -380,7 +385,7 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
     double best = 1e300;
     Variant best_v;
     for (const Variant &v : variants) {
-        auto prog = compile_cpu(plan, sizes, cpu_options(o.bench, v));
+        auto prog = build_variant(c, o.bench, v);
         Timing t = time_program(*prog, bufs, o.bench.threads, std::min(o.bench.budget_s, 0.3), 3);
         tried.push_back({{"label", v.label()}, {"time_ms", t.median_ms}});
         if (o.progress) {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "driver/Compiler.h"
+#include "interp/Tensor.h"
 
 namespace rf {
 
@@ -24,9 +25,9 @@ struct MachineLimits {
     std::string source;        ///< "measured" or "cached: PATH"
 };
 
-/** Measures (once per cache directory and thread count; kept as JSON) the machine's memory
- *  bandwidth and FP32 FMA peak with JIT-compiled probes. */
-MachineLimits machine_limits(int threads, bool remeasure = false);
+/** Measures (once per cache directory, CPU and thread count; kept as JSON) the machine's memory
+ *  bandwidth and FP32 FMA peak with JIT-compiled probes (compiled for `cpu`, the host). */
+MachineLimits machine_limits(const CpuFeatures &cpu, int threads, bool remeasure = false);
 
 /** Bytes a workload must move (every input read once, every output written once) and FLOPs of
  *  its definitions as written (each reduction term's operations times its domain). */
@@ -46,9 +47,8 @@ struct BenchOptions {
     bool unfused_too = true;  ///< also time the unfused plan
     bool use_tuned = true;    ///< apply a cached `tune` result when one exists
     int64_t tile = 0, segments = 0, row_block = 0;
-    std::string target = "cpu";  ///< cpu | opencl | cuda
     int gpu_threads = 0;         ///< opencl/cuda: work-group size (0: the backend's default)
-    std::string fusion_level = "auto";  ///< opencl/cuda: auto | block | thread
+    FusionLevel fusion_level = FusionLevel::Auto;  ///< opencl/cuda
     bool tensor_cores = true;    ///< cuda
 };
 
@@ -57,6 +57,7 @@ struct BenchReport {
     nlohmann::json json;
     std::string text;
 };
+/** `c` is analyzed for the bench's target (cpu, cuda or opencl) at the bench's sizes. */
 BenchReport bench_compiled(const Compilation &c, const BenchOptions &o);
 /** bench on a GPU target (BenchGpu.cpp): device-timed runs (CUDA events; the L2 flushed before
  *  each), the nominal memory bandwidth of the device as the floor. */

@@ -68,77 +68,77 @@ std::filesystem::path gpu_tune_path(const Compilation &c, const SizeBinding &siz
     return std::filesystem::path(default_cache_dir()) / "tune" / ("gpu-" + sha256_hex(k.str()).substr(0, 24) + ".json");
 }
 
-std::string device_name(const std::string &target) { return target == "cuda" ? cuda::device().name : ocl::device().name; }
+std::string device_name(TargetKind kind) { return kind == TargetKind::Cuda ? cuda::device().name : ocl::device().name; }
 
-GpuOptions gpu_options(const BenchOptions &o, bool unfused) {
-    GpuOptions g;
-    g.target = o.target;
-    g.threads = o.gpu_threads;
+/** The compilation's options with the bench's GPU schedule knobs. */
+Options gpu_options(const Compilation &c, const BenchOptions &o, bool unfused) {
+    Options g = c.options;
+    g.gpu_threads = o.gpu_threads;
     g.fusion_level = o.fusion_level;
     g.unfused = unfused || o.strategy == "unfused";
     g.tensor_cores = o.tensor_cores;
     g.tile = o.tile;
     g.segments = o.segments;
     g.row_block = o.row_block;
-    if (o.strategy != "unfused") g.strategy = o.strategy;
+    g.strategy = o.strategy == "unfused" ? "" : o.strategy;
     return g;
 }
+
+/** generate → build, for one set of options. */
+std::unique_ptr<GpuProgram> build_with(const Compilation &c, const Options &g) { return build_gpu(generate(c, g), c, g); }
 
 }  // namespace
 
 BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
     const Program &p = c.program;
     SizeBinding sizes = bind_sizes(p, o.sizes);
-    PlanOptions po = plan_options_for("gpu");
-    po.sizes = &sizes;
-    Plan plan = make_plan(p, po);
-    plan.program = &p;
+    const std::string target = to_string(c.target.kind);
     std::map<std::string, Tensor> inputs = o.load_dir.empty() ? make_random_inputs(p, sizes, o.seed) : load_dir(o.load_dir, p, sizes);
     WorkloadCost cost = workload_cost(p, sizes);
 
-    GpuOptions fused = gpu_options(o, false);
+    Options fused = gpu_options(c, o, false);
     std::string tuned_from;
-    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments && !o.row_block && !o.gpu_threads && o.fusion_level == "auto") {
-        std::filesystem::path tp = gpu_tune_path(c, sizes, o.target, device_name(o.target));
+    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments && !o.row_block && !o.gpu_threads && o.fusion_level == FusionLevel::Auto) {
+        std::filesystem::path tp = gpu_tune_path(c, sizes, target, device_name(c.target.kind));
         std::ifstream in(tp);
         if (in) {
             try {
                 nlohmann::json t = nlohmann::json::parse(in).at("best");
-                fused.fusion_level = t.at("level");
-                fused.threads = t.at("threads");
+                fused.fusion_level = parse_fusion_level(t.at("level"));
+                fused.gpu_threads = t.at("threads");
                 fused.tile = t.at("tile");
                 fused.row_block = t.at("row_block");
                 tuned_from = tp.string();
             } catch (const std::exception &) {
-                fused = gpu_options(o, false);
+                fused = gpu_options(c, o, false);
             }
         }
     }
-    auto prog = compile_gpu(plan, sizes, fused);
+    auto prog = build_with(c, fused);
     GpuBuffers bufs(*prog, p, sizes, inputs);
     GpuTiming tf = time_gpu(bufs, o.budget_s, o.min_reps);
 
     // The floor: the device's nominal memory bandwidth (CUDA: 2 x memory clock x bus width).
     double bandwidth_gbs = 0;
     std::string device = prog->device_name;
-    if (o.target == "cuda") {
+    if (c.target.kind == TargetKind::Cuda) {
         const cuda::DeviceInfo &d = cuda::device();
         bandwidth_gbs = 2.0 * d.mem_clock_khz * 1e3 * (d.bus_width_bits / 8.0) / 1e9;
     }
     nlohmann::json j;
     j["spec"] = c.file;
-    j["target"] = o.target;
+    j["target"] = target;
     j["device"] = device;
     j["sizes"] = sizes;
     j["time_ms"] = tf.median_ms;
     j["min_ms"] = tf.min_ms;
     j["reps"] = tf.reps;
-    j["timing"] = o.target == "cuda" ? "CUDA events, L2 flushed before each run" : "host clock around a finished queue";
+    j["timing"] = c.target.kind == TargetKind::Cuda ? "CUDA events, L2 flushed before each run" : "host clock around a finished queue";
     std::string strategy;
     for (const tile::Kernel &k : prog->gpu.module.kernels) strategy += (strategy.empty() ? "" : "+") + k.schedule.strategy;
     j["strategy"] = strategy;
     j["launches"] = prog->gpu.launches.size();
-    j["fusion_level"] = fused.fusion_level;
+    j["fusion_level"] = to_string(fused.fusion_level);
     if (!tuned_from.empty()) j["tuned"] = tuned_from;
     j["bytes"] = cost.bytes;
     j["flops"] = cost.flops;
@@ -149,7 +149,7 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
     std::ostringstream text;
     text.setf(std::ios::fixed);
     text.precision(4);
-    text << c.file << " on " << o.target << " (" << device << ") at";
+ text << c.file << " on " << target << " (" << device << ") at";
     for (auto &[n, v] : sizes) text << " " << n << "=" << v;
     text << "\n";
     text << "  fused   " << tf.median_ms << " ms  " << j["gbps"].get<double>() << " GB/s  " << j["tflops"].get<double>() << " TFLOP/s  ["
@@ -163,7 +163,7 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
              << "% of it\n";
     }
     if (o.unfused_too) {
-        auto un = compile_gpu(plan, sizes, gpu_options(o, true));
+        auto un = build_with(c, gpu_options(c, o, true));
         GpuBuffers ub(*un, p, sizes, inputs);
         GpuTiming tu = time_gpu(ub, o.budget_s, o.min_reps);
         j["unfused_time_ms"] = tu.median_ms;
@@ -188,14 +188,10 @@ std::string outputs_disagree(const Program &p, const std::map<std::string, Tenso
 BenchReport tune_gpu(const Compilation &c, const TuneOptions &o) {
     const Program &p = c.program;
     SizeBinding sizes = bind_sizes(p, o.bench.sizes);
-    const std::string &target = o.bench.target;
-    std::filesystem::path path = gpu_tune_path(c, sizes, target, device_name(target));
+    const std::string target = to_string(c.target.kind);
+    std::filesystem::path path = gpu_tune_path(c, sizes, target, device_name(c.target.kind));
     if (!o.retune)
         if (std::optional<BenchReport> r = cached_tuning(path)) return *r;
-    PlanOptions po = plan_options_for("gpu");
-    po.sizes = &sizes;
-    Plan plan = make_plan(p, po);
-    plan.program = &p;
     std::map<std::string, Tensor> inputs = make_random_inputs(p, sizes, o.bench.seed);
     // Where states live (block / warp / thread), the work-group size, and the tile and row block of
     // the lowering; every variant runs the same inputs.
@@ -213,10 +209,10 @@ BenchReport tune_gpu(const Compilation &c, const TuneOptions &o) {
         bo.gpu_threads = v.threads;
         bo.tile = v.tile;
         bo.row_block = v.row_block;
-        bo.fusion_level = v.level;
+        bo.fusion_level = parse_fusion_level(v.level);
         double ms;
         try {
-            auto prog = compile_gpu(plan, sizes, gpu_options(bo, false));
+            auto prog = build_with(c, gpu_options(c, bo, false));
             GpuBuffers bufs(*prog, p, sizes, inputs);
             // A variant is kept only if it computes what the first one did (a fast wrong kernel
             // must never become the tuned default): same outputs within the dtype's tolerance,

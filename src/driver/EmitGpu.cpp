@@ -6,25 +6,21 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "codegen/CodeGen_C.h"
-#include "driver/Compiler.h"
-#include "runtime/GpuBackend.h"
+#include "driver/Emit.h"
 #include "support/Error.h"
 
 namespace rf {
 
-std::vector<std::string> emit_gpu(const Compilation &c, const std::string &dir, const std::string &name, const std::string &target) {
+std::vector<std::string> emit_gpu(const Compilation &c, const std::string &dir, const std::string &name) {
     std::string id = c_identifier(name, "");
     if (id != name || name.empty() || std::isdigit(static_cast<unsigned char>(name[0])))
         throw UserError({}, "--name must be a C identifier (letters, digits, '_'; not starting with a digit), got '" + name + "'");
-    SizeBinding sizes = c.sizes;  // emit --size: what the schedule is chosen for
-    PlanOptions po = plan_options_for("gpu");
-    po.sizes = &sizes;
-    Plan plan = make_plan(c.program, po);
-    plan.program = &c.program;
-    GpuOptions go;
-    go.target = target;
-    GpuModule g = generate_gpu_module(plan, sizes, go);
+    if (!is_gpu(c.target.kind)) throw InternalError("emit_gpu: the compilation is not for a GPU");
+    const std::string target = to_string(c.target.kind);
+    GpuModule g = generate(c).gpu;  // the schedule is chosen for the compilation's sizes (emit --size)
 
     // Launch shapes as C expressions over the size arguments (named as in the kernels' parameters).
     CEmitContext ctx;

@@ -4,7 +4,7 @@
  */
 #include <sstream>
 
-#include "driver/Compiler.h"
+#include "driver/Report.h"
 #include "sym/Simplify.h"
 
 namespace rf {

@@ -16,20 +16,14 @@
 
 namespace rf {
 
-std::vector<std::string> cpu_jit_flags(const std::string &isa) {
-    CpuFeatures f = host_cpu();
-    if (!isa.empty()) f = limit_isa(f, parse_isa_level(isa));
+std::vector<std::string> cpu_jit_flags(const CpuFeatures &f, const std::vector<std::string> &extra) {
     // -freciprocal-math turns a division by a row's loop-invariant sum into a multiply (<= 1 ulp);
     // nothing that changes infinities or NaNs (no -ffinite-math-only, no -ffast-math).
     std::vector<std::string> flags{"-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-freciprocal-math",
                                    "-fno-semantic-interposition"};
     for (const std::string &m : march_flags(f)) flags.push_back(m);
     if (best_isa(f) == IsaLevel::Avx512) flags.push_back("-mprefer-vector-width=512");
-    // Extra flags for debugging generated kernels (e.g. "-g -O0"); they are part of the cache key.
-    if (const char *extra = std::getenv("REDFUSE_JIT_FLAGS")) {
-        std::istringstream is(extra);
-        for (std::string w; is >> w;) flags.push_back(w);
-    }
+    flags.insert(flags.end(), extra.begin(), extra.end());
     return flags;
 }
 
@@ -38,23 +32,14 @@ void pin_openmp_runtime() {
     (void)handle;
 }
 
-std::unique_ptr<CpuProgram> compile_cpu(const Plan &plan, const SizeBinding &sizes, const CpuOptions &o) {
+std::unique_ptr<CpuProgram> build_cpu_program(tile::Module module, std::string source, const CpuBuildOptions &o) {
     pin_openmp_runtime();
     auto t0 = std::chrono::steady_clock::now();
     auto prog = std::make_unique<CpuProgram>();
-    tile::LowerOptions lo;
-    lo.sizes = sizes;
-    lo.unfused = o.unfused;
-    lo.threads = o.threads;
-    lo.schedules = o.schedules;
-    lo.force_tile = o.tile;
-    lo.force_segments = o.segments;
-    lo.force_row_block = o.row_block;
-    lo.force_strategy = o.strategy;
-    prog->module = tile::lower_plan(plan, lo);
-    prog->source = generate_cpu(prog->module);
+    prog->module = std::move(module);
+    prog->source = std::move(source);
     JitOptions jo;
-    jo.flags = cpu_jit_flags(o.isa);
+    jo.flags = o.flags;
     jo.cache_dir = o.cache_dir;
     prog->flags = jo.flags;
     prog->object = jit_compile(prog->source, jo);

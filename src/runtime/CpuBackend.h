@@ -1,6 +1,7 @@
 /** \file CpuBackend.h
- * The CPU backend end to end: plan → tile IR → C++ → JIT-compiled shared object, and running it
- * on tensors (conversion to and from the declared storage types, outputs poisoned before each run).
+ * The CPU backend's build and run: a printed module → JIT-compiled shared object, and the buffers it
+ * runs on (conversion to and from the declared storage types, outputs poisoned before each run).
+ * The module comes finished from the driver's pipeline (driver/Pipeline.h).
  */
 #pragma once
 
@@ -11,20 +12,15 @@
 
 #include "fuse/Plan.h"
 #include "interp/Tensor.h"
-#include "runtime/CpuFeatures.h"
 #include "runtime/Jit.h"
-#include "tile/Lower.h"
+#include "target/CpuFeatures.h"
+#include "tile/TileIR.h"
 
 namespace rf {
 
-struct CpuOptions {
-    int threads = 0;                 ///< 0: every usable CPU
-    bool unfused = false;            ///< the in-house unfused baseline (one kernel per definition)
-    std::map<int, tile::Schedule> schedules;  ///< per-chain overrides
-    std::string isa;                 ///< "", "baseline", "avx2" or "avx512": limit the instruction set
+struct CpuBuildOptions {
+    std::vector<std::string> flags;  ///< the compiler flags (cpu_jit_flags)
     std::string cache_dir;           ///< JIT cache (empty: the default)
-    int64_t tile = 0, segments = 0, row_block = 0;  ///< force these schedule knobs on every chain (0: the default)
-    std::string strategy;            ///< force a strategy on every chain (see tile::LowerOptions)
 };
 
 using CpuEntry = int (*)(const int64_t *, void *const *, int);
@@ -44,11 +40,12 @@ struct CpuProgram {
  *  before running any JIT-compiled code that uses OpenMP. */
 void pin_openmp_runtime();
 
-/** The compiler flags of generated kernels for this host (optionally limited to an ISA level). */
-std::vector<std::string> cpu_jit_flags(const std::string &isa = "");
+/** The compiler flags of generated kernels for `cpu` (what it can run, at its best ISA level),
+ *  then `extra` (REDFUSE_JIT_FLAGS, e.g. "-g -O0"; part of the cache key like every flag). */
+std::vector<std::string> cpu_jit_flags(const CpuFeatures &cpu, const std::vector<std::string> &extra = {});
 
-/** Lowers, prints and compiles. `sizes` pick the schedule; the kernels accept any sizes. */
-std::unique_ptr<CpuProgram> compile_cpu(const Plan &plan, const SizeBinding &sizes, const CpuOptions &o);
+/** Compiles a printed module (the JIT cache first). The kernels accept any sizes. */
+std::unique_ptr<CpuProgram> build_cpu_program(tile::Module module, std::string source, const CpuBuildOptions &o);
 
 /** Inputs and outputs in their storage formats, ready for repeated runs (benchmarks). */
 class CpuBuffers {
@@ -63,6 +60,8 @@ public:
     /** The user buffers in ABI order (inputs, then outputs) as bytes in their storage formats, and
      *  the sizes in spec order: the host side of the GPU backends' copies. */
     size_t count() const { return storage_.size(); }
+    DType dtype_of(size_t i) const { return dtypes_[i]; }
+    const std::vector<int64_t> &shape_of(size_t i) const { return shapes_[i]; }
     unsigned char *data(size_t i) { return storage_[i].data(); }
     size_t bytes_of(size_t i) const { return storage_[i].size(); }
     const std::vector<int64_t> &size_values() const { return sizes_; }

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "runtime/Jit.h"
+#include "runtime/RuntimeSettings.h"
 #include "runtime/Sha256.h"
 #include "support/Error.h"
 
@@ -38,11 +39,6 @@ constexpr int kLogLines = 40;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr int CUDA_ERROR_STUB_LIBRARY = 34;
 constexpr size_t kStaticSmemLimit = 48 * 1024;  // above this a kernel must opt in (cuFuncSetAttribute)
-
-std::string getenv_str(const char *name) {
-    const char *v = std::getenv(name);
-    return v ? std::string(v) : std::string();
-}
 
 // ---- error names ----------------------------------------------------------------------------------
 
@@ -169,7 +165,7 @@ void open_driver(const std::string &path, DriverState &s) {
 const DriverState &driver() {
     static const DriverState state = [] {
         DriverState s;
-        std::string path = getenv_str("REDFUSE_LIBCUDA");
+        std::string path = runtime_settings().libcuda;
         open_driver(path.empty() ? "libcuda.so.1" : path, s);
         return s;
     }();
@@ -191,7 +187,7 @@ const DeviceState &device_state() {
             return d;
         }
         const DriverApi &a = drv.api;
-        std::string env = getenv_str("REDFUSE_CUDA_DEVICE");
+        std::string env = runtime_settings().cuda_device;
         int ordinal = 0;
         if (!env.empty()) {
             char *end = nullptr;
@@ -295,7 +291,7 @@ struct Nvrtc {
 std::string find_include_dir(const std::string &lib_path) {
     std::vector<fs::path> dirs;
     if (!lib_path.empty()) dirs.push_back(fs::path(lib_path).parent_path().parent_path() / "include");
-    if (std::string home = getenv_str("CUDA_HOME"); !home.empty()) dirs.push_back(fs::path(home) / "include");
+    if (std::string home = runtime_settings().cuda_home; !home.empty()) dirs.push_back(fs::path(home) / "include");
     dirs.push_back("/usr/local/cuda/include");
     for (const fs::path &d : dirs) {
         std::error_code ec;
@@ -312,7 +308,7 @@ const Nvrtc &nvrtc() {
         Nvrtc n;
         std::vector<std::string> candidates, names = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
         candidates = names;
-        for (std::string dir : {getenv_str("CUDA_HOME"), std::string("/usr/local/cuda")})
+        for (std::string dir : {runtime_settings().cuda_home, std::string("/usr/local/cuda")})
             if (!dir.empty())
                 for (const std::string &name : names) candidates.push_back(dir + "/lib64/" + name);
         std::string first_error;
@@ -391,7 +387,7 @@ std::string stamp_text(const std::string &cubin, const std::string &log) {
 
 /** Saves the source of a failed compile where the user can find it; "" if even that fails. */
 std::string save_failed_source(const std::string &source) {
-    std::string base = getenv_str("TMPDIR");
+    std::string base = runtime_settings().tmpdir;
     std::string tmpl = (base.empty() ? std::string("/tmp") : base) + "/redfuse-nvrtc-XXXXXX.cu";
     int fd = ::mkstemps(tmpl.data(), 3);
     if (fd < 0) return "";

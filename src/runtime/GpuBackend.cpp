@@ -17,6 +17,7 @@
 #include "runtime/CudaRuntime.h"
 #include "runtime/GpuDevice.h"
 #include "runtime/OpenCLRuntime.h"
+#include "runtime/RuntimeSettings.h"
 #include "support/Error.h"
 
 namespace rf {
@@ -109,19 +110,53 @@ std::string read_text(const std::string &path) {
     return ss.str();
 }
 
-/** Developers' hooks, for either target: REDFUSE_GPU_SOURCE_DUMP=file writes the generated source
- *  that is about to be built; REDFUSE_GPU_SOURCE_OVERRIDE=file builds a hand-edited copy instead
- *  (printf debugging); the launches and buffers stay those of the generated module. */
+/** Developers' hooks, for either target (RuntimeSettings): gpu_source_dump writes the generated
+ *  source that is about to be built; gpu_source_override builds a hand-edited copy instead (printf
+ *  debugging); the launches and buffers stay those of the generated module. */
 void apply_source_hooks(std::string &source) {
-    if (const char *dump = std::getenv("REDFUSE_GPU_SOURCE_DUMP"); dump && *dump) std::ofstream(dump) << source;
-    if (const char *alt = std::getenv("REDFUSE_GPU_SOURCE_OVERRIDE"); alt && *alt) source = read_text(alt);
+    const RuntimeSettings &s = runtime_settings();
+    if (!s.gpu_source_dump.empty()) std::ofstream(s.gpu_source_dump) << source;
+    if (!s.gpu_source_override.empty()) source = read_text(s.gpu_source_override);
 }
-
-int default_threads(const std::string &target) { return target == "cuda" ? 128 : 64; }
 
 std::shared_ptr<const CudaDeviceOverride> &cuda_override() {
     static std::shared_ptr<const CudaDeviceOverride> o;
     return o;
+}
+
+GpuSpec cuda_spec() {
+    GpuSpec g;
+    if (const auto &o = cuda_override()) {
+        g.name = o->name;
+        g.arch = "sm_90a";
+        g.workers = o->workers;
+        g.compute_units = std::max(1, o->workers / 2);
+        g.shared_memory_bytes = o->shared_limit;
+        g.from_device = true;
+        return g;
+    }
+    const cuda::DeviceInfo &d = cuda::device();  // UserError "no CUDA driver/device: ..." without one
+    g.name = d.name;
+    g.arch = cuda::device_arch();
+    g.compute_units = d.sms;
+    g.workers = 2 * d.sms;
+    // Two work-groups per SM at least (one waits on memory while the other computes), within the
+    // per-block opt-in maximum.
+    g.shared_memory_bytes = d.smem_per_block_optin > 0 ? d.smem_per_block_optin : 48 * 1024;
+    if (d.smem_per_sm > 0) g.shared_memory_bytes = std::min<int64_t>(g.shared_memory_bytes, d.smem_per_sm / 2 - 1024);
+    g.from_device = true;
+    return g;
+}
+
+GpuSpec opencl_spec() {
+    const ocl::DeviceInfo &d = ocl::device();  // UserError "no OpenCL platform/device: ..." without one
+    GpuSpec g;
+    g.name = d.name;
+    g.compute_units = static_cast<int>(d.compute_units);
+    g.workers = d.gpu ? 4 * static_cast<int>(d.compute_units) : 8;
+    g.shared_memory_bytes = static_cast<int64_t>(d.local_mem_bytes);
+    g.from_device = true;
+    return g;
 }
 
 }  // namespace
@@ -132,94 +167,75 @@ void set_cuda_device_override(std::shared_ptr<const CudaDeviceOverride> o) { cud
 
 std::vector<std::string> cuda_compile_options() { return {"--prec-div=false", "-lineinfo"}; }
 
-GpuModule generate_gpu_module(const Plan &plan, const SizeBinding &sizes, const GpuOptions &o) {
-    if (o.target != "opencl" && o.target != "cuda") throw UserError({}, "unknown GPU target '" + o.target + "' (opencl, cuda)");
-    tile::LowerOptions lo;
-    lo.sizes = sizes;
-    lo.schedules = o.schedules;
-    lo.unfused = o.unfused;
-    // The segment split fills the device's work-groups, not CPU threads.
-    lo.threads = o.workers > 0 ? o.workers : (o.target == "cuda" ? 264 : 8);
-    lo.force_tile = o.tile;
-    lo.force_segments = o.segments;
-    lo.force_row_block = o.row_block;
-    lo.force_strategy = o.strategy;
-    lo.float_states = true;  // GPU states are float (brief §2): tile GEMMs accumulate into them
-    tile::Module m = tile::lower_plan(plan, lo);
-    if (tile::verify_each_pass()) tile::verify(m);
-    GpuCodegenOptions go;
-    go.dialect = o.target == "cuda" ? Dialect::Cuda : Dialect::OpenCL;
-    go.threads = o.threads > 0 ? o.threads : default_threads(o.target);
-    go.sizes = sizes;
-    go.tensor_cores = o.tensor_cores;
-    if (o.fusion_level != "block" && o.fusion_level != "warp" && o.fusion_level != "thread" && o.fusion_level != "auto")
-        throw UserError({}, "unknown fusion level '" + o.fusion_level + "' (auto, block, warp, thread)");
-    go.fusion_level = o.fusion_level;
-    for (const ChainPlan &c : plan.chains) {
-        double n = 1;
-        for (Expr e : c.axis_extents) n *= eval_sizes(e, sizes);
-        go.longest_axis = std::max(go.longest_axis, n);
+std::optional<GpuSpec> gpu_device_spec(TargetKind kind, std::string *why) {
+    try {
+        if (kind == TargetKind::Cuda) return cuda_spec();
+        if (kind == TargetKind::OpenCL) return opencl_spec();
+    } catch (const UserError &e) {
+        if (why) *why = e.what();
+        return std::nullopt;
     }
-    return generate_gpu(m, go);
+    if (why) *why = std::string("target ") + to_string(kind) + " is not a GPU";
+    return std::nullopt;
 }
 
-/** The module with the largest row block and tile (up to the plan's) whose work-groups fit in
- *  `limit` bytes of shared memory at `sizes`: halves them in turn until they fit. */
-GpuModule fit_shared_memory(const Plan &plan, const SizeBinding &sizes, GpuOptions o, int64_t limit) {
-    for (int attempt = 0;; attempt++) {
-        GpuModule g = generate_gpu_module(plan, sizes, o);
-        double worst = 0;
-        for (const GpuLaunch &l : g.launches) worst = std::max(worst, eval_sizes(l.shared_bytes, sizes));
-        if (worst <= static_cast<double>(limit)) return g;
-        int64_t rb = 1, tile = 1;
-        for (const tile::Kernel &k : g.module.kernels) {
-            rb = std::max(rb, k.schedule.row_block);
-            tile = std::max(tile, k.schedule.tile);
-        }
-        if (attempt >= 12 || (rb <= 1 && tile <= 32))
-            throw UserError({}, "the kernels need " + std::to_string(static_cast<long long>(worst)) + " bytes of shared memory per work-group at these sizes; the device has " +
-                                    std::to_string(static_cast<long long>(limit)));
-        if (rb > 1 && (attempt % 2 == 0 || tile <= 32)) o.row_block = std::max<int64_t>(1, rb / 2);
-        else o.tile = std::max<int64_t>(32, tile / 2);
-    }
-}
-
-std::unique_ptr<GpuProgram> compile_gpu(const Plan &plan, const SizeBinding &sizes, const GpuOptions &o) {
+std::unique_ptr<GpuProgram> build_gpu_program(GpuModule module, const GpuBuildOptions &o) {
     auto t0 = std::chrono::steady_clock::now();
     auto prog = std::make_unique<GpuProgram>();
-    GpuOptions opts = o;
-    if (o.target == "cuda" && cuda_override()) {
-        // A test's device (the host emulator): no driver, no NVRTC; the same fitting and hooks.
-        const CudaDeviceOverride &d = *cuda_override();
-        if (opts.workers == 0) opts.workers = d.workers;
-        prog->device_name = d.name;
-        prog->gpu = fit_shared_memory(plan, sizes, opts, d.shared_limit);
-        apply_source_hooks(prog->gpu.source);
-        prog->device = d.build(prog->gpu);
-    } else if (o.target == "cuda") {
-        const cuda::DeviceInfo &d = cuda::device();  // UserError "no CUDA driver/device: ..." without one
-        if (opts.workers == 0) opts.workers = 2 * d.sms;
-        prog->device_name = d.name;
-        // Two work-groups per SM at least (one waits on memory while the other computes), within
-        // the per-block opt-in maximum.
-        int64_t limit = d.smem_per_block_optin > 0 ? d.smem_per_block_optin : 48 * 1024;
-        if (d.smem_per_sm > 0) limit = std::min(limit, d.smem_per_sm / 2 - 1024);
-        prog->gpu = fit_shared_memory(plan, sizes, opts, limit);
-        apply_source_hooks(prog->gpu.source);
-        cuda::CompiledModule cm = cuda::compile(prog->gpu.source, o.arch.empty() ? cuda::device_arch() : o.arch, cuda_compile_options(), o.cache_dir);
+    prog->gpu = std::move(module);
+    apply_source_hooks(prog->gpu.source);
+    if (o.kind == TargetKind::Cuda && cuda_override()) {
+        // A test's device (the host emulator): no driver, no NVRTC.
+        prog->device_name = cuda_override()->name;
+        prog->device = cuda_override()->build(prog->gpu);
+    } else if (o.kind == TargetKind::Cuda) {
+        prog->device_name = cuda::device().name;  // UserError "no CUDA driver/device: ..." without one
+        cuda::CompiledModule cm = cuda::compile(prog->gpu.source, o.arch.empty() ? cuda::device_arch() : o.arch,
+                                                cuda_compile_options(), o.cache_dir);
         prog->from_cache = cm.from_cache;
         prog->log = cm.log;
         prog->device = std::make_shared<CudaDevice>(cm);
     } else {
-        const ocl::DeviceInfo &d = ocl::device();  // UserError "no OpenCL platform/device: ..." without one
-        if (opts.workers == 0) opts.workers = d.gpu ? 4 * d.compute_units : 8;
-        prog->device_name = d.name;
-        prog->gpu = fit_shared_memory(plan, sizes, opts, static_cast<int64_t>(d.local_mem_bytes));
-        apply_source_hooks(prog->gpu.source);
+        RF_INTERNAL_ASSERT(o.kind == TargetKind::OpenCL) << "build_gpu_program for target " << to_string(o.kind);
+        prog->device_name = ocl::device().name;  // UserError "no OpenCL platform/device: ..." without one
         prog->device = std::make_shared<OclDevice>(prog->gpu.source);
     }
     prog->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return prog;
+}
+
+void run_gpu_on_host(const GpuProgram &prog, const SizeBinding &sizes, const std::vector<int64_t> &size_values,
+                     const std::vector<HostBuffer> &user) {
+    const tile::Module &m = prog.gpu.module;
+    std::vector<std::unique_ptr<DevBuf>> dev;
+    std::vector<int> user_of;
+    size_t next = 0;
+    for (const tile::Buffer &b : m.buffers) {
+        if (b.role == tile::Buffer::Role::Temp) {
+            double n = 1;
+            for (Expr d : b.dims) n *= eval_sizes(d, sizes);
+            dev.push_back(prog.device->alloc(static_cast<size_t>(std::max(1.0, n)) * 4));
+            user_of.push_back(-1);
+            continue;
+        }
+        RF_INTERNAL_ASSERT(next < user.size()) << "module buffers do not match the kernel's inputs and outputs";
+        const HostBuffer &h = user[next];
+        dev.push_back(prog.device->alloc(std::max<size_t>(h.bytes, 1)));
+        if (b.role == tile::Buffer::Role::Input && h.bytes) dev.back()->write(h.data, h.bytes);
+        user_of.push_back(static_cast<int>(next++));
+    }
+    std::vector<DevBuf *> bufs;
+    for (auto &d : dev) bufs.push_back(d.get());
+    for (const GpuLaunch &l : prog.gpu.launches) {
+        double groups = eval_sizes(l.groups, sizes);
+        if (groups < 1) continue;
+        prog.device->launch(l, static_cast<int64_t>(groups), static_cast<int64_t>(eval_sizes(l.shared_bytes, sizes)), bufs,
+                            size_values);
+    }
+    prog.device->sync();
+    for (size_t i = 0; i < m.buffers.size(); i++)
+        if (m.buffers[i].role == tile::Buffer::Role::Output && user[user_of[i]].bytes)
+            dev[i]->read(user[user_of[i]].data, user[user_of[i]].bytes);
 }
 
 struct GpuBuffers::Impl {

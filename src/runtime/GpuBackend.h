@@ -1,41 +1,40 @@
 /** \file GpuBackend.h
- * The GPU backends end to end: plan → tile IR → OpenCL C or CUDA C++ (one mapping, CodeGen_GPU.h) →
- * built by the OpenCL driver (PoCL in CI) or NVRTC → launched on device buffers.
+ * The GPU backends' build and run: a printed module (OpenCL C or CUDA C++, one mapping,
+ * CodeGen_GPU.h) → built by the OpenCL driver (PoCL in CI) or NVRTC → launched on device buffers;
+ * and what the device is (GpuSpec), for the driver's Target. The module comes finished from the
+ * driver's pipeline (driver/Pipeline.h).
  */
 #pragma once
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "codegen/CodeGen_GPU.h"
 #include "fuse/Plan.h"
 #include "interp/Tensor.h"
-#include "tile/Lower.h"
+#include "target/Target.h"
 
 namespace rf {
 
-struct GpuOptions {
-    std::string target = "opencl";  ///< opencl | cuda
-    int threads = 0;                ///< work-group size (0: 128 for CUDA, 64 for OpenCL)
-    int workers = 0;                ///< work-groups that fill the device, for the segment split (0: from the device)
-    bool unfused = false;
-    bool tensor_cores = true;       ///< CUDA: mma.sync for 16/8-bit tile GEMMs
+struct GpuBuildOptions {
+    TargetKind kind = TargetKind::OpenCL;  ///< Cuda or OpenCL
     std::string arch;               ///< CUDA: sm_XX to compile for (empty: the device's)
-    std::map<int, tile::Schedule> schedules;
-    int64_t tile = 0, segments = 0, row_block = 0;
-    std::string strategy;
     std::string cache_dir;          ///< CUDA cubin cache (empty: the default)
-    std::string fusion_level = "auto";  ///< auto | block | warp | thread (see GpuCodegenOptions)
 };
 
 /** NVRTC options of generated CUDA: --prec-div=false (division within 2 ulp, as FlashAttention's
  *  reciprocal-multiply; the IEEE slow path made ptxas spill in small kernels) and -lineinfo. */
 std::vector<std::string> cuda_compile_options();
 
-/** The GPU module of a plan at `sizes` (lowering + printing; needs no device: emit, CI cubins). */
-GpuModule generate_gpu_module(const Plan &plan, const SizeBinding &sizes, const GpuOptions &o);
+/** The device a GPU target kind would run on (the test hook's for CUDA when one is installed):
+ *  its name, architecture, compute units, the work-groups that fill it (CUDA: 2 per SM; OpenCL: 4
+ *  per compute unit on GPUs, 8 on CPUs) and the shared memory one work-group may use (CUDA: the
+ *  per-block opt-in maximum, at most half an SM less 1 KiB, so two work-groups share an SM).
+ *  Nothing when the kind has no usable device here; `why` says why. */
+std::optional<GpuSpec> gpu_device_spec(TargetKind kind, std::string *why = nullptr);
 
 class GpuDevice;  // the OpenCL or CUDA side (GpuDevice.h, GpuBackend.cpp)
 
@@ -49,9 +48,20 @@ struct GpuProgram {
     ~GpuProgram();
 };
 
-/** Lowers, prints and builds for the target's device. UserError when the target has no device
- *  ("no CUDA driver/device: ...", "no OpenCL platform/device: ..."). */
-std::unique_ptr<GpuProgram> compile_gpu(const Plan &plan, const SizeBinding &sizes, const GpuOptions &o);
+/** Builds a printed module for the kind's device (after the source hooks of RuntimeSettings).
+ *  UserError when there is no device ("no CUDA driver/device: ...", "no OpenCL platform/device: ..."). */
+std::unique_ptr<GpuProgram> build_gpu_program(GpuModule module, const GpuBuildOptions &o);
+
+/** One user buffer in host memory, dense, in its storage format (inputs, then outputs). */
+struct HostBuffer {
+    void *data = nullptr;
+    size_t bytes = 0;
+};
+
+/** Runs every launch of `prog` at `sizes` (size_values: the sizes in spec order) on copies of host
+ *  buffers: inputs are copied to the device, outputs back; temporaries are allocated per call. */
+void run_gpu_on_host(const GpuProgram &prog, const SizeBinding &sizes, const std::vector<int64_t> &size_values,
+                     const std::vector<HostBuffer> &user);
 
 /** Device copies of a run's inputs, outputs and temporaries. */
 class GpuBuffers {

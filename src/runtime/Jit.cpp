@@ -31,6 +31,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "runtime/RuntimeSettings.h"
 #include "runtime/Sha256.h"
 #include "support/Error.h"
 
@@ -54,14 +55,9 @@ std::vector<std::string> split_words(const std::string &s) {
     return out;
 }
 
-std::string getenv_str(const char *name) {
-    const char *v = std::getenv(name);
-    return v ? std::string(v) : std::string();
-}
-
 std::vector<std::string> compiler_command(const std::string &compiler) {
     std::string c = compiler;
-    if (c.empty()) c = getenv_str("CXX");
+    if (c.empty()) c = runtime_settings().cxx;
     if (c.empty()) c = "c++";
     std::vector<std::string> words = split_words(c);
     if (words.empty()) throw UserError({}, "the C++ compiler command is blank (JitOptions::compiler or $CXX)");
@@ -257,14 +253,9 @@ std::string compiler_identity(const std::string &compiler) {
 }
 
 std::string default_cache_dir() {
-    std::string d = getenv_str("REDFUSE_CACHE_DIR");
-    if (!d.empty()) return d;
-    d = getenv_str("XDG_CACHE_HOME");
-    if (!d.empty() && d[0] == '/') return d + "/redfuse";
-    d = getenv_str("HOME");
-    if (d.empty())
-        throw UserError({}, "no JIT cache directory: set REDFUSE_CACHE_DIR, XDG_CACHE_HOME or HOME");
-    return d + "/.cache/redfuse";
+    const RuntimeSettings &s = runtime_settings();
+    if (s.cache_dir.empty()) throw UserError({}, s.cache_dir_error.empty() ? "no JIT cache directory" : s.cache_dir_error);
+    return s.cache_dir;
 }
 
 std::string jit_cache_key(const std::string &source, const JitOptions &opts) {

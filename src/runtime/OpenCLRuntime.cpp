@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/RuntimeSettings.h"
 #include "runtime/Sha256.h"
 #include "support/Error.h"
 
@@ -148,9 +149,9 @@ T info_value(const Api &api, cl_device_id dev, cl_info what) {
 /** Loads the library, picks the device, creates the context and queue; "" or why not. */
 std::string init(State &s) {
     void *handle = nullptr;
-    const char *forced = std::getenv("REDFUSE_OPENCL_LIBRARY");
-    if (forced && *forced) {
-        if (std::string why = bind(forced, s.api, handle); !why.empty()) return why;
+    const std::string forced = runtime_settings().opencl_library;
+    if (!forced.empty()) {
+        if (std::string why = bind(forced.c_str(), s.api, handle); !why.empty()) return why;
     } else if (std::string why = bind("libOpenCL.so.1", s.api, handle); !why.empty()) {
         // The unversioned name exists only with the -dev package; try it before giving the first reason.
         if (!bind("libOpenCL.so", s.api, handle).empty()) return why;
@@ -177,13 +178,13 @@ std::string init(State &s) {
     }
     if (all.empty()) return "no OpenCL device";
     const Candidate *pick = &all.front();
-    if (const char *want = std::getenv("REDFUSE_OPENCL_DEVICE"); want && *want) {
+    if (const std::string want = runtime_settings().opencl_device; !want.empty()) {
         auto it = std::find_if(all.begin(), all.end(),
                                [&](const Candidate &c) { return c.name.find(want) != std::string::npos; });
         if (it == all.end()) {
             std::string names;
             for (const Candidate &c : all) names += (names.empty() ? "" : ", ") + ("'" + c.name + "'");
-            return "no OpenCL device matching REDFUSE_OPENCL_DEVICE='" + std::string(want) + "' (devices: " +
+            return "no OpenCL device matching REDFUSE_OPENCL_DEVICE='" + want + "' (devices: " +
                    names + ")";
         }
         pick = &*it;

@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,19 @@ public:
 
 private:
     SourceLoc loc_;
+};
+
+/** A UserError about the buffers given to a call (a Kernel, the Python layer): the kind of mismatch
+ *  lets a binding raise the matching exception (TypeError for dtypes, ValueError for shapes). The
+ *  message names the argument, and for shapes the dimension and the size symbol. */
+class ArgumentError : public UserError {
+public:
+    enum class Kind : uint8_t { Count, Name, Dtype, Shape, Device };
+    ArgumentError(Kind kind, const std::string &msg) : UserError({}, msg), kind_(kind) {}
+    Kind kind() const { return kind_; }
+
+private:
+    Kind kind_;
 };
 
 /** Thrown when redfuse itself is wrong (a failed invariant, a derivation that does not re-check). */

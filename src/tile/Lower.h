@@ -20,8 +20,11 @@ struct LowerOptions {
     std::map<int, Schedule> schedules;
     /** Force every chain to run unfused (one literal kernel per definition): the in-house baseline. */
     bool unfused = false;
-    /** Worker threads the schedule plans for (0: every usable CPU). */
+    /** Worker threads the schedule records and the kernels run with (0: every usable CPU). */
     int threads = 0;
+    /** Workers the schedule fills when `threads` is 0: the target's usable CPUs, or the work-groups
+     *  that fill a GPU (Target::workers(); the driver sets it, the lowering never asks the host). */
+    int workers = 1;
     DType compute = DType::f32;
     /** Knobs applied to every chain when non-zero (after overrides): tile length, axis segments. */
     int64_t force_tile = 0, force_segments = 0, force_row_block = 0;
@@ -38,7 +41,7 @@ struct LowerOptions {
 
 /** The default schedule of a chain at the given sizes (its plan's strategy and segments, a tile
  *  that keeps the tile's working set in L1). */
-Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads);
+Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads, int workers);
 
 /** Plan → tile IR. InternalError if the plan is inconsistent; UserError for constructs the tile IR
  *  cannot express yet (named, with the definition's location). */

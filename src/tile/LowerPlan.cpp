@@ -9,7 +9,6 @@
 #include <optional>
 #include <set>
 
-#include "runtime/CpuFeatures.h"
 #include "support/Error.h"
 #include "tile/Lower.h"
 #include "tile/LowerPass.h"
@@ -17,7 +16,7 @@
 
 namespace rf::tile {
 
-Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads) {
+Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads, int target_workers) {
     Schedule s;
     s.strategy = c.strategy.empty() ? "incremental" : c.strategy;
     s.threads = threads;
@@ -63,7 +62,7 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
     bool known = first && c.n_row > 0;
     for (const SizeDecl &d : p.sizes) known = known && sizes.count(d.name);
     if (known) {
-        int workers = threads > 0 ? threads : static_cast<int>(std::max(1u, host_cpu().usable_cpus));
+        int workers = threads > 0 ? threads : std::max(1, target_workers);
         int64_t outer = 1, inner = eval_int(first->extents[c.n_row - 1], sizes), axis = 1;
         for (size_t i = 0; i + 1 < c.n_row; i++) outer *= eval_int(first->extents[i], sizes);
         for (Expr e : c.axis_extents) axis *= eval_int(e, sizes);
@@ -284,7 +283,7 @@ private:
 
     void emit_chain(const ChainPlan &c0, size_t ci, std::set<std::string> &done,
                     const std::vector<const TensorDef *> &elementwise, std::set<const TensorDef *> &placed) {
-        Schedule s = default_schedule(c0, p_, o_.sizes, o_.threads);
+        Schedule s = default_schedule(c0, p_, o_.sizes, o_.threads, o_.workers);
         std::map<std::string, std::string> term_store;
         bool may_split = s.segments <= 1 && s.strategy != "multi_pass" && s.strategy != "incremental" && o_.force_strategy.empty();
         if (may_split) {
@@ -294,7 +293,7 @@ private:
         if (auto it = o_.schedules.find(static_cast<int>(ci)); it != o_.schedules.end()) s = it->second;
         if (!o_.force_strategy.empty()) {
             s.strategy = o_.force_strategy;
-            if (s.strategy == "multi_segment" && s.segments <= 1) s.segments = 2 * std::max(1, o_.threads > 0 ? o_.threads : static_cast<int>(host_cpu().usable_cpus));
+            if (s.strategy == "multi_segment" && s.segments <= 1) s.segments = 2 * std::max(1, o_.threads > 0 ? o_.threads : o_.workers);
             if (s.strategy != "multi_segment") s.segments = 1;
         }
         if (o_.force_tile > 0) s.tile = o_.force_tile;
@@ -505,11 +504,7 @@ private:
 Module lower_plan(const Plan &plan, const LowerOptions &opts) {
     Module m = ModuleLowering(plan, opts).run();
     if (verify_each_pass()) verify(m);
-    // REDFUSE_TILE_PASSES=0 turns them off in any command, and a list (e.g. exp2,hoist) runs only
-    // those (A/B measurements, bisecting a wrong result).
-    const char *env = std::getenv("REDFUSE_TILE_PASSES");
-    std::string only = env ? env : "";
-    if (!opts.passes || only == "0") return m;
+    if (!opts.passes) return m;
     // exp2 first: it puts log2 e next to the invariant coefficients the hoisting then moves out;
     // the arrays are coalesced last, on the final statements.
     const std::pair<const char *, void (*)(Module &)> passes[] = {{"exp2", fold_exp2},
@@ -517,7 +512,6 @@ Module lower_plan(const Plan &plan, const LowerOptions &opts) {
                                                                    {"coalesce", coalesce_tile_arrays},
                                                                    {"gemm-state", accumulate_gemms_into_states}};
     for (const auto &[name, pass] : passes) {
-        if (!only.empty() && only != "1" && ("," + only + ",").find("," + std::string(name) + ",") == std::string::npos) continue;
         if (pass == accumulate_gemms_into_states && !opts.float_states) continue;
         pass(m);
         if (verify_each_pass()) verify(m);

@@ -153,7 +153,8 @@ std::string to_string(const StmtP &s, int indent = 0);
  *  and always in tests. */
 void verify(const Module &m);
 
-/** True in builds that verify after every pass (debug builds, or REDFUSE_VERIFY=1). */
+/** True in debug builds, which verify after every pass (release builds: when the driver is asked,
+ *  Options::verify_each_pass). */
 bool verify_each_pass();
 
 }  // namespace rf::tile

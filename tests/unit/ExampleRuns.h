@@ -15,6 +15,7 @@
 #include <string>
 
 #include "driver/Compiler.h"
+#include "driver/Run.h"
 
 namespace rf::test {
 
@@ -23,7 +24,7 @@ inline std::string describe(const RunOptions &o) {
     std::ostringstream s;
     for (auto &[n, v] : o.sizes) s << n << "=" << v << " ";
     s << "tile=" << o.tile << " segments=" << o.segments << " row_block=" << o.row_block;
-    if (o.target != "cpu") s << " wg=" << o.gpu_threads << " level=" << o.fusion_level;
+    if (o.target != TargetKind::Cpu) s << " wg=" << o.gpu_threads << " level=" << to_string(o.fusion_level);
     s << (o.unfused ? " unfused" : "") << (o.no_tensor_cores ? " no-tensor-cores" : "");
     return s.str();
 }
@@ -35,9 +36,9 @@ inline void check_run(const std::filesystem::path &path, const std::string &sour
                       std::initializer_list<uint64_t> seeds) {
     ArenaScope arena;
     auto c = compile_source(source, path.string(), {});
-    o.target = target;
+    o.target = parse_target_kind(target);
     o.check = true;
-    if (path.stem() == "moment_of_inertia") o.dist = "positive";
+    if (path.stem() == "moment_of_inertia") o.dist = InputDistribution::Positive;
     for (uint64_t seed : seeds) {
         o.seed = seed;
         auto t0 = std::chrono::steady_clock::now();

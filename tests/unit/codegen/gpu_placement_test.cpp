@@ -7,6 +7,7 @@
 
 #include "codegen/GpuPlacement.h"
 #include "driver/Compiler.h"
+#include "../GenerateFor.h"
 #include "runtime/GpuBackend.h"
 #include "support/Error.h"
 #include "tile/TileIR.h"
@@ -95,30 +96,27 @@ TEST(GpuPlacement, GemmOperandsStayShared) {
 TEST(GpuPlacement, WarpLevelCudaUsesShufflesAndWarpBarriersOnly) {
     ArenaScope arena;
     auto path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples/softmax.rf";
-    auto c = compile_source(test::read_text(path), path.string(), {});
-    SizeBinding sizes = bind_sizes(c->program, {});
-    GpuOptions go;
-    go.target = "cuda";
-    go.fusion_level = "warp";
-    go.threads = 128;
-    GpuModule warp = generate_gpu_module(c->plan, sizes, go);
+    std::string text = test::read_text(path);
+    Options go;
+    go.fusion_level = FusionLevel::Warp;
+    go.gpu_threads = 128;
+    GpuModule warp = test::generate_gpu_for(text, path.string(), TargetKind::Cuda, go);
     ASSERT_EQ(warp.launches.size(), 1u);
     const std::string &src = warp.source.substr(warp.source.find("__global__ void __launch_bounds__"));
     EXPECT_GT(count(src, "__shfl_xor_sync"), 0u);
     EXPECT_EQ(count(src, "RF_BARRIER()"), 0u) << "a warp never waits for the work-group";
     EXPECT_NE(src.find("(RF_LID >> 5) * ("), std::string::npos) << "each warp its own shared slots";
     EXPECT_EQ(warp.launches[0].threads, 128);  // 4 rows per work-group of 128
-    go.fusion_level = "block";
-    GpuModule block = generate_gpu_module(c->plan, sizes, go);
+    go.fusion_level = FusionLevel::Block;
+    GpuModule block = test::generate_gpu_for(text, path.string(), TargetKind::Cuda, go);
     const std::string &bsrc = block.source.substr(block.source.find("__global__ void __launch_bounds__"));
     EXPECT_GT(count(bsrc, "RF_BARRIER()"), 0u);
     // Softmax's running states, tags and tile partials are all registers: the only shared slot is
     // the reduction scratch.
     EXPECT_EQ(count(bsrc, "RF_SHARED "), 2u) << bsrc;  // rf_red's declaration: "RF_SHARED float *rf_red = (RF_SHARED float *)"
     // OpenCL has no sub-groups: the warp is a work-group of 32.
-    go.target = "opencl";
-    go.fusion_level = "warp";
-    GpuModule ocl = generate_gpu_module(c->plan, sizes, go);
+    go.fusion_level = FusionLevel::Warp;
+    GpuModule ocl = test::generate_gpu_for(text, path.string(), TargetKind::OpenCL, go);
     EXPECT_EQ(ocl.launches[0].threads, 32);
 }
 
@@ -154,12 +152,10 @@ TEST(GpuPlacement, RowReductionsGetAGroupOfThreadsPerRow) {
 TEST(GpuPlacement, AttentionRowMaxAndSumAreGroupReductions) {
     ArenaScope arena;
     auto path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples/attention.rf";
-    auto c = compile_source(test::read_text(path), path.string(), {});
-    SizeBinding sizes = bind_sizes(c->program, {{"B", 1}, {"H", 2}, {"M", 256}, {"N", 512}, {"D", 64}});
-    GpuOptions go;
-    go.target = "cuda";
-    go.threads = 128;
-    GpuModule g = generate_gpu_module(c->plan, sizes, go);
+    Options go;
+    go.sizes = {{"B", 1}, {"H", 2}, {"M", 256}, {"N", 512}, {"D", 64}};
+    go.gpu_threads = 128;
+    GpuModule g = test::generate_gpu_for(test::read_text(path), path.string(), TargetKind::Cuda, go);
     // Two row reductions (max, sum), each combined within groups of lanes by shuffles; the output
     // columns' rescale and accumulation spread over the groups too (a round loop each).
     std::string k = g.source.substr(g.source.find("__global__ void __launch_bounds__"));

@@ -77,7 +77,7 @@ TEST_P(EmitCpu, StandaloneProgramMatchesTheReference) {
     ArenaScope arena;
     fs::path dir = fs::temp_directory_path() / ("redfuse_emit_" + GetParam() + "_" + std::to_string(::getpid()));
     fs::remove_all(dir);
-    auto c = compile_file(std::string(REDFUSE_SOURCE_DIR) + "/examples/" + GetParam() + ".rf", {});
+    auto c = analyze_file(std::string(REDFUSE_SOURCE_DIR) + "/examples/" + GetParam() + ".rf", make_target(TargetKind::Cpu), {});
     std::vector<std::string> files = emit_cpu(*c, dir.string(), "kern");
     ASSERT_EQ(files.size(), 4u);
     std::ofstream(dir / "main.cpp") << kDriver;
@@ -132,13 +132,17 @@ TEST(EmitDumps, FollowTheSizesThePlanWasMadeFor) {
     // and several at N = 8192.
     ArenaScope a;
     std::string spec = std::string(REDFUSE_SOURCE_DIR) + "/examples/decode_gqa.rf";
-    auto small = compile_file(spec, {});
-    CompileOptions big_opts;
+    Options big_opts;
     big_opts.sizes = {{"B", 4}, {"Hq", 32}, {"Hkv", 8}, {"N", 8192}, {"D", 128}};
-    auto big = compile_file(spec, big_opts);
+    // The GPU model (264 workers): 128 rows do not fill it, so the long axis is split.
+    Target gpu = make_target(TargetRequest{TargetKind::Cuda, "sm_90a", ""});
+    auto small = analyze_file(spec, gpu, {});
+    auto big = analyze_file(spec, gpu, big_opts);
     EXPECT_EQ(big->sizes.at("N"), 8192);
     EXPECT_EQ(small->sizes.at("N"), 37);
-    EXPECT_NE(backend_dump(*small, "tile").find("segments=1 "), std::string::npos);
-    EXPECT_NE(backend_dump(*big, "tile").find("strategy=multi_segment"), std::string::npos);
-    EXPECT_NE(backend_dump(*small, "opencl"), backend_dump(*big, "opencl"));
+    EXPECT_NE(backend_dump(*small, Stage::Tile).find("segments=1 "), std::string::npos);
+    EXPECT_NE(backend_dump(*big, Stage::Tile).find("strategy=multi_segment"), std::string::npos);
+    EXPECT_NE(backend_dump(*small, Stage::Cuda), backend_dump(*big, Stage::Cuda));
+    // A dump needs its stage's target.
+    EXPECT_THROW(backend_dump(*small, Stage::Cpp), UserError);
 }

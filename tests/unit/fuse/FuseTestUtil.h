@@ -19,7 +19,7 @@
 namespace rf::test {
 
 inline std::unique_ptr<Compilation> compile(const std::string &src, bool approx = false) {
-    CompileOptions o;
+    Options o;
     o.approx = approx;
     return compile_source(src, "test.rf", o);
 }

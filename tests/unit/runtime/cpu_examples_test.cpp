@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "driver/Compiler.h"
+#include "driver/Run.h"
 #include "support/Error.h"
 
 using namespace rf;

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "TempDir.h"
-#include "runtime/CpuFeatures.h"
+#include "runtime/HostCpu.h"
 #include "runtime/Jit.h"
 #include "support/Error.h"
 

@@ -18,6 +18,7 @@
 
 #include "CudaEmuDevice.h"
 #include "driver/Compiler.h"
+#include "driver/Run.h"
 #include "support/Error.h"
 
 using namespace rf;
@@ -41,7 +42,7 @@ TEST_P(CudaEmulatedExamples, AgainstTheReference) {
     test::ScopedCudaEmulation emu;
     RunOptions o;
     o.sizes = odd;
-    o.fusion_level = "block";
+    o.fusion_level = FusionLevel::Block;
     run_case(path, src, o);
     // Forced schedule: short tiles with tails, segments merged across blocks, row blocks of 3.
     o.tile = 3;
@@ -51,7 +52,7 @@ TEST_P(CudaEmulatedExamples, AgainstTheReference) {
     // Warp level: one row per warp, shuffle butterflies, __syncwarp, warps past the last row return.
     o = RunOptions{};
     o.sizes = odd;
-    o.fusion_level = "warp";
+    o.fusion_level = FusionLevel::Warp;
     o.segments = 2;
     o.tile = 7;
     run_case(path, src, o);
@@ -59,14 +60,14 @@ TEST_P(CudaEmulatedExamples, AgainstTheReference) {
     if (path.stem() == "attention") {
         o = RunOptions{};
         o.sizes = odd;
-        o.fusion_level = "block";
+        o.fusion_level = FusionLevel::Block;
         o.no_tensor_cores = true;
         run_case(path, src, o);
     }
     // Thread level: a state per thread, segments merged in the second launch.
     o = RunOptions{};
     o.sizes = odd;
-    o.fusion_level = "thread";
+    o.fusion_level = FusionLevel::Thread;
     o.segments = 4;
     o.tile = 5;
     run_case(path, src, o);
@@ -137,11 +138,11 @@ TEST(CudaEmulator, CatchesInjectedMistakes) {
         eo.mutate_source = [&](std::string &s) { applied += m.apply(s); };
         test::ScopedCudaEmulation emu(eo);
         RunOptions o;
-        o.target = "cuda";
+        o.target = TargetKind::Cuda;
         o.check = true;
         o.seed = 31;
         o.sizes = m.sizes;
-        o.fusion_level = m.level;
+        o.fusion_level = parse_fusion_level(m.level);
         std::string error;
         bool ok = true;
         try {

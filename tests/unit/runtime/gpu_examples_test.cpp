@@ -16,6 +16,8 @@
 #include <sstream>
 
 #include "driver/Compiler.h"
+#include "driver/Run.h"
+#include "../GenerateFor.h"
 #include "fuse/Plan.h"
 #include "runtime/CudaRuntime.h"
 #include "runtime/GpuBackend.h"
@@ -65,14 +67,14 @@ TEST_P(OpenCLExamples, AgainstTheReferenceOnPoCL) {
     // merged with the derived merge in the second launch.
     o = RunOptions{};
     o.sizes = sets[2];
-    o.fusion_level = "thread";
+    o.fusion_level = FusionLevel::Thread;
     o.segments = 4;
     o.tile = 5;
     run_case(path, src, o);
     // Fusion level "warp" (on PoCL a work-group of 32): two segments, short tiles.
     o = RunOptions{};
     o.sizes = sets[2];
-    o.fusion_level = "warp";
+    o.fusion_level = FusionLevel::Warp;
     o.segments = 2;
     o.tile = 7;
     run_case(path, src, o);
@@ -94,7 +96,7 @@ TEST(OpenCLFuzzFindings, PerRowScalarsStoredInTurn) {
         for (const char *level : {"block", "warp", "thread"}) {
             RunOptions o;
             o.sizes = {{"R", 17}, {"C", C}};
-            o.fusion_level = level;
+            o.fusion_level = parse_fusion_level(level);
             run_case("fuzz5_7.rf", src, o);
         }
 }
@@ -108,16 +110,14 @@ TEST(CudaCubins, EveryExampleCompilesWithoutSpills) {
     std::string cache = (std::filesystem::temp_directory_path() / "redfuse-test-cubins").string();
     for (const auto &path : test::example_paths()) {
         ArenaScope arena;
-        auto c = compile_source(test::read_text(path), path.string(), {});
-        SizeBinding sizes = bind_sizes(c->program, {});
+        std::string text = test::read_text(path);
         // The default mapping for both architectures, and the other fusion levels (warp: one row
         // per warp, shuffles; thread: one row per thread) for sm_90a.
         for (auto [level, arch] : std::vector<std::pair<std::string, std::string>>{
                  {"auto", "sm_80"}, {"auto", "sm_90a"}, {"warp", "sm_90a"}, {"thread", "sm_90a"}}) {
-            GpuOptions go;
-            go.target = "cuda";
-            go.fusion_level = level;
-            GpuModule g = generate_gpu_module(c->plan, sizes, go);
+            Options go;
+            go.fusion_level = parse_fusion_level(level);
+            GpuModule g = test::generate_gpu_for(text, path.string(), TargetKind::Cuda, go, arch);
             if (level != "auto") arch += "[" + level + "]";
             cuda::CompiledModule m;
             try {

@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "TempDir.h"
+#include "driver/Environment.h"
+#include "runtime/RuntimeSettings.h"
 #include "runtime/Jit.h"
 #include "runtime/Sha256.h"
 #include "support/Error.h"
@@ -311,19 +313,27 @@ TEST(JitIdentity, FirstLineOfVersionCachedPerProcess) {
 }
 
 TEST(JitCacheDir, EnvironmentPrecedence) {
+    // The environment is read by the driver (driver/Environment.cpp) into the runtime's settings;
+    // default_cache_dir() answers from the settings installed.
     EnvGuard rf_dir("REDFUSE_CACHE_DIR"), xdg("XDG_CACHE_HOME"), home("HOME");
+    RuntimeSettings before = runtime_settings();
+    auto cache_dir_now = [] {
+        install_runtime_settings(runtime_settings_from_environment());
+        return default_cache_dir();
+    };
     rf_dir.set("/r/cache");
     xdg.set("/x");
     home.set("/h");
-    EXPECT_EQ(default_cache_dir(), "/r/cache");
+    EXPECT_EQ(cache_dir_now(), "/r/cache");
     rf_dir.set("");  // empty counts as unset
-    EXPECT_EQ(default_cache_dir(), "/x/redfuse");
+    EXPECT_EQ(cache_dir_now(), "/x/redfuse");
     xdg.set("relative/dir");  // the XDG spec says to ignore a relative path
-    EXPECT_EQ(default_cache_dir(), "/h/.cache/redfuse");
+    EXPECT_EQ(cache_dir_now(), "/h/.cache/redfuse");
     xdg.set(nullptr);
-    EXPECT_EQ(default_cache_dir(), "/h/.cache/redfuse");
+    EXPECT_EQ(cache_dir_now(), "/h/.cache/redfuse");
     home.set(nullptr);
-    EXPECT_THROW(default_cache_dir(), UserError);
+    EXPECT_THROW(cache_dir_now(), UserError);
+    install_runtime_settings(before);
 }
 
 TEST_F(Jit, UnusableCacheDirIsAUserError) {

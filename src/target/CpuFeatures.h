@@ -1,6 +1,7 @@
 /** \file CpuFeatures.h
- * What the host CPU can run (ISA extensions the OS has enabled, cores, caches) and the compiler
- * flags that target exactly that.
+ * What a CPU can run (ISA extensions the OS has enabled, cores, caches), as data, and the compiler
+ * flags that target exactly that. Detecting the host is runtime/HostCpu.h: the compiler's stages
+ * only ever see a description they were given (target/Target.h).
  */
 #pragma once
 
@@ -39,12 +40,6 @@ struct CpuFeatures {
 /** The ISA levels generated code is specialised for. */
 enum class IsaLevel { Baseline, Avx2, Avx512 };
 
-/** The host, detected once (thread-safe). */
-const CpuFeatures &host_cpu();
-
-/** Detects now, without the cache of host_cpu(). */
-CpuFeatures detect_cpu_features();
-
 /** One line per group: ISA flags present, OS state, cores, caches. */
 std::string to_string(const CpuFeatures &f);
 
@@ -64,10 +59,5 @@ CpuFeatures limit_isa(CpuFeatures f, IsaLevel level);
  *  and on non-x86 hosts. Explicit flags rather than -march=native so that the JIT cache key, which
  *  hashes the flags, changes when the cache directory is shared with a different machine. */
 std::vector<std::string> march_flags(const CpuFeatures &f);
-
-/** Asks Linux for permission to use AMX tile data in this process (arch_prctl ARCH_REQ_XCOMP_PERM);
- *  true when granted or already granted, false when the CPU or kernel has no AMX. Must be called
- *  before the first AMX instruction, or that instruction faults. Idempotent. */
-bool request_amx_permission();
 
 }  // namespace rf

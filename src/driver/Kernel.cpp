@@ -1,0 +1,343 @@
+/** \file Kernel.cpp
+ * rf::compile and the Kernel: binding sizes from buffer shapes, and calls on the CPU (in place), the
+ * GPUs (through device copies) and the plan interpreter.
+ */
+#include "driver/Kernel.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "driver/Environment.h"
+#include "driver/Report.h"
+#include "interp/PlanInterp.h"
+#include "interp/Reference.h"
+#include "runtime/CpuBackend.h"
+#include "runtime/GpuBackend.h"
+#include "support/Error.h"
+
+namespace rf {
+
+namespace {
+
+std::atomic<int64_t> g_builds{0};
+
+using AE = ArgumentError;
+
+std::string shape_text(const std::vector<int64_t> &s) { return shape_to_string(s); }
+
+std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape) {
+    std::vector<int64_t> st(shape.size(), 1);
+    for (size_t i = shape.size(); i-- > 1;) st[i - 1] = st[i] * shape[i];
+    return st;
+}
+
+TensorInfo info_of(const std::string &name, DType dtype, const std::vector<Expr> &dims, bool is_index) {
+    TensorInfo t;
+    t.name = name;
+    t.dtype = dtype;
+    t.dims = dims;
+    t.is_index = is_index;
+    for (Expr d : dims) t.shape.push_back(to_string(d));
+    return t;
+}
+
+/** Copies between a strided view and dense storage (element by element: `elem` bytes). */
+void strided_copy(const TensorView &v, unsigned char *dense, bool to_dense) {
+    const int64_t n = v.numel(), elem = dtype_bytes(v.dtype);
+    const size_t rank = v.shape.size();
+    std::vector<int64_t> idx(rank, 0);
+    auto *base = static_cast<unsigned char *>(v.data);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t off = 0;
+        for (size_t d = 0; d < rank; d++) off += idx[d] * v.strides[d];
+        if (to_dense) std::memcpy(dense + i * elem, base + off * elem, static_cast<size_t>(elem));
+        else std::memcpy(base + off * elem, dense + i * elem, static_cast<size_t>(elem));
+        for (size_t d = rank; d-- > 0;) {
+            if (++idx[d] < v.shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+/** The dense buffers of one call: views used in place where they are dense, copies otherwise. */
+struct CallBuffers {
+    std::vector<void *> ptrs;                         // inputs then outputs
+    std::vector<std::vector<unsigned char>> copies;   // one per view (empty when used in place)
+    std::vector<size_t> bytes;
+
+    CallBuffers(const std::vector<TensorView> &ins, const std::vector<TensorView> &outs) {
+        for (size_t i = 0; i < ins.size() + outs.size(); i++) {
+            const TensorView &v = i < ins.size() ? ins[i] : outs[i - ins.size()];
+            size_t b = static_cast<size_t>(v.numel()) * static_cast<size_t>(dtype_bytes(v.dtype));
+            bytes.push_back(b);
+            copies.emplace_back();
+            if (v.contiguous()) {
+                ptrs.push_back(v.data);
+                continue;
+            }
+            copies.back().resize(std::max<size_t>(b, 1));
+            if (i < ins.size()) strided_copy(v, copies.back().data(), true);
+            ptrs.push_back(copies.back().data());
+        }
+    }
+    /** Writes the outputs that went through a copy back into their strided views. */
+    void scatter_outputs(size_t n_inputs, const std::vector<TensorView> &outs) {
+        for (size_t j = 0; j < outs.size(); j++)
+            if (!copies[n_inputs + j].empty()) strided_copy(outs[j], copies[n_inputs + j].data(), false);
+    }
+};
+
+std::string read_spec(const std::string &spec, std::string &file) {
+    bool one_line = spec.find('\n') == std::string::npos;
+    std::error_code ec;
+    if (one_line && !spec.empty() && std::filesystem::is_regular_file(spec, ec)) {
+        std::ifstream in(spec, std::ios::binary);
+        if (!in) throw UserError({}, "cannot read spec file '" + spec + "'");
+        std::ostringstream ss;
+        ss << in.rdbuf();
+        file = spec;
+        return ss.str();
+    }
+    if (one_line && spec.size() > 3 && spec.compare(spec.size() - 3, 3, ".rf") == 0)
+        throw UserError({}, "cannot read spec file '" + spec + "'");
+    file = "<spec>";
+    return spec;
+}
+
+}  // namespace
+
+bool TensorView::contiguous() const {
+    if (strides.empty()) return true;
+    if (strides.size() != shape.size()) return false;
+    std::vector<int64_t> dense = dense_strides(shape);
+    for (size_t d = 0; d < shape.size(); d++)
+        if (shape[d] > 1 && strides[d] != dense[d]) return false;
+    return true;
+}
+
+int64_t TensorView::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+struct Kernel::Impl {
+    std::unique_ptr<Compilation> c;
+    Options schedule;
+    std::vector<TensorInfo> inputs, outputs;
+    std::unique_ptr<CpuProgram> cpu;
+    std::unique_ptr<GpuProgram> gpu;
+    std::string source;
+    tile::Module module;
+    mutable std::mutex device_mutex;  // GPU calls share the device's queue
+    double compile_ms = 0;
+    bool from_cache = false;
+
+    void check_views(const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos, const char *what) const;
+    void bind_from(const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos, const char *what,
+                   SizeBinding &sizes, std::map<std::string, std::string> &source_of) const;
+    void run_interp(const SizeBinding &sizes, const std::vector<TensorView> &ins, const std::vector<TensorView> &outs) const;
+};
+
+Kernel::Kernel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Kernel::Kernel(Kernel &&) noexcept = default;
+Kernel &Kernel::operator=(Kernel &&) noexcept = default;
+Kernel::~Kernel() = default;
+
+const std::vector<TensorInfo> &Kernel::inputs() const { return impl_->inputs; }
+const std::vector<TensorInfo> &Kernel::outputs() const { return impl_->outputs; }
+const Target &Kernel::target() const { return impl_->c->target; }
+const Compilation &Kernel::compilation() const { return *impl_->c; }
+const std::string &Kernel::source() const { return impl_->source; }
+const tile::Module &Kernel::module() const { return impl_->module; }
+nlohmann::json Kernel::analysis() const { return analysis_json(*impl_->c); }
+std::string Kernel::explain() const { return analysis_text(*impl_->c); }
+double Kernel::compile_ms() const { return impl_->compile_ms; }
+bool Kernel::from_cache() const { return impl_->from_cache; }
+
+std::vector<std::string> Kernel::size_names() const {
+    std::vector<std::string> out;
+    for (const SizeDecl &s : impl_->c->program.sizes) out.push_back(s.name);
+    return out;
+}
+
+void Kernel::Impl::check_views(const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos,
+                               const char *what) const {
+    if (views.size() != infos.size())
+        throw AE(AE::Kind::Count, "the kernel takes " + std::to_string(infos.size()) + " " + what + "s, got " +
+                                      std::to_string(views.size()));
+    for (size_t i = 0; i < views.size(); i++) {
+        const TensorView &v = views[i];
+        const TensorInfo &t = infos[i];
+        if (v.dtype != t.dtype)
+            throw AE(AE::Kind::Dtype, std::string(what) + " '" + t.name + "' has dtype " + dtype_name(v.dtype) +
+                                          "; the spec declares " + dtype_name(t.dtype));
+        if (v.shape.size() != t.dims.size())
+            throw AE(AE::Kind::Shape, std::string(what) + " '" + t.name + "' has " + std::to_string(v.shape.size()) +
+                                          " dimensions " + shape_text(v.shape) + "; the spec declares " +
+                                          std::to_string(t.dims.size()));
+        if (!v.strides.empty() && v.strides.size() != v.shape.size())
+            throw AE(AE::Kind::Shape, std::string(what) + " '" + t.name + "' has " + std::to_string(v.strides.size()) +
+                                          " strides for " + std::to_string(v.shape.size()) + " dimensions");
+        for (size_t d = 0; d < v.shape.size(); d++)
+            if (v.shape[d] < 1)
+                throw AE(AE::Kind::Shape, std::string(what) + " '" + t.name + "' dimension " + std::to_string(d) +
+                                              " (size " + t.shape[d] + ") is " + std::to_string(v.shape[d]) +
+                                              "; every extent must be at least 1");
+        if (!v.data) throw AE(AE::Kind::Device, std::string(what) + " '" + t.name + "' has no data (a null pointer)");
+        if (v.memory != MemorySpace::Host)
+            throw AE(AE::Kind::Device, std::string(what) + " '" + t.name +
+                                           "' is in CUDA device memory; this kernel takes host buffers");
+    }
+}
+
+void Kernel::Impl::bind_from(const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos,
+                             const char *what, SizeBinding &sizes, std::map<std::string, std::string> &source_of) const {
+    for (size_t i = 0; i < views.size(); i++)
+        for (size_t d = 0; d < infos[i].dims.size(); d++) {
+            Expr e = infos[i].dims[d];
+            if (e->kind != Kind::Var) continue;  // an expression of sizes: checked once all are bound
+            std::string here = std::string(what) + " '" + infos[i].name + "' dimension " + std::to_string(d);
+            auto [it, fresh] = sizes.emplace(e->name, views[i].shape[d]);
+            if (fresh) source_of[e->name] = here;
+            else if (it->second != views[i].shape[d])
+                throw AE(AE::Kind::Shape, here + " (size " + e->name + ") is " + std::to_string(views[i].shape[d]) +
+                                              ", but " + source_of[e->name] + " gives " + e->name + " = " +
+                                              std::to_string(it->second));
+        }
+}
+
+SizeBinding Kernel::bind_sizes(const std::vector<TensorView> &ins, const std::vector<TensorView> &outs) const {
+    const Impl &I = *impl_;
+    I.check_views(ins, I.inputs, "input");
+    if (!outs.empty()) I.check_views(outs, I.outputs, "output");
+    SizeBinding sizes;
+    std::map<std::string, std::string> source_of;
+    I.bind_from(ins, I.inputs, "input", sizes, source_of);
+    I.bind_from(outs, I.outputs, "output", sizes, source_of);
+    // Sizes no buffer names: the compilation's options, then the spec's defaults.
+    for (const SizeDecl &s : I.c->program.sizes) {
+        if (sizes.count(s.name)) continue;
+        if (auto it = I.c->options.sizes.find(s.name); it != I.c->options.sizes.end()) sizes[s.name] = it->second;
+        else if (s.default_value) sizes[s.name] = *s.default_value;
+        else
+            throw AE(AE::Kind::Shape, "size '" + s.name + "' is not the extent of any input or output dimension and has no default");
+    }
+    SizeBinding bound = rf::bind_sizes(I.c->program, sizes);  // ranges and index bounds, located
+    // Dimensions that are expressions of sizes (e.g. H / G), and every output extent.
+    auto check = [&](const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos, const char *what) {
+        for (size_t i = 0; i < views.size(); i++)
+            for (size_t d = 0; d < infos[i].dims.size(); d++) {
+                int64_t want = eval_int(infos[i].dims[d], bound);
+                if (views[i].shape[d] != want)
+                    throw AE(AE::Kind::Shape, std::string(what) + " '" + infos[i].name + "' dimension " + std::to_string(d) +
+                                                  " (size " + infos[i].shape[d] + ") is " + std::to_string(views[i].shape[d]) +
+                                                  "; the sizes bound from the buffers give " + std::to_string(want));
+            }
+    };
+    check(ins, I.inputs, "input");
+    check(outs, I.outputs, "output");
+    return bound;
+}
+
+std::vector<std::vector<int64_t>> Kernel::output_shapes(const SizeBinding &sizes) const {
+    std::vector<std::vector<int64_t>> out;
+    for (const TensorInfo &t : impl_->outputs) {
+        std::vector<int64_t> s;
+        for (Expr d : t.dims) s.push_back(eval_int(d, sizes));
+        out.push_back(s);
+    }
+    return out;
+}
+
+void Kernel::Impl::run_interp(const SizeBinding &sizes, const std::vector<TensorView> &ins,
+                              const std::vector<TensorView> &outs) const {
+    std::map<std::string, Tensor> tensors;
+    CallBuffers bufs(ins, outs);
+    for (size_t i = 0; i < ins.size(); i++) {
+        Tensor t;
+        t.shape = ins[i].shape;
+        t.dtype = ins[i].dtype;
+        t.data = decode_storage(static_cast<const unsigned char *>(bufs.ptrs[i]), ins[i].numel(), ins[i].dtype);
+        tensors[inputs[i].name] = std::move(t);
+    }
+    PlanInterpOptions pio;
+    pio.f32 = c->target.kind == TargetKind::InterpF32;
+    pio.seed = schedule.interp_seed;
+    std::map<std::string, Tensor> results = run_plan(c->plan, sizes, tensors, pio);
+    for (size_t j = 0; j < outs.size(); j++)
+        encode_storage(results.at(outputs[j].name).data, outs[j].dtype, static_cast<unsigned char *>(bufs.ptrs[ins.size() + j]));
+    bufs.scatter_outputs(ins.size(), outs);
+}
+
+void Kernel::operator()(const std::vector<TensorView> &ins, const std::vector<TensorView> &outs, void *stream) const {
+    const Impl &I = *impl_;
+    if (stream) throw AE(AE::Kind::Device, "a CUDA stream was given, but this kernel takes host buffers");
+    if (outs.size() != I.outputs.size())
+        throw AE(AE::Kind::Count, "the kernel writes " + std::to_string(I.outputs.size()) + " outputs, got " +
+                                      std::to_string(outs.size()) + " output buffers");
+    SizeBinding sizes = bind_sizes(ins, outs);
+    if (is_interpreter(I.c->target.kind)) return I.run_interp(sizes, ins, outs);
+    std::vector<int64_t> size_values;
+    for (const SizeDecl &s : I.c->program.sizes) size_values.push_back(sizes.at(s.name));
+    CallBuffers bufs(ins, outs);
+    if (I.cpu) {
+        int rc = I.cpu->entry(size_values.data(), bufs.ptrs.data(), I.schedule.threads);
+        if (rc != 0) throw UserError({}, "the generated kernel could not allocate its temporaries (out of memory)");
+    } else {
+        std::vector<HostBuffer> host;
+        for (size_t i = 0; i < bufs.ptrs.size(); i++) host.push_back({bufs.ptrs[i], bufs.bytes[i]});
+        std::lock_guard<std::mutex> lock(I.device_mutex);
+        run_gpu_on_host(*I.gpu, sizes, size_values, host);
+    }
+    bufs.scatter_outputs(ins.size(), outs);
+}
+
+Kernel compile_kernel(std::unique_ptr<Compilation> c, const Options &schedule) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto impl = std::make_unique<Kernel::Impl>();
+    const Program &p = c->program;
+    for (const InputDecl &in : p.inputs) impl->inputs.push_back(info_of(in.name, in.dtype, in.dims, false));
+    for (const OutputDecl &out : p.outputs) {
+        const TensorDef *d = p.find_def(out.name);
+        RF_INTERNAL_ASSERT(d) << "output " << out.name << " has no definition";
+        bool index = (d->is_topk() && d->index_name == out.name) || d->stype == SType::Int;
+        impl->outputs.push_back(info_of(out.name, out.dtype, d->extents, index));
+    }
+    impl->schedule = schedule;  // the environment is already applied (analyze_source)
+    TargetKind kind = c->target.kind;
+    if (!is_interpreter(kind)) {
+        Generated g = generate(*c, impl->schedule);
+        impl->source = g.source;
+        impl->module = g.module;
+        if (kind == TargetKind::Cpu) {
+            impl->cpu = build_cpu(std::move(g), *c, impl->schedule);
+            impl->from_cache = impl->cpu->from_cache;
+        } else {
+            impl->gpu = build_gpu(std::move(g), *c, impl->schedule);
+            impl->from_cache = impl->gpu->from_cache;
+        }
+        g_builds++;
+    }
+    impl->compile_ms = c->analyze_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    impl->c = std::move(c);
+    return Kernel(std::move(impl));
+}
+
+Kernel compile(const std::string &spec, const Target &target, const Options &options) {
+    install_environment_once();
+    std::string file;
+    std::string text = read_spec(spec, file);
+    std::unique_ptr<Compilation> c = analyze_source(text, file, target, options);
+    Options schedule = c->options;
+    return compile_kernel(std::move(c), schedule);
+}
+
+int64_t kernel_builds() { return g_builds.load(); }
+
+}  // namespace rf

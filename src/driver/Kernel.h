@@ -1,0 +1,116 @@
+/** \file Kernel.h
+ * The library API: `rf::compile(spec, Target, Options) → Kernel`, an object a program holds and calls
+ * many times on its own memory. One build serves every size: the sizes are bound from the shapes of
+ * the buffers of each call.
+ *
+ *     rf::ArenaScope arena;                        // expressions live in a per-thread arena
+ *     rf::Kernel k = rf::compile("examples/softmax.rf", rf::make_target(rf::TargetKind::Cpu));
+ *     std::vector<int64_t> shape{R, C};
+ *     k({{x.data(), rf::DType::f32, shape}}, {{y.data(), rf::DType::f32, shape}});
+ */
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "driver/Options.h"
+#include "driver/Pipeline.h"
+#include "ir/DType.h"
+#include "target/Target.h"
+
+namespace rf {
+
+/** Where a view's memory is. */
+enum class MemorySpace : uint8_t { Host, Cuda };
+
+/** Caller-owned memory: a pointer, its dtype, its shape and its strides (in elements; empty: dense
+ *  row-major). 16-bit floats are their bits (uint16_t), fp8 one byte, as the spec's dtype says. */
+struct TensorView {
+    void *data = nullptr;
+    DType dtype = DType::f32;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> strides;
+    MemorySpace memory = MemorySpace::Host;
+
+    /** True when the strides are empty or those of a dense row-major layout of `shape`. */
+    bool contiguous() const;
+    int64_t numel() const;
+};
+
+/** An input or output of a kernel: its name, dtype and shape in terms of the spec's sizes. */
+struct TensorInfo {
+    std::string name;
+    DType dtype = DType::f32;
+    std::vector<std::string> shape;  ///< each dimension as text over the sizes, e.g. {"B", "H", "M", "D"}
+    std::vector<Expr> dims;          ///< the same dimensions as expressions over the size variables
+    bool is_index = false;           ///< an integer output holding positions (argmax, top-k indices)
+};
+
+/** A compiled spec, callable on caller-owned buffers. Move-only; calls may run concurrently from
+ *  several threads (each call binds its own sizes and allocates its own temporaries; GPU calls are
+ *  serialized on the device's queue). */
+class Kernel {
+public:
+    Kernel(Kernel &&) noexcept;
+    Kernel &operator=(Kernel &&) noexcept;
+    Kernel(const Kernel &) = delete;
+    Kernel &operator=(const Kernel &) = delete;
+    ~Kernel();
+
+    const std::vector<TensorInfo> &inputs() const;
+    const std::vector<TensorInfo> &outputs() const;
+    /** The spec's size names in order. */
+    std::vector<std::string> size_names() const;
+
+    /** The sizes given by the inputs' shapes (and the outputs', for sizes no input has; then the
+     *  options' sizes and the spec's defaults). ArgumentError (a UserError) naming the input, the
+     *  dimension and the size for a count, dtype, rank or extent that disagrees with the spec or
+     *  with another buffer. `outputs` may be empty. */
+    SizeBinding bind_sizes(const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs = {}) const;
+    /** The outputs' shapes at `sizes`, in output order. */
+    std::vector<std::vector<int64_t>> output_shapes(const SizeBinding &sizes) const;
+
+    /** Runs on `inputs` (in input order) writing `outputs` (in output order; allocated by the
+     *  caller with output_shapes). Contiguous host buffers are used in place; strided ones go
+     *  through a dense copy. CUDA and OpenCL targets copy host buffers to the device and back.
+     *  `stream`: reserved for CUDA streams (must be null until device views are supported). */
+    void operator()(const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs,
+                    void *stream = nullptr) const;
+
+    const Target &target() const;
+    const Compilation &compilation() const;
+    /** The generated source that was built ("" for the interpreters). */
+    const std::string &source() const;
+    /** The tile module that was printed (empty for the interpreters). */
+    const tile::Module &module() const;
+    /** The `analyze --json` object and text of the spec for this target. */
+    nlohmann::json analysis() const;
+    std::string explain() const;
+    /** Wall milliseconds of analysis + generation + build (0 build work when the JIT cache had it). */
+    double compile_ms() const;
+    bool from_cache() const;
+
+    struct Impl;
+
+private:
+    explicit Kernel(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+    friend Kernel compile_kernel(std::unique_ptr<Compilation> c, const Options &schedule);
+};
+
+/** parse → ... → build. `spec` is a path to a .rf file, or the spec's text itself (text has a
+ *  newline or a statement; a single line naming an existing file is read as a path). */
+Kernel compile(const std::string &spec, const Target &target, const Options &options = {});
+/** A kernel from an analyzed compilation with the options of `schedule` (the compilation's own, or a
+ *  variant of them: bench's unfused plan, tune's candidates); the environment is not read again. */
+Kernel compile_kernel(std::unique_ptr<Compilation> c, const Options &schedule);
+
+/** How many kernels this process has built (JIT or device compiles, cached or not): a program can
+ *  check that calls at new sizes reuse what was built. */
+int64_t kernel_builds();
+
+}  // namespace rf

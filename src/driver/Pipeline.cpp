@@ -1,0 +1,238 @@
+/** \file Pipeline.cpp
+ * The pipeline: each stage is one call here, in order, with its dump. See docs/design.md
+ * ("The pipeline") for the stages' folders and files.
+ */
+#include "driver/Pipeline.h"
+#include "driver/Compiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "codegen/CodeGen_CPU.h"
+#include "driver/Environment.h"
+#include "driver/Report.h"
+#include "fuse/Graph.h"
+#include "ir/Eval.h"
+#include "runtime/CpuBackend.h"
+#include "runtime/GpuBackend.h"
+#include "spec/Check.h"
+#include "spec/Parser.h"
+#include "tile/Lower.h"
+#include "tile/Passes.h"
+
+namespace rf {
+
+namespace {
+
+std::ostream &dump_stream(const Options &o) { return o.dump_stream ? *o.dump_stream : std::cerr; }
+
+void dump(const Options &o, const DumpRequest &d, const std::function<std::string()> &text) {
+    if (o.wants_dump(d)) dump_stream(o) << text();
+}
+
+/** The sizes the plan and schedule are chosen for: the options' over the spec's defaults (a size
+ *  with neither is left out: the cost model then works without it). */
+SizeBinding planning_sizes(const Program &p, const Options &o) {
+    if (!o.sizes.empty()) return bind_sizes(p, o.sizes);
+    SizeBinding sizes;
+    for (const SizeDecl &s : p.sizes)
+        if (s.default_value) sizes[s.name] = *s.default_value;
+    return sizes;
+}
+
+// ---- The tile passes, in order: exp2 first (it puts log2 e next to the invariant coefficients
+// the hoisting then moves out); arrays are coalesced on the final statements; GEMMs accumulate into
+// states only where states are float (the GPU lowering).
+struct TilePassEntry {
+    const char *name;
+    void (*run)(tile::Module &);
+    bool float_states_only;
+};
+constexpr TilePassEntry kTilePasses[] = {{"exp2", tile::fold_exp2, false},
+                                         {"hoist", tile::hoist_invariants, false},
+                                         {"coalesce", tile::coalesce_tile_arrays, false},
+                                         {"gemm-state", tile::accumulate_gemms_into_states, true}};
+
+bool pass_selected(const Options &o, const std::string &name) {
+    if (!o.tile_passes) return true;
+    return std::find(o.tile_passes->begin(), o.tile_passes->end(), name) != o.tile_passes->end();
+}
+
+void verify_if_asked(const tile::Module &m, const Options &o) {
+    if (o.verify_each_pass || tile::verify_each_pass()) tile::verify(m);
+}
+
+tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
+    tile::LowerOptions lo;
+    lo.sizes = c.sizes;
+    lo.schedules = o.schedules;
+    lo.unfused = o.unfused;
+    lo.threads = is_gpu(c.target.kind) ? c.target.workers() : o.threads;
+    lo.workers = c.target.workers();
+    lo.force_tile = o.tile;
+    lo.force_segments = o.segments;
+    lo.force_row_block = o.row_block;
+    lo.force_strategy = o.strategy;
+    lo.float_states = is_gpu(c.target.kind);  // GPU states are float: tile GEMMs may accumulate into them
+    lo.passes = false;                         // run one by one below
+    return lo;
+}
+
+/** lower to tile IR → each tile pass, with the dumps. */
+tile::Module lower_and_optimize(const Compilation &c, const Options &o) {
+    tile::LowerOptions lo = lower_options(c, o);
+    tile::Module m = tile::lower_plan(c.plan, lo);                                   // lower to tile IR
+    verify_if_asked(m, o);
+    dump(o, {Stage::TileLower, ""}, [&] { return tile::to_string(m); });
+    for (const TilePassEntry &p : kTilePasses) {                                    // each tile pass
+        if (!pass_selected(o, p.name) || (p.float_states_only && !lo.float_states)) continue;
+        p.run(m);
+        verify_if_asked(m, o);
+        dump(o, {Stage::TilePass, p.name}, [&] { return tile::to_string(m); });
+    }
+    dump(o, {Stage::Tile, ""}, [&] { return tile::to_string(m); });
+    return m;
+}
+
+GpuCodegenOptions gpu_codegen_options(const Compilation &c, const Options &o) {
+    GpuCodegenOptions go;
+    go.dialect = c.target.kind == TargetKind::Cuda ? Dialect::Cuda : Dialect::OpenCL;
+    go.threads = o.gpu_threads > 0 ? o.gpu_threads : (c.target.kind == TargetKind::Cuda ? 128 : 64);
+    go.sizes = c.sizes;
+    go.tensor_cores = o.tensor_cores;
+    go.fusion_level = to_string(o.fusion_level);
+    for (const ChainPlan &ch : c.plan.chains) {
+        double n = 1;
+        for (Expr e : ch.axis_extents) n *= static_cast<double>(eval_int(e, c.sizes));
+        go.longest_axis = std::max(go.longest_axis, n);
+    }
+    return go;
+}
+
+double largest_shared_bytes(const GpuModule &g, const SizeBinding &sizes) {
+    double worst = 0;
+    for (const GpuLaunch &l : g.launches) worst = std::max(worst, static_cast<double>(eval_int(l.shared_bytes, sizes)));
+    return worst;
+}
+
+/** GPU: print, and while a work-group needs more shared memory than the target has, halve the row
+ *  block and the tile in turn (the schedule knobs, as a user would with --row-block / --tile). */
+Generated generate_gpu_fitted(const Compilation &c, Options o) {
+    const int64_t limit = c.target.gpu.shared_memory_bytes;
+    for (int attempt = 0;; attempt++) {
+        Generated g;
+        g.module = lower_and_optimize(c, o);
+        g.gpu = generate_gpu(g.module, gpu_codegen_options(c, o));                    // print
+        g.source = g.gpu.source;
+        double worst = largest_shared_bytes(g.gpu, c.sizes);
+        if (limit <= 0 || worst <= static_cast<double>(limit)) return g;
+        int64_t rb = 1, tile = 1;
+        for (const tile::Kernel &k : g.module.kernels) {
+            rb = std::max(rb, k.schedule.row_block);
+            tile = std::max(tile, k.schedule.tile);
+        }
+        if (attempt >= 12 || (rb <= 1 && tile <= 32))
+            throw UserError({}, "the kernels need " + std::to_string(static_cast<long long>(worst)) +
+                                    " bytes of shared memory per work-group at these sizes; the device has " +
+                                    std::to_string(static_cast<long long>(limit)));
+        if (rb > 1 && (attempt % 2 == 0 || tile <= 32)) o.row_block = std::max<int64_t>(1, rb / 2);
+        else o.tile = std::max<int64_t>(32, tile / 2);
+    }
+}
+
+}  // namespace
+
+PlanOptions plan_options(const Target &target, const Options &o) {
+    // The defaults model an H100/H200-class GPU (132 workers, 48 KiB of fast memory each): every GPU
+    // target, and the interpreters (whose plans are those `analyze` reports by default).
+    PlanOptions po;
+    po.approx = o.approx;
+    if (target.kind == TargetKind::Cpu) {
+        po.parallel_units = target.workers();
+        if (target.cpu.l2_bytes > 0) po.fast_memory_bytes = target.cpu.l2_bytes / 2;  // room for the other operands
+    }
+    return po;
+}
+
+std::unique_ptr<Compilation> analyze_source(const std::string &source, const std::string &file, const Target &target,
+                                            const Options &options) {
+    install_environment_once();
+    auto c = std::make_unique<Compilation>();
+    c->file = file;
+    c->source = source;
+    c->target = target;
+    c->options = with_environment(options);
+    const Options &o = c->options;
+    auto t0 = std::chrono::steady_clock::now();
+    spec::ParsedSpec parsed = spec::parse_statements(source);                      // parse
+    c->program = spec::check_program(parsed.stmts, parsed.end, file);              // check and lower to IR
+    dump(o, {Stage::Ir, ""}, [&] { return to_string(c->program); });
+    dump(o, {Stage::Graph, ""}, [&] { return to_string(dependence_graph(c->program), c->program); });  // analyze
+    c->sizes = planning_sizes(c->program, o);
+    PlanOptions po = plan_options(target, o);
+    po.sizes = &c->sizes;
+    c->plan = make_plan(c->program, po);                                           // plan
+    c->plan.program = &c->program;
+    dump(o, {Stage::Plan, ""}, [&] { return plan_dump(*c); });
+    c->analyze_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return c;
+}
+
+std::unique_ptr<Compilation> analyze_file(const std::string &path, const Target &target, const Options &options) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw UserError({}, "cannot read spec file '" + path + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return analyze_source(ss.str(), path, target, options);
+}
+
+Generated generate(const Compilation &c, const Options &o) {
+    RF_INTERNAL_ASSERT(!is_interpreter(c.target.kind)) << "nothing to generate for target " << to_string(c.target.kind);
+    if (is_gpu(c.target.kind)) {
+        Generated g = generate_gpu_fitted(c, o);
+        dump(o, {c.target.kind == TargetKind::Cuda ? Stage::Cuda : Stage::OpenCL, ""}, [&] { return g.source; });
+        return g;
+    }
+    Generated g;
+    g.module = lower_and_optimize(c, o);
+    g.source = generate_cpu(g.module);                                              // print
+    dump(o, {Stage::Cpp, ""}, [&] { return g.source; });
+    return g;
+}
+
+std::unique_ptr<CpuProgram> build_cpu(Generated g, const Compilation &c, const Options &o) {
+    RF_INTERNAL_ASSERT(c.target.kind == TargetKind::Cpu) << "build_cpu for target " << to_string(c.target.kind);
+    CpuBuildOptions bo;
+    bo.flags = cpu_jit_flags(c.target.cpu, o.jit_extra_flags);
+    bo.cache_dir = o.cache_dir;
+    return build_cpu_program(std::move(g.module), std::move(g.source), bo);       // build
+}
+
+std::unique_ptr<GpuProgram> build_gpu(Generated g, const Compilation &c, const Options &o) {
+    RF_INTERNAL_ASSERT(is_gpu(c.target.kind)) << "build_gpu for target " << to_string(c.target.kind);
+    GpuBuildOptions bo;
+    bo.kind = c.target.kind;
+    bo.arch = c.target.gpu.arch;
+    bo.cache_dir = o.cache_dir;
+    return build_gpu_program(std::move(g.gpu), bo);                                 // build
+}
+
+Target analysis_target() {
+    Target t;
+    t.kind = TargetKind::Cuda;
+    t.gpu = gpu_model(TargetKind::Cuda);
+    return t;
+}
+
+std::unique_ptr<Compilation> compile_source(const std::string &source, const std::string &file, const Options &o) {
+    return analyze_source(source, file, analysis_target(), o);
+}
+
+std::unique_ptr<Compilation> compile_file(const std::string &path, const Options &o) {
+    return analyze_file(path, analysis_target(), o);
+}
+
+}  // namespace rf

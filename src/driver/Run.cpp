@@ -1,0 +1,293 @@
+/** \file Run.cpp
+ * `run`: execute a Kernel on random or loaded inputs, check the outputs against the float64
+ * reference (with the magnitude reference where terms cancel), report.
+ */
+#include "driver/Run.h"
+
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "driver/Environment.h"
+#include "driver/HostTarget.h"
+#include "interp/Compare.h"
+#include "interp/Magnitude.h"
+#include "interp/Npy.h"
+#include "interp/Reference.h"
+#include "runtime/CpuBackend.h"
+#include "support/Error.h"
+
+namespace rf {
+
+namespace {
+
+int64_t longest_reduction(const Program &p, const SizeBinding &sizes) {
+    int64_t n = 1;
+    for (const TensorDef &d : p.defs) {
+        visit(d.body, [&](Expr e) {
+            if (e->kind != Kind::Reduce) return;
+            int64_t len = 1;
+            for (Expr x : e->extents) len *= eval_int(x, sizes);
+            n = std::max(n, len);
+        });
+    }
+    return n;
+}
+
+bool plan_is_approximate(const Plan &plan) {
+    for (const ChainPlan &c : plan.chains)
+        for (const PassPlan &pp : c.passes)
+            for (const MemberAnalysis &m : pp.members_exec)
+                if (!m.exact) return true;
+    return false;
+}
+
+/** Unit roundoff of the narrowest rounding in the spec (casts to narrow types; round() counts as 0.5). */
+double narrowest_rounding_epsilon(const Program &p) {
+    double eps = 0;
+    for (const TensorDef &d : p.defs)
+        visit(d.body, [&](Expr e) {
+            if (!is_rounding(e)) return;
+            eps = std::max(eps, e->kind == Kind::Cast && !is_int(e->dtype) ? dtype_epsilon(e->dtype) : 0.5 / 127);
+        });
+    return eps;
+}
+
+/** The spec in exact arithmetic: every rounding removed. */
+Program without_rounding(const Program &p) {
+    Program q = p;
+    for (TensorDef &d : q.defs) d.body = strip_rounding(d.body);
+    return q;
+}
+
+bool is_index_output(const Program &p, const std::string &name) {
+    const TensorDef *d = p.find_def(name);
+    return d && ((d->is_topk() && d->index_name == name) || d->stype == SType::Int);
+}
+
+/** The interpreters hold every tensor as doubles: refuse sizes that would not fit in memory rather
+ *  than be killed by it. */
+void check_interpretable(const Program &p, const SizeBinding &sizes, bool needed) {
+    const double kMaxElements = double(1 << 27);
+    double elements = 0;
+    for (const InputDecl &in : p.inputs) {
+        double n = 1;
+        for (int64_t d : input_shape(in, sizes)) n *= static_cast<double>(d);
+        elements += n;
+    }
+    for (const TensorDef &d : p.defs) {
+        double n = 1;
+        for (int64_t e : def_shape(d, sizes)) n *= static_cast<double>(e);
+        elements += n;
+    }
+    if (elements > kMaxElements && needed)
+        throw UserError({}, "these sizes need " + std::to_string(static_cast<long long>(elements)) +
+                                " tensor elements; the interpreters are for checking at small sizes (at most " +
+                                std::to_string(static_cast<long long>(kMaxElements)) + ")");
+}
+
+struct Execution {
+    std::map<std::string, Tensor> outputs;
+    double ms = 0;
+};
+
+/** execute: the inputs in their storage formats, the outputs poisoned, one call of the kernel. */
+Execution execute(const Kernel &k, const SizeBinding &sizes, const std::map<std::string, Tensor> &inputs) {
+    const Program &p = k.compilation().program;
+    CpuBuffers bufs(p, sizes, inputs);
+    std::vector<TensorView> ins, outs;
+    for (size_t i = 0; i < bufs.count(); i++) {
+        TensorView v{bufs.data(i), bufs.dtype_of(i), bufs.shape_of(i)};
+        (i < p.inputs.size() ? ins : outs).push_back(v);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    k(ins, outs);
+    Execution e;
+    e.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    e.outputs = bufs.outputs();
+    return e;
+}
+
+std::string tolerance_text(double tol, double cancellation) {
+    std::ostringstream t;
+    t << tol;
+    if (cancellation >= 1.05) {  // shown once it reads as more than "1x" at two digits
+        std::ostringstream k;
+        k.precision(2);
+        k << cancellation;
+        t << ", up to " << k.str() << "x for cancellation";
+    }
+    return t.str();
+}
+
+/** check: every output against the reference on the same inputs. Returns whether all pass. */
+bool check_outputs(const Kernel &k, const RunOptions &o, const SizeBinding &sizes, const std::map<std::string, Tensor> &inputs,
+                   const std::map<std::string, Tensor> &outputs, nlohmann::json &j, std::ostringstream &text) {
+    const Program &p = k.compilation().program;
+    bool f32 = k.target().kind != TargetKind::Interp;
+    std::map<std::string, Tensor> ref = run_reference(p, sizes, inputs);
+    // Where the reference's terms cancel, float arithmetic is only accurate relative to Σ|terms|:
+    // the magnitude reference widens the tolerance there (interp/Magnitude.h). Widening can only
+    // turn a failure into a pass, so it is computed (about one more reference run) only once an
+    // output fails the normwise tolerance.
+    std::map<std::string, Tensor> magnitude;
+    int64_t n = longest_reduction(p, sizes);
+    // The approximate plan rounds each tile with a running value: it is compared with the unfused
+    // quantizer at the rounding's own precision, and its distance to exact arithmetic (the spec
+    // without any rounding) is reported next to the unfused quantizer's own.
+    double rounding_eps = 0;
+    std::map<std::string, Tensor> exact_arith;
+    bool approximate = o.approx && plan_is_approximate(k.compilation().plan);
+    if (approximate) {
+        rounding_eps = narrowest_rounding_epsilon(p);
+        exact_arith = run_reference(without_rounding(p), sizes, inputs);
+    }
+    bool ok = true;
+    for (const OutputDecl &out : p.outputs) {
+        bool exact = is_index_output(p, out.name);
+        double tol = tolerance(out.dtype, f32, n);
+        if (approximate) tol = std::max(tol, 4 * rounding_eps);
+        Tensor ref_out = ref.at(out.name);
+        if (exact) ref_out = round_output(ref_out, out.dtype);
+        if (!exact && is_int(out.dtype)) {
+            // A real value declared as an integer output: both sides are rounded to integers, and a
+            // value within rounding of a .5 tie may land one unit apart.
+            ref_out = round_output(ref_out, out.dtype);
+            double top = 1;
+            for (double v : ref_out.data)
+                if (std::isfinite(v)) top = std::max(top, std::fabs(v));
+            tol = std::max(tol, 1.0 / top);
+        }
+        CompareResult r = compare(outputs.at(out.name), ref_out, tol, exact);
+        if (!r.ok && !exact) {
+            if (magnitude.empty()) magnitude = run_magnitude(p, sizes, ref);
+            auto mag = magnitude.find(out.name);
+            if (mag != magnitude.end())
+                r = compare(outputs.at(out.name), ref_out, tol, exact, &mag->second, compute_tolerance(f32, n));
+        }
+        ok = ok && r.ok;
+        j["outputs"][out.name] = {{"max_abs_err", r.max_abs_err}, {"max_rel_err", r.max_rel_err},
+                                  {"mismatches", r.mismatches}, {"nans", r.nans}, {"tolerance", tol},
+                                  {"cancellation", r.cancellation}, {"exact", exact}, {"ok", r.ok}};
+        if (approximate && !exact) {
+            CompareResult plan_vs_exact = compare(outputs.at(out.name), exact_arith.at(out.name), INFINITY);
+            CompareResult unfused_vs_exact = compare(round_output(ref.at(out.name), out.dtype), exact_arith.at(out.name), INFINITY);
+            j["outputs"][out.name]["approximate_plan"] = {
+                {"rel_err_vs_unfused_quantizer", r.max_rel_err},
+                {"rel_err_vs_exact_arithmetic", plan_vs_exact.max_rel_err},
+                {"unfused_quantizer_rel_err_vs_exact_arithmetic", unfused_vs_exact.max_rel_err}};
+            text << "  " << out.name << " (approximate plan): rel err " << r.max_rel_err << " vs the unfused quantizer, "
+                 << plan_vs_exact.max_rel_err << " vs exact arithmetic (the unfused quantizer itself: "
+                 << unfused_vs_exact.max_rel_err << ")\n";
+        }
+        text << "  " << out.name << ": max_abs_err " << r.max_abs_err << ", max_rel_err " << r.max_rel_err
+             << (exact ? " (exact)" : " (tolerance " + tolerance_text(tol, r.cancellation) + ")") << (r.ok ? "  ok" : "  FAILED")
+             << "\n";
+    }
+    return ok;
+}
+
+/** Without --check: each output's shape and range. */
+void summarize_outputs(const std::map<std::string, Tensor> &outputs, nlohmann::json &j, std::ostringstream &text) {
+    for (auto &[n, t] : outputs) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (double v : t.data) {
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+        }
+        j["outputs"][n] = {{"shape", t.shape}, {"min", lo}, {"max", hi}};
+        text << "  " << n << " " << shape_to_string(t.shape) << ": min " << lo << ", max " << hi << "\n";
+    }
+}
+
+std::string how_it_ran(TargetKind kind, bool unfused) {
+    std::string plan = unfused ? ", unfused plan" : "";
+    switch (kind) {
+    case TargetKind::Cpu: return " (generated C++" + plan + ")";
+    case TargetKind::Cuda: return " (generated CUDA" + plan + ")";
+    case TargetKind::OpenCL: return " (generated OpenCL C" + plan + ")";
+    case TargetKind::Interp: return " (float64)";
+    case TargetKind::InterpF32: return " (float32)";
+    }
+    return "";
+}
+
+}  // namespace
+
+Options RunOptions::compile_options() const {
+    Options co;
+    co.sizes = sizes;
+    co.approx = approx;
+    co.unfused = unfused;
+    co.tile = tile;
+    co.segments = segments;
+    co.row_block = row_block;
+    co.threads = threads;
+    co.gpu_threads = gpu_threads;
+    co.fusion_level = fusion_level;
+    co.tensor_cores = !no_tensor_cores;
+    co.interp_seed = seed;
+    return co;
+}
+
+std::map<std::string, Tensor> run_inputs(const Program &p, const SizeBinding &sizes, const RunOptions &o) {
+    return o.load_dir.empty() ? make_random_inputs(p, sizes, o.seed, o.dist, o.scale) : load_dir(o.load_dir, p, sizes);
+}
+
+RunReport run_kernel(const Kernel &k, const RunOptions &o) {
+    const Program &p = k.compilation().program;
+    SizeBinding sizes = bind_sizes(p, o.sizes);
+    TargetKind kind = k.target().kind;
+    check_interpretable(p, sizes, is_interpreter(kind) || o.check);
+    std::map<std::string, Tensor> inputs = run_inputs(p, sizes, o);
+    Execution e = execute(k, sizes, inputs);                                        // execute
+
+    nlohmann::json j;
+    if (!is_interpreter(kind)) {
+        j["compile_ms"] = k.compile_ms();
+        j["jit_cached"] = k.from_cache();
+        j[is_gpu(kind) ? "launches" : "kernels"] = k.module().kernels.size();
+    }
+    j["target"] = to_string(kind);
+    j["time_ms"] = e.ms;
+    j["sizes"] = sizes;
+    j["seed"] = o.seed;
+    if (!o.save_dir.empty()) {
+        std::map<std::string, Tensor> to_save;
+        for (const InputDecl &in : p.inputs) to_save[in.name] = round_output(inputs.at(in.name), in.dtype);
+        for (auto &[n, t] : e.outputs) to_save[n] = t;
+        save_dir(o.save_dir, to_save);
+        j["saved"] = o.save_dir;
+    }
+    std::ostringstream text;
+    bool ok = o.check ? check_outputs(k, o, sizes, inputs, e.outputs, j, text) : true;  // check
+    if (!o.check) summarize_outputs(e.outputs, j, text);
+    j["ok"] = ok;                                                                   // report
+    RunReport rep;
+    rep.ok = ok;
+    rep.json = j;
+    std::ostringstream head;
+    head << k.compilation().file << ": ran on " << to_string(kind) << how_it_ran(kind, o.unfused) << " in " << e.ms << " ms\n";
+    rep.text = head.str() + text.str() + (o.check ? (ok ? "check: ok\n" : "check: FAILED\n") : "");
+    return rep;
+}
+
+namespace {
+Target run_target(const RunOptions &o) {
+    TargetKind kind = o.target == TargetKind::Interp && o.f32 ? TargetKind::InterpF32 : o.target;
+    return make_target(TargetRequest{kind, o.arch, ""});
+}
+}  // namespace
+
+RunReport run_spec(const std::string &spec, const RunOptions &o) {
+    return run_kernel(compile(spec, run_target(o), o.compile_options()), o);
+}
+
+RunReport run_compiled(const Compilation &c, const RunOptions &o) {
+    install_environment_once();
+    std::unique_ptr<Compilation> compiled = analyze_source(c.source, c.file, run_target(o), o.compile_options());
+    Options schedule = compiled->options;
+    return run_kernel(compile_kernel(std::move(compiled), schedule), o);
+}
+
+}  // namespace rf
