@@ -510,16 +510,10 @@ Module lower_plan(const Plan &plan, const LowerOptions &opts) {
     const char *env = std::getenv("REDFUSE_TILE_PASSES");
     std::string only = env ? env : "";
     if (!opts.passes || only == "0") return m;
-    // exp2 first: it puts log2 e next to the invariant coefficients the hoisting then moves out;
-    // the arrays are coalesced last, on the final statements.
-    const std::pair<const char *, void (*)(Module &)> passes[] = {{"exp2", fold_exp2},
-                                                                   {"hoist", hoist_invariants},
-                                                                   {"coalesce", coalesce_tile_arrays},
-                                                                   {"gemm-state", accumulate_gemms_into_states}};
-    for (const auto &[name, pass] : passes) {
-        if (!only.empty() && only != "1" && ("," + only + ",").find("," + std::string(name) + ",") == std::string::npos) continue;
-        if (pass == accumulate_gemms_into_states && !opts.float_states) continue;
-        pass(m);
+    for (const TilePassInfo &pass : tile_passes()) {
+        if (!only.empty() && only != "1" && ("," + only + ",").find("," + std::string(pass.name) + ",") == std::string::npos) continue;
+        if (pass.float_states_only && !opts.float_states) continue;
+        m = pass.run(m);
         if (verify_each_pass()) verify(m);
     }
     return m;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "support/Error.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf::tile {
 
@@ -139,29 +140,31 @@ StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else
     return c;
 }
 
-StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f) {
-    auto c = std::make_shared<Stmt>(*s);
-    auto E = [&](Expr e) { return e ? f(e) : e; };
-    for (Expr *e : {&c->var, &c->begin, &c->end, &c->cond, &c->target, &c->target2, &c->value, &c->index, &c->k}) *e = E(*e);
-    for (Expr &e : c->dims) e = E(e);
-    for (Expr &e : c->args) e = E(e);
-    for (Expr &e : c->args2) e = E(e);
-    if (c->gemm) {
-        auto g = std::make_shared<GemmInfo>(*c->gemm);
-        for (Expr *e : {&g->M, &g->N, &g->K, &g->a_base, &g->b_base, &g->c_base, &g->a_si, &g->a_sk, &g->b_sj, &g->b_sk, &g->c_si, &g->alpha})
-            *e = E(*e);
-        c->gemm = g;
-    }
-    return c;
-}
+namespace {
+
+/** The mutator behind map_own_exprs and mutate: f on every own expression, rename on every local
+ *  name, children only when `deep`. */
+class FunctionMutator : public StmtMutator {
+public:
+    FunctionMutator(const std::function<Expr(Expr)> &f, const std::function<std::string(const std::string &)> *rename, bool deep)
+        : f_(f), rename_(rename), deep_(deep) {}
+    StmtP mutate(const StmtP &s) override { return deep_ ? mutate_default(s) : mutate_own(s); }
+    Expr mutate_expr(const Expr &e) override { return f_(e); }
+    std::string mutate_name(const std::string &n) override { return rename_ ? (*rename_)(n) : n; }
+
+private:
+    const std::function<Expr(Expr)> &f_;
+    const std::function<std::string(const std::string &)> *rename_;
+    bool deep_;
+};
+
+}  // namespace
+
+StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f) { return FunctionMutator(f, nullptr, false).mutate(s); }
 
 StmtP mutate(const StmtP &s, const std::function<Expr(Expr)> &f,
              const std::function<std::string(const std::string &)> &rename) {
-    auto c = std::const_pointer_cast<Stmt>(map_own_exprs(s, f));
-    if (!c->name.empty() && c->kind != StmtKind::Comment) c->name = rename(c->name);
-    for (StmtP &b : c->body) b = mutate(b, f, rename);
-    for (StmtP &b : c->else_body) b = mutate(b, f, rename);
-    return c;
+    return FunctionMutator(f, &rename, true).mutate(s);
 }
 
 StmtP rename_locals(const StmtP &s, const std::function<std::string(const std::string &)> &rename) {
