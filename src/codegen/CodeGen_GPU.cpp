@@ -12,6 +12,7 @@
 #include "codegen/GpuKernelPrinter.h"
 #include "ir/Eval.h"
 #include "support/Error.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf {
 
@@ -254,20 +255,20 @@ bool GpuKernelPrinter::in_memory(const std::string &name) {
 
 /** Locals the printer addresses as arrays whatever their size (top-k lists, shift states,
  *  row copies, GEMM operands). */
-void GpuKernelPrinter::addressed(const StmtP &s) {
-    switch (s->kind) {
-    case StmtKind::TopKInsert:
-        for (const char *part : {"_v", "_i", "_n"}) addressed_.insert(s->name + part);
-        break;
-    case StmtKind::PolyShift: addressed_.insert(s->target->name); break;
-    case StmtKind::CopyRow: addressed_.insert(s->value->name); break;
-    case StmtKind::Gemm:
-        for (Expr e : {s->gemm->a_base, s->gemm->b_base, s->gemm->c_base}) addressed_.insert(e->name);
-        break;
-    default: break;
-    }
-    for (const StmtP &c : s->body) addressed(c);
-    for (const StmtP &c : s->else_body) addressed(c);
+void GpuKernelPrinter::addressed(const StmtP &root) {
+    for_each_stmt(root, [&](const StmtP &s) {
+        switch (s->kind) {
+        case StmtKind::TopKInsert:
+            for (const char *part : {"_v", "_i", "_n"}) addressed_.insert(s->name + part);
+            break;
+        case StmtKind::PolyShift: addressed_.insert(s->target->name); break;
+        case StmtKind::CopyRow: addressed_.insert(s->value->name); break;
+        case StmtKind::Gemm:
+            for (Expr e : {s->gemm->a_base, s->gemm->b_base, s->gemm->c_base}) addressed_.insert(e->name);
+            break;
+        default: break;
+        }
+    });
 }
 
 /** Every thread reads e (a condition, loop bounds) into a private value. */

@@ -155,6 +155,13 @@ bool any_stmt(const StmtP &s, const std::function<bool(const StmtP &)> &pred) {
     return f.hit;
 }
 
+bool any_child(const StmtP &s, const std::function<bool(const StmtP &)> &pred) {
+    for (const auto *list : {&s->body, &s->else_body})
+        for (const StmtP &c : *list)
+            if (pred(c)) return true;
+    return false;
+}
+
 StmtP rewrite_bottom_up(const StmtP &s, const std::function<StmtP(const StmtP &)> &f) {
     struct Rewrite : StmtMutator {
         const std::function<StmtP(const StmtP &)> &f;

@@ -105,6 +105,10 @@ void for_each_stmt(const StmtP &s, const std::function<void(const StmtP &)> &f);
 /** True when pred holds for s or a statement below it; stops at the first hit. */
 bool any_stmt(const StmtP &s, const std::function<bool(const StmtP &)> &pred);
 
+/** True when pred holds for a direct child of s (body, then else_body); stops at the first hit. For
+ *  walks that decide per kind whether to go deeper. */
+bool any_child(const StmtP &s, const std::function<bool(const StmtP &)> &pred);
+
 /** Bottom-up rewriting: every statement of s's tree, its children rewritten first, replaced by f of the
  *  result (f returns its argument to keep it). Unchanged subtrees keep their pointers. */
 StmtP rewrite_bottom_up(const StmtP &s, const std::function<StmtP(const StmtP &)> &f);
