@@ -505,13 +505,13 @@ private:
 Module lower_plan(const Plan &plan, const LowerOptions &opts) {
     Module m = ModuleLowering(plan, opts).run();
     if (verify_each_pass()) verify(m);
-    // REDFUSE_TILE_PASSES=0 turns them off in any command, and a list (e.g. exp2,hoist) runs only
-    // those (A/B measurements, bisecting a wrong result).
+    // REDFUSE_TILE_PASSES=0 turns the optional passes off in any command, and a list (e.g.
+    // exp2,hoist) runs only those (A/B measurements, bisecting a wrong result).
     const char *env = std::getenv("REDFUSE_TILE_PASSES");
     std::string only = env ? env : "";
-    if (!opts.passes || only == "0") return m;
     for (const TilePassInfo &pass : tile_passes()) {
-        if (!only.empty() && only != "1" && ("," + only + ",").find("," + std::string(pass.name) + ",") == std::string::npos) continue;
+        bool listed = only.empty() || only == "1" || ("," + only + ",").find("," + std::string(pass.name) + ",") != std::string::npos;
+        if (!pass.always && (!opts.passes || only == "0" || !listed)) continue;
         if (pass.float_states_only && !opts.float_states) continue;
         m = pass.run(m);
         if (verify_each_pass()) verify(m);

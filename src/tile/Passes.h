@@ -11,6 +11,10 @@
 
 namespace rf::tile {
 
+/** The lowering's dot-product loops over a block of rows (attention's QKᵀ tile) as GEMM statements
+ *  (RecognizeGemms.cpp). */
+Module recognize_gemms(const Module &m);
+
 /** exp(e) → exp2(e · log2 e), log2 e folded into constant and loop-invariant coefficients of e
  *  (FoldExp2.cpp). */
 Module fold_exp2(const Module &m);
@@ -30,16 +34,18 @@ Module coalesce_tile_arrays(const Module &m);
 Module accumulate_gemms_into_states(const Module &m);
 
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Exp2, Hoist, Coalesce, GemmState };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, Coalesce, GemmState };
 
 struct TilePassInfo {
     TilePass id;
     const char *name;                  ///< its name in pass lists and dumps
     Module (*run)(const Module &);
     bool float_states_only;            ///< runs only when states are float (LowerOptions::float_states)
+    bool always;                       ///< completes the lowering: runs even when the optional passes are off
 };
 
-/** Every pass in the order they run: exp2 first, because it puts log2 e next to the invariant
+/** Every pass in the order they run: the GEMMs first (the other passes see them as the backends
+ *  will; turning the optional passes off keeps them, as the lowering's choice of kernels); exp2 next, because it puts log2 e next to the invariant
  *  coefficients the hoisting then moves out; the arrays are coalesced last but one, on the final
  *  statements; gemm-state last, on the GEMMs as they will be printed. */
 const std::vector<TilePassInfo> &tile_passes();

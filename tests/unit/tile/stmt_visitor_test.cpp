@@ -160,14 +160,19 @@ TEST(StmtMutator, BottomUpRewriteSeesRebuiltChildren) {
 
 TEST(TilePasses, TableListsThePassesInOrder) {
     const auto &p = tile_passes();
-    ASSERT_EQ(p.size(), 4u);
-    EXPECT_EQ(p[0].id, TilePass::Exp2);
-    EXPECT_STREQ(p[0].name, "exp2");
-    EXPECT_STREQ(p[1].name, "hoist");
-    EXPECT_STREQ(p[2].name, "coalesce");
-    EXPECT_STREQ(p[3].name, "gemm-state");
-    EXPECT_TRUE(p[3].float_states_only);
-    EXPECT_FALSE(p[0].float_states_only);
+    ASSERT_EQ(p.size(), 5u);
+    EXPECT_EQ(p[0].id, TilePass::Gemm);
+    EXPECT_STREQ(p[0].name, "gemm");
+    EXPECT_TRUE(p[0].always);
+    EXPECT_EQ(p[1].id, TilePass::Exp2);
+    EXPECT_STREQ(p[1].name, "exp2");
+    EXPECT_STREQ(p[2].name, "hoist");
+    EXPECT_STREQ(p[3].name, "coalesce");
+    EXPECT_STREQ(p[4].name, "gemm-state");
+    EXPECT_EQ(p[4].id, TilePass::GemmState);
+    EXPECT_TRUE(p[4].float_states_only);
+    for (size_t i = 0; i < 4; i++) EXPECT_FALSE(p[i].float_states_only) << p[i].name;
+    for (size_t i = 1; i < p.size(); i++) EXPECT_FALSE(p[i].always) << p[i].name;
     for (const TilePassInfo &i : p) EXPECT_NE(i.run, nullptr);
 }
 
