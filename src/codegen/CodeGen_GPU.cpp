@@ -511,13 +511,20 @@ using namespace tile;
 
 /** The top-level parallel loops of a kernel body, in order. */
 void launches_of(const StmtP &s, std::vector<StmtP> &out) {
-    if (s->kind == StmtKind::For && s->loop == LoopKind::Parallel) {
-        out.push_back(s);
-        return;
-    }
-    if (s->kind == StmtKind::Comment) return;
-    RF_INTERNAL_ASSERT(s->kind == StmtKind::Block) << "GPU printer: a kernel statement outside a parallel loop";
-    for (const StmtP &c : s->body) launches_of(c, out);
+    struct Walk : StmtVisitor {
+        std::vector<StmtP> &out;
+        explicit Walk(std::vector<StmtP> &out) : out(out) {}
+        void visit(const StmtP &s) override {
+            if (s->kind == StmtKind::For && s->loop == LoopKind::Parallel) {
+                out.push_back(s);
+                return;
+            }
+            if (s->kind == StmtKind::Comment) return;
+            RF_INTERNAL_ASSERT(s->kind == StmtKind::Block) << "GPU printer: a kernel statement outside a parallel loop";
+            visit_children(s);
+        }
+    } walk(out);
+    walk.visit(s);
 }
 
 }  // namespace
