@@ -146,3 +146,23 @@ TEST(RecognizeGemms, PerRowGemvKeepsTheRowsIndices) {
 }
 
 }  // namespace
+
+namespace {
+
+/** The on-chip multi-pass rows rename each pass's locals apart ($rr → $p1_rr, ...; LowerPass.cpp
+ *  lower_onchip_rows) after the lowering: recognizing the renamed nest gives the renamed GEMM. */
+TEST(RecognizeGemms, CommutesWithTheOnChipRenaming) {
+    auto rename = [](const std::string &n) { return n == "$rbase" || n == "$nbv" ? n : "$p1_" + n.substr(1); };
+    std::vector<Expr> Bs = {K(), load("Kh", {row(), jj(), d()}), load("Kh", {make_idiv(row(), make_size("G")), jj(), d()})};
+    for (Expr B : Bs) {
+        Module m = module_with(nest(dot(Q(), B)));
+        Module renamed = m;
+        renamed.kernels[0].body = rename_locals(m.kernels[0].body, rename);
+        Module a = recognize_gemms(renamed), b = recognize_gemms(m);
+        b.kernels[0].body = rename_locals(b.kernels[0].body, rename);
+        EXPECT_EQ(to_string(a), to_string(b)) << to_string(B);
+        EXPECT_NE(to_string(a).find("gemm $p1_pro0"), std::string::npos) << to_string(a);
+    }
+}
+
+}  // namespace
