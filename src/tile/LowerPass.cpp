@@ -3,7 +3,8 @@
  * src/interp/PlanInterp.cpp, including its guards), tiles of the cascade axis, segment merges with
  * the derived merge, finalization (with the literal recompute of rows whose final δ is not finite)
  * and the per-row epilogue. This file: the state, expression translation, per-tile updates and kernel
- * shapes; tile GEMMs are in LowerGemm.cpp, merges/finalization/epilogue in LowerMerge.cpp.
+ * shapes; member GEMMs are in LowerGemm.cpp (prologue GEMMs: the recognize_gemms pass),
+ * merges/finalization/epilogue in LowerMerge.cpp.
  */
 #include "tile/LowerPass.h"
 #include "tile/PassLowering.h"

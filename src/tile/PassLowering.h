@@ -1,6 +1,6 @@
 /** \file PassLowering.h
  * Internal to src/tile: the class that lowers one chain pass (LowerPass.cpp: state, expressions,
- * per-tile updates, kernel shapes; LowerGemm.cpp: tile GEMMs and shared factors; LowerMerge.cpp:
+ * per-tile updates, kernel shapes; LowerGemm.cpp: member GEMMs and shared factors; LowerMerge.cpp:
  * segment merges, finalization and the per-row epilogue).
  */
 #pragma once
