@@ -9,7 +9,9 @@
 #include <sstream>
 
 #include "codegen/CodeGen_C.h"
+#include "codegen/StmtPrinter.h"
 #include "support/Error.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf {
 
@@ -49,7 +51,7 @@ std::string c_string(const std::string &s) {
 
 std::string local_name(const std::string &n) { return c_identifier(n.substr(1), "l_"); }
 
-class KernelPrinter {
+class KernelPrinter : public codegen::StmtPrinter {
 public:
     KernelPrinter(const Module &m, const Kernel &k, std::ostringstream &os) : m_(m), k_(k), os_(os) {
         for (const Buffer &b : m.buffers)
@@ -75,7 +77,8 @@ public:
             }
         }
         top_arrays(k_.body, 1);
-        stmt(k_.body, 1, false);
+        simd_ = false;
+        print_stmt(k_.body, 1);
         os_ << "}\n\n";
     }
 
@@ -83,10 +86,10 @@ private:
     std::string buf_id(size_t i) const { return "rf_b" + std::to_string(i); }
     size_t buf_index(const Buffer *b) const { return static_cast<size_t>(b - &m_.buffers[0]); }
 
-    void collect_locals(const StmtP &s) {
-        if (s->kind == StmtKind::Decl) locals_[s->name] = s.get();
-        for (const StmtP &c : s->body) collect_locals(c);
-        for (const StmtP &c : s->else_body) collect_locals(c);
+    void collect_locals(const StmtP &root) {
+        for_each_stmt(root, [&](const StmtP &s) {
+            if (s->kind == StmtKind::Decl) locals_[s->name] = s.get();
+        });
     }
 
     std::string ctype(LocalClass c) const {
@@ -142,20 +145,25 @@ private:
 
     /** Arrays declared directly in the kernel (outside parallel loops) are allocated at its top. */
     void top_arrays(const StmtP &s, int ind) {
-        if (s->kind == StmtKind::For && s->loop == LoopKind::Parallel) return;
-        if (s->kind == StmtKind::Decl && !s->dims.empty()) alloc(s, ind);
-        for (const StmtP &c : s->body) top_arrays(c, ind);
-        for (const StmtP &c : s->else_body) top_arrays(c, ind);
+        // Not into parallel loops: their arrays are each worker's (arrays_below).
+        struct Walk : StmtVisitor {
+            KernelPrinter &p;
+            int ind;
+            Walk(KernelPrinter &p, int ind) : p(p), ind(ind) {}
+            void visit_for(const StmtP &s) override {
+                if (s->loop != LoopKind::Parallel) visit_children(s);
+            }
+            void visit_decl(const StmtP &s) override {
+                if (!s->dims.empty()) p.alloc(s, ind);
+            }
+        } walk(*this, ind);
+        walk.visit(s);
     }
+    /** The arrays declared anywhere below s (not s itself). */
     void arrays_below(const StmtP &s, int ind) {
-        for (const StmtP &c : s->body) {
-            if (c->kind == StmtKind::Decl && !c->dims.empty()) alloc(c, ind);
-            arrays_below(c, ind);
-        }
-        for (const StmtP &c : s->else_body) {
-            if (c->kind == StmtKind::Decl && !c->dims.empty()) alloc(c, ind);
-            arrays_below(c, ind);
-        }
+        for_each_stmt(s, [&](const StmtP &d) {
+            if (d != s && d->kind == StmtKind::Decl && !d->dims.empty()) alloc(d, ind);
+        });
     }
     void alloc(const StmtP &d, int ind) {
         std::string n = local_name(d->name), T = ctype(d->cls);
@@ -165,122 +173,110 @@ private:
                  << " = " << n << "_store.data();\n";
     }
 
-    std::ostringstream &pad(int ind) {
-        for (int i = 0; i < ind; i++) os_ << "    ";
-        return os_;
-    }
-
+    /** A loop body: inside a simd loop values are of the compute type, else double. */
     void body(const std::vector<StmtP> &b, int ind, bool simd) {
-        for (const StmtP &c : b) stmt(c, ind, simd);
+        bool saved = simd_;
+        simd_ = simd;
+        print_list(b, ind);
+        simd_ = saved;
+    }
+    std::string real_type() const { return simd_ ? compute_type() : "double"; }
+
+    // ---- StmtPrinter: blocks, comments and branches are the shared forms.
+    std::ostream &out() override { return os_; }
+    std::string condition(Expr c) override { return expr(c, "double"); }
+    void print_for(const StmtP &s, int ind) override { loop(s, ind); }
+    void print_gemm(const StmtP &s, int ind) override { gemm(s, ind); }
+
+    void print_decl(const StmtP &s, int ind) override {
+        std::string T = ctype(s->cls), n = local_name(s->name);
+        if (s->dims.empty()) {
+            pad(ind) << T << " " << n << " = " << (s->value ? cast_to(T, s->value) : T + "()") << ";\n";
+        } else if (s->value) {
+            std::string size = "1";
+            for (Expr e : s->dims) size += " * (int64_t)(" + int_expr(e) + ")";
+            pad(ind) << "for (int64_t q_ = 0; q_ < " << size << "; ++q_) " << n << "[q_] = " << cast_to(T, s->value) << ";\n";
+        }
     }
 
-    void stmt(const StmtP &s, int ind, bool simd) {
-        std::string R = simd ? compute_type() : "double";
-        switch (s->kind) {
-        case StmtKind::Block: body(s->body, ind, simd); return;
-        case StmtKind::Comment: pad(ind) << "// " << safe_comment(s->name) << "\n"; return;
-        case StmtKind::For: loop(s, ind); return;
-        case StmtKind::If:
-            pad(ind) << "if (" << expr(s->cond, "double") << ") {\n";
-            body(s->body, ind + 1, simd);
-            if (!s->else_body.empty()) {
-                pad(ind) << "} else {\n";
-                body(s->else_body, ind + 1, simd);
+    void print_assign(const StmtP &s, int ind) override {
+        std::string T = target_type(s->target);
+        pad(ind) << lvalue(s->target) << " = " << cast_to(T, s->value, simd_) << ";\n";
+    }
+
+    void print_accum(const StmtP &s, int ind) override {
+        std::string T = target_type(s->target), t = lvalue(s->target), v = cast_to(T, s->value, simd_);
+        switch (s->op) {
+        case ReduceOp::Sum: pad(ind) << t << " += " << v << ";\n"; break;
+        case ReduceOp::Prod: pad(ind) << t << " *= " << v << ";\n"; break;
+        default: {
+            bool mx = s->op == ReduceOp::Max;
+            if (simd_) {
+                // A vector max/min reduction ignores NaN; a flag remembers one (NaN propagates).
+                pad(ind) << "{ " << T << " v_ = " << v << "; " << t << "_nan |= (v_ != v_); " << t << " = (v_ "
+                         << (mx ? ">" : "<") << " " << t << ") ? v_ : " << t << "; }\n";
+            } else {
+                pad(ind) << t << " = rfk::" << (mx ? "max" : "min") << "<" << T << ">(" << t << ", " << v << ");\n";
             }
-            pad(ind) << "}\n";
-            return;
-        case StmtKind::Decl: {
-            std::string T = ctype(s->cls), n = local_name(s->name);
-            if (s->dims.empty()) {
-                pad(ind) << T << " " << n << " = " << (s->value ? cast_to(T, s->value) : T + "()") << ";\n";
-            } else if (s->value) {
-                std::string size = "1";
-                for (Expr e : s->dims) size += " * (int64_t)(" + int_expr(e) + ")";
-                pad(ind) << "for (int64_t q_ = 0; q_ < " << size << "; ++q_) " << n << "[q_] = " << cast_to(T, s->value) << ";\n";
-            }
-            return;
-        }
-        case StmtKind::Assign: {
-            std::string T = target_type(s->target);
-            pad(ind) << lvalue(s->target) << " = " << cast_to(T, s->value, simd) << ";\n";
-            return;
-        }
-        case StmtKind::Accum: {
-            std::string T = target_type(s->target), t = lvalue(s->target), v = cast_to(T, s->value, simd);
-            switch (s->op) {
-            case ReduceOp::Sum: pad(ind) << t << " += " << v << ";\n"; break;
-            case ReduceOp::Prod: pad(ind) << t << " *= " << v << ";\n"; break;
-            default: {
-                bool mx = s->op == ReduceOp::Max;
-                if (simd) {
-                    // A vector max/min reduction ignores NaN; a flag remembers one (NaN propagates).
-                    pad(ind) << "{ " << T << " v_ = " << v << "; " << t << "_nan |= (v_ != v_); " << t << " = (v_ "
-                             << (mx ? ">" : "<") << " " << t << ") ? v_ : " << t << "; }\n";
-                } else {
-                    pad(ind) << t << " = rfk::" << (mx ? "max" : "min") << "<" << T << ">(" << t << ", " << v << ");\n";
-                }
-            }
-            }
-            return;
-        }
-        case StmtKind::ArgSelect: {
-            bool mx = s->op == ReduceOp::ArgMax || s->op == ReduceOp::Max;
-            pad(ind) << "{ double v_ = " << expr(s->value, "double") << "; double i_ = " << expr(s->index, "double")
-                     << "; if (rfk::better(" << (mx ? "true" : "false") << ", v_, i_, " << lvalue(s->target) << ", "
-                     << lvalue(s->target2) << ")) { " << lvalue(s->target) << " = v_; " << lvalue(s->target2) << " = i_; } }\n";
-            return;
-        }
-        case StmtKind::TopKInsert: {
-            std::string n = local_name(s->name);
-            pad(ind) << "rfk::topk_insert(" << n << "_v + " << int_expr(s->args[0]) << ", " << n << "_i + " << int_expr(s->args[0])
-                     << ", &" << n << "_n[" << int_expr(s->args2[0]) << "], " << int_expr(s->k) << ", "
-                     << expr(s->value, "double") << ", (double)(" << int_expr(s->index) << "));\n";
-            return;
-        }
-        case StmtKind::PolyShift: {
-            std::ostringstream al;
-            for (const auto &a : s->alphas)
-                for (int v : a) al << v << ",";
-            std::string from, to;
-            for (size_t i = 0; i < s->args.size(); i++) {
-                from += (i ? ", " : "") + expr(s->args[i], "double");
-                to += (i ? ", " : "") + expr(s->args2[i], "double");
-            }
-            pad(ind) << "{ static const int al_[] = {" << al.str() << "}; const double f_[] = {" << from << "}; const double t_[] = {"
-                     << to << "}; rfk::poly_shift(&" << lvalue(s->target) << ", " << s->alphas.size() << ", "
-                     << s->args.size() << ", al_, f_, t_); }\n";
-            return;
-        }
-        case StmtKind::Gemm: gemm(s, ind); return;
-        case StmtKind::CopyRow: {
-            const Buffer *b = nullptr;
-            for (const Buffer &x : m_.buffers)
-                if (x.name == s->target->name && x.role == Buffer::Role::Output) b = &x;
-            RF_INTERNAL_ASSERT(b) << "row copy to a non-output";
-            std::string total = "(int64_t)1";
-            for (Expr d : b->dims) total += " * (int64_t)(" + int_expr(d) + ")";
-            std::vector<std::string> idx;
-            for (Expr a : s->target->args) idx.push_back(int_expr(a));
-            // Stream (bypass the caches) when the whole output is bigger than they are.
-            pad(ind) << "rfk::copy_row_f32(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], &" << local_name(s->value->name)
-                     << "[" << int_expr(s->value->args[0]) << "], " << int_expr(s->end) << ", (" << total
-                     << ") * 4 > ((int64_t)24 << 20));\n";
-            return;
-        }
-        case StmtKind::Store: {
-            // Every buffer of the tensor: the float64 temporary and/or the output in its dtype.
-            std::string v = expr(s->value, R);
-            pad(ind) << "{ const " << R << " v_ = " << v << ";";
-            std::vector<std::string> idx;
-            for (Expr a : s->target->args) idx.push_back(int_expr(a));
-            for (const Buffer &b : m_.buffers) {
-                if (b.name != s->target->name || b.role == Buffer::Role::Input) continue;
-                os_ << " " << buf_id(buf_index(&b)) << "[" << offset(&b, idx) << "] = rfk::store_" << dtype_name(b.dtype) << "(v_);";
-            }
-            os_ << " }\n";
-            return;
         }
         }
+    }
+
+    void print_arg_select(const StmtP &s, int ind) override {
+        bool mx = s->op == ReduceOp::ArgMax || s->op == ReduceOp::Max;
+        pad(ind) << "{ double v_ = " << expr(s->value, "double") << "; double i_ = " << expr(s->index, "double")
+                 << "; if (rfk::better(" << (mx ? "true" : "false") << ", v_, i_, " << lvalue(s->target) << ", "
+                 << lvalue(s->target2) << ")) { " << lvalue(s->target) << " = v_; " << lvalue(s->target2) << " = i_; } }\n";
+    }
+
+    void print_topk_insert(const StmtP &s, int ind) override {
+        std::string n = local_name(s->name);
+        pad(ind) << "rfk::topk_insert(" << n << "_v + " << int_expr(s->args[0]) << ", " << n << "_i + " << int_expr(s->args[0])
+                 << ", &" << n << "_n[" << int_expr(s->args2[0]) << "], " << int_expr(s->k) << ", "
+                 << expr(s->value, "double") << ", (double)(" << int_expr(s->index) << "));\n";
+    }
+
+    void print_poly_shift(const StmtP &s, int ind) override {
+        std::ostringstream al;
+        for (const auto &a : s->alphas)
+            for (int v : a) al << v << ",";
+        std::string from, to;
+        for (size_t i = 0; i < s->args.size(); i++) {
+            from += (i ? ", " : "") + expr(s->args[i], "double");
+            to += (i ? ", " : "") + expr(s->args2[i], "double");
+        }
+        pad(ind) << "{ static const int al_[] = {" << al.str() << "}; const double f_[] = {" << from << "}; const double t_[] = {"
+                 << to << "}; rfk::poly_shift(&" << lvalue(s->target) << ", " << s->alphas.size() << ", "
+                 << s->args.size() << ", al_, f_, t_); }\n";
+    }
+
+    void print_copy_row(const StmtP &s, int ind) override {
+        const Buffer *b = nullptr;
+        for (const Buffer &x : m_.buffers)
+            if (x.name == s->target->name && x.role == Buffer::Role::Output) b = &x;
+        RF_INTERNAL_ASSERT(b) << "row copy to a non-output";
+        std::string total = "(int64_t)1";
+        for (Expr d : b->dims) total += " * (int64_t)(" + int_expr(d) + ")";
+        std::vector<std::string> idx;
+        for (Expr a : s->target->args) idx.push_back(int_expr(a));
+        // Stream (bypass the caches) when the whole output is bigger than they are.
+        pad(ind) << "rfk::copy_row_f32(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], &" << local_name(s->value->name)
+                 << "[" << int_expr(s->value->args[0]) << "], " << int_expr(s->end) << ", (" << total
+                 << ") * 4 > ((int64_t)24 << 20));\n";
+    }
+
+    void print_store(const StmtP &s, int ind) override {
+        const std::string R = real_type();
+        // Every buffer of the tensor: the float64 temporary and/or the output in its dtype.
+        std::string v = expr(s->value, R);
+        pad(ind) << "{ const " << R << " v_ = " << v << ";";
+        std::vector<std::string> idx;
+        for (Expr a : s->target->args) idx.push_back(int_expr(a));
+        for (const Buffer &b : m_.buffers) {
+            if (b.name != s->target->name || b.role == Buffer::Role::Input) continue;
+            os_ << " " << buf_id(buf_index(&b)) << "[" << offset(&b, idx) << "] = rfk::store_" << dtype_name(b.dtype) << "(v_);";
+        }
+        os_ << " }\n";
     }
 
     std::string cast_to(const std::string &T, Expr v, bool simd = false) {
@@ -411,6 +407,7 @@ private:
     const Module &m_;
     const Kernel &k_;
     std::ostringstream &os_;
+    bool simd_ = false;  ///< printing inside a simd loop
     std::map<std::string, const Buffer *> bufs_;
     std::map<std::string, const Stmt *> locals_;
 };
@@ -423,16 +420,8 @@ std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
     os << "// Generated by redfuse. Do not edit.\n";
     os << "#include <cmath>\n#include <cstdint>\n#include <cstdio>\n#include <limits>\n#include <memory>\n#include <new>\n#include <vector>\n#include <omp.h>\n";
     // The micro-kernels only when a tile GEMM calls them (they are most of the compile time).
-    std::function<bool(const StmtP &)> has_gemm = [&](const StmtP &s) {
-        if (s->kind == StmtKind::Gemm) return true;
-        for (const StmtP &c : s->body)
-            if (has_gemm(c)) return true;
-        for (const StmtP &c : s->else_body)
-            if (has_gemm(c)) return true;
-        return false;
-    };
     bool simd = false;
-    for (const Kernel &k : m.kernels) simd = simd || has_gemm(k.body);
+    for (const Kernel &k : m.kernels) simd = simd || any_stmt(k.body, [](const StmtP &s) { return s->kind == StmtKind::Gemm; });
     if (o.inline_headers) os << cpu_runtime_header() << "\n" << (simd ? cpu_simd_header() + "\n" : "");
     else os << "#include \"redfuse_cpu.h\"\n" << (simd ? "#include \"redfuse_simd.h\"\n" : "");
     if (simd)

@@ -12,6 +12,7 @@
 #include "codegen/GpuKernelPrinter.h"
 #include "ir/Eval.h"
 #include "support/Error.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf {
 
@@ -51,7 +52,7 @@ GpuLaunch GpuKernelPrinter::print(std::ostringstream &out) {
         pad(1) << "if (w_ >= " << int_expr(iterations) << ") return;\n";
         pad(1) << "const int64_t " << v << " = " << int_expr(loop_->begin) << " + w_;\n";
         scope_[var->name] = {v, false, false, LocalClass::Index};
-        private_list(loop_->body, 1);
+        print_list(loop_->body, 1);
     } else {
         if (warp) {
             W_ = 32;
@@ -208,7 +209,7 @@ void GpuKernelPrinter::uniform_list(const std::vector<StmtP> &list, int ind) {
         if (solo.empty()) return;
         guard(solo, ind);
         pad(ind) << "if (" << lane_ << " == 0) {\n";
-        for (const StmtP &s : solo) private_stmt(s, ind + 1);
+        for (const StmtP &s : solo) print_stmt(s, ind + 1);
         pad(ind) << "}\n";
         barrier(ind);
         solo.clear();
@@ -234,7 +235,7 @@ void GpuKernelPrinter::uniform_list(const std::vector<StmtP> &list, int ind) {
                 if (in_memory(r)) pending_.insert(r);
             // A running state's copies are RF_STATE (volatile in OpenCL: see redfuse_gpu.h).
             state_decl_ = s->kind == StmtKind::Decl && s->cls == LocalClass::State;
-            private_stmt(s, ind);
+            print_stmt(s, ind);
             state_decl_ = false;
         } else {
             solo.push_back(s);
@@ -254,20 +255,20 @@ bool GpuKernelPrinter::in_memory(const std::string &name) {
 
 /** Locals the printer addresses as arrays whatever their size (top-k lists, shift states,
  *  row copies, GEMM operands). */
-void GpuKernelPrinter::addressed(const StmtP &s) {
-    switch (s->kind) {
-    case StmtKind::TopKInsert:
-        for (const char *part : {"_v", "_i", "_n"}) addressed_.insert(s->name + part);
-        break;
-    case StmtKind::PolyShift: addressed_.insert(s->target->name); break;
-    case StmtKind::CopyRow: addressed_.insert(s->value->name); break;
-    case StmtKind::Gemm:
-        for (Expr e : {s->gemm->a_base, s->gemm->b_base, s->gemm->c_base}) addressed_.insert(e->name);
-        break;
-    default: break;
-    }
-    for (const StmtP &c : s->body) addressed(c);
-    for (const StmtP &c : s->else_body) addressed(c);
+void GpuKernelPrinter::addressed(const StmtP &root) {
+    for_each_stmt(root, [&](const StmtP &s) {
+        switch (s->kind) {
+        case StmtKind::TopKInsert:
+            for (const char *part : {"_v", "_i", "_n"}) addressed_.insert(s->name + part);
+            break;
+        case StmtKind::PolyShift: addressed_.insert(s->target->name); break;
+        case StmtKind::CopyRow: addressed_.insert(s->value->name); break;
+        case StmtKind::Gemm:
+            for (Expr e : {s->gemm->a_base, s->gemm->b_base, s->gemm->c_base}) addressed_.insert(e->name);
+            break;
+        default: break;
+        }
+    });
 }
 
 /** Every thread reads e (a condition, loop bounds) into a private value. */
@@ -364,119 +365,108 @@ void GpuKernelPrinter::coop_stmt(const StmtP &s, int ind) {
     pad(ind) << "}\n";
 }
 
-void GpuKernelPrinter::private_list(const std::vector<StmtP> &list, int ind) {
+void GpuKernelPrinter::print_list(const std::vector<StmtP> &list, int ind) {
     auto saved = scope_;
-    for (const StmtP &s : list) private_stmt(s, ind);
+    for (const StmtP &s : list) print_stmt(s, ind);
     scope_ = saved;
 }
 
-void GpuKernelPrinter::private_stmt(const StmtP &s, int ind) {
-    switch (s->kind) {
-    case StmtKind::Block: pad(ind) << "{\n"; private_list(s->body, ind + 1); pad(ind) << "}\n"; return;
-    case StmtKind::Comment: pad(ind) << "// " << safe_comment(s->name) << "\n"; return;
-    case StmtKind::For: {
-        std::string v = cname(s->var->name);
-        pad(ind) << "for (int64_t " << v << " = " << int_expr(s->begin) << "; " << v << " < " << int_expr(s->end) << "; ++" << v << ") {\n";
-        auto saved = scope_;
-        scope_[s->var->name] = {v, false, false, LocalClass::Index};
-        private_list(s->body, ind + 1);
-        scope_ = saved;
-        pad(ind) << "}\n";
-        return;
-    }
-    case StmtKind::If:
-        pad(ind) << "if (" << expr(s->cond) << ") {\n";
-        private_list(s->body, ind + 1);
-        if (!s->else_body.empty()) {
-            pad(ind) << "} else {\n";
-            private_list(s->else_body, ind + 1);
-        }
-        pad(ind) << "}\n";
-        return;
-    case StmtKind::Decl: {
-        auto it = scope_.find(s->name);
-        bool shared_here = it != scope_.end() && it->second.shared && declared_shared_now(s);
-        if (!shared_here) {
-            std::string c = cname(s->name);
-            std::string T = class_type(s->cls);
-            int64_t n = 1, v;
-            for (Expr d : s->dims) {
-                RF_INTERNAL_ASSERT(const_int(d, v)) << "GPU printer: private array " << s->name << " of run-time size";
-                n *= v;
-            }
-            // A one-element array (a row block of 1's state) is a scalar: its index is 0 in any
-            // valid run, and a register the compiler cannot lose to a dynamic index.
-            bool array = !s->dims.empty() && (n != 1 || addressed_.count(s->name));
-            if (state_decl_) T = "RF_STATE " + T;
-            if (!array) pad(ind) << T << " " << c << " = " << (s->value ? cast_to(s->cls, s->value) : "0") << ";\n";
-            else pad(ind) << T << " " << c << "[" << n << "];\n";
-            scope_[s->name] = {c, false, array, s->cls};
-            if (!array || !s->value) return;
-        } else if (s->dims.empty()) {
-            pad(ind) << info(s->name).c << "[0] = " << (s->value ? cast_to(s->cls, s->value) : "0") << ";\n";
-            return;
-        }
-        if (!s->value) return;
-        const LocalInfo &li = info(s->name);
-        std::string n = "1";
-        for (Expr e : s->dims) n += " * (int64_t)(" + int_expr(e) + ")";
-        pad(ind) << "for (int64_t q_ = 0; q_ < " << n << "; ++q_) " << li.c << "[q_] = " << cast_to(li.cls, s->value) << ";\n";
-        return;
-    }
-    case StmtKind::Assign:
-        pad(ind) << lvalue(s->target) << " = " << cast_to(target_class(s->target), s->value) << ";\n";
-        return;
-    case StmtKind::Accum: {
-        std::string t = lvalue(s->target);
-        pad(ind) << t << " = " << combine(s->op, t, "(float)(" + expr(s->value) + ")") << ";\n";
-        return;
-    }
-    case StmtKind::ArgSelect: {
-        bool mx = s->op == ReduceOp::ArgMax || s->op == ReduceOp::Max;
-        pad(ind) << "{ const float v_ = " << expr(s->value) << "; const float i_ = (float)(" << expr(s->index) << "); if (rf_better("
-                 << (mx ? 1 : 0) << ", v_, i_, " << lvalue(s->target) << ", " << lvalue(s->target2) << ")) { " << lvalue(s->target)
-                 << " = v_; " << lvalue(s->target2) << " = i_; } }\n";
-        return;
-    }
-    case StmtKind::TopKInsert: return topk_insert(s, ind);
-    case StmtKind::PolyShift: return poly_shift(s, ind);
-    case StmtKind::Gemm: {
-        GpuCodegenOptions serial = o_;
-        serial.threads = 1;
-        *os_ << gpu_gemm(*s->gemm, operand(s->gemm->a_base), operand(s->gemm->b_base), operand(s->gemm->c_base),
-                         [this](Expr e) { return int_expr(e); }, expr(s->gemm->alpha), serial, ind);
-        return;
-    }
-    case StmtKind::CopyRow: {
-        std::vector<std::string> idx;
-        for (Expr a : s->target->args) idx.push_back(int_expr(a));
-        const Buffer *b = out_buffer(s->target->name);
-        pad(ind) << "for (int64_t q_ = 0; q_ < " << int_expr(s->end) << "; ++q_) " << buf_id(buf_index(b)) << "[" << offset(b, idx)
-                 << " + q_] = " << info(s->value->name).c << "[" << int_expr(s->value->args[0]) << " + q_];\n";
-        return;
-    }
-    case StmtKind::Store: {
-        pad(ind) << "{ const float v_ = " << expr(s->value) << ";";
-        std::vector<std::string> idx;
-        for (Expr a : s->target->args) idx.push_back(int_expr(a));
-        for (const Buffer &b : m_.buffers) {
-            if (b.name != s->target->name || b.role == Buffer::Role::Input) continue;
-            std::string st = b.role == Buffer::Role::Temp ? "f32" : dtype_name(b.dtype);
-            *os_ << " " << buf_id(buf_index(&b)) << "[" << offset(&b, idx) << "] = rf_store_" << st << "(v_);";
-        }
-        *os_ << " }\n";
-        return;
-    }
-    }
+void GpuKernelPrinter::print_block(const StmtP &s, int ind) {
+    pad(ind) << "{\n";
+    print_list(s->body, ind + 1);
+    pad(ind) << "}\n";
 }
 
-void GpuKernelPrinter::topk_insert(const StmtP &s, int ind) {
+void GpuKernelPrinter::print_for(const StmtP &s, int ind) {
+    std::string v = cname(s->var->name);
+    pad(ind) << "for (int64_t " << v << " = " << int_expr(s->begin) << "; " << v << " < " << int_expr(s->end) << "; ++" << v << ") {\n";
+    auto saved = scope_;
+    scope_[s->var->name] = {v, false, false, LocalClass::Index};
+    print_list(s->body, ind + 1);
+    scope_ = saved;
+    pad(ind) << "}\n";
+}
+
+void GpuKernelPrinter::print_decl(const StmtP &s, int ind) {
+    auto it = scope_.find(s->name);
+    bool shared_here = it != scope_.end() && it->second.shared && declared_shared_now(s);
+    if (!shared_here) {
+        std::string c = cname(s->name);
+        std::string T = class_type(s->cls);
+        int64_t n = 1, v;
+        for (Expr d : s->dims) {
+            RF_INTERNAL_ASSERT(const_int(d, v)) << "GPU printer: private array " << s->name << " of run-time size";
+            n *= v;
+        }
+        // A one-element array (a row block of 1's state) is a scalar: its index is 0 in any
+        // valid run, and a register the compiler cannot lose to a dynamic index.
+        bool array = !s->dims.empty() && (n != 1 || addressed_.count(s->name));
+        if (state_decl_) T = "RF_STATE " + T;
+        if (!array) pad(ind) << T << " " << c << " = " << (s->value ? cast_to(s->cls, s->value) : "0") << ";\n";
+        else pad(ind) << T << " " << c << "[" << n << "];\n";
+        scope_[s->name] = {c, false, array, s->cls};
+        if (!array || !s->value) return;
+    } else if (s->dims.empty()) {
+        pad(ind) << info(s->name).c << "[0] = " << (s->value ? cast_to(s->cls, s->value) : "0") << ";\n";
+        return;
+    }
+    if (!s->value) return;
+    const LocalInfo &li = info(s->name);
+    std::string n = "1";
+    for (Expr e : s->dims) n += " * (int64_t)(" + int_expr(e) + ")";
+    pad(ind) << "for (int64_t q_ = 0; q_ < " << n << "; ++q_) " << li.c << "[q_] = " << cast_to(li.cls, s->value) << ";\n";
+}
+
+void GpuKernelPrinter::print_assign(const StmtP &s, int ind) {
+    pad(ind) << lvalue(s->target) << " = " << cast_to(target_class(s->target), s->value) << ";\n";
+}
+
+void GpuKernelPrinter::print_accum(const StmtP &s, int ind) {
+    std::string t = lvalue(s->target);
+    pad(ind) << t << " = " << combine(s->op, t, "(float)(" + expr(s->value) + ")") << ";\n";
+}
+
+void GpuKernelPrinter::print_arg_select(const StmtP &s, int ind) {
+    bool mx = s->op == ReduceOp::ArgMax || s->op == ReduceOp::Max;
+    pad(ind) << "{ const float v_ = " << expr(s->value) << "; const float i_ = (float)(" << expr(s->index) << "); if (rf_better("
+             << (mx ? 1 : 0) << ", v_, i_, " << lvalue(s->target) << ", " << lvalue(s->target2) << ")) { " << lvalue(s->target)
+             << " = v_; " << lvalue(s->target2) << " = i_; } }\n";
+}
+
+void GpuKernelPrinter::print_gemm(const StmtP &s, int ind) {
+    GpuCodegenOptions serial = o_;
+    serial.threads = 1;
+    *os_ << gpu_gemm(*s->gemm, operand(s->gemm->a_base), operand(s->gemm->b_base), operand(s->gemm->c_base),
+                     [this](Expr e) { return int_expr(e); }, expr(s->gemm->alpha), serial, ind);
+}
+
+void GpuKernelPrinter::print_copy_row(const StmtP &s, int ind) {
+    std::vector<std::string> idx;
+    for (Expr a : s->target->args) idx.push_back(int_expr(a));
+    const Buffer *b = out_buffer(s->target->name);
+    pad(ind) << "for (int64_t q_ = 0; q_ < " << int_expr(s->end) << "; ++q_) " << buf_id(buf_index(b)) << "[" << offset(b, idx)
+             << " + q_] = " << info(s->value->name).c << "[" << int_expr(s->value->args[0]) << " + q_];\n";
+}
+
+void GpuKernelPrinter::print_store(const StmtP &s, int ind) {
+    pad(ind) << "{ const float v_ = " << expr(s->value) << ";";
+    std::vector<std::string> idx;
+    for (Expr a : s->target->args) idx.push_back(int_expr(a));
+    for (const Buffer &b : m_.buffers) {
+        if (b.name != s->target->name || b.role == Buffer::Role::Input) continue;
+        std::string st = b.role == Buffer::Role::Temp ? "f32" : dtype_name(b.dtype);
+        *os_ << " " << buf_id(buf_index(&b)) << "[" << offset(&b, idx) << "] = rf_store_" << st << "(v_);";
+    }
+    *os_ << " }\n";
+}
+
+void GpuKernelPrinter::print_topk_insert(const StmtP &s, int ind) {
     TopKText t{info(s->name + "_v").c, info(s->name + "_i").c, info(s->name + "_n").c, int_expr(s->args[0]), int_expr(s->args2[0]),
                int_expr(s->k), expr(s->value), int_expr(s->index)};
     *os_ << gpu_topk_insert(t, ind);
 }
 
-void GpuKernelPrinter::poly_shift(const StmtP &s, int ind) {
+void GpuKernelPrinter::print_poly_shift(const StmtP &s, int ind) {
     RF_INTERNAL_ASSERT(s->target->kind == Kind::Load) << "shift state is not an array element";
     std::vector<std::string> from, to;
     for (Expr e : s->args) from.push_back(expr(e));
@@ -521,13 +511,20 @@ using namespace tile;
 
 /** The top-level parallel loops of a kernel body, in order. */
 void launches_of(const StmtP &s, std::vector<StmtP> &out) {
-    if (s->kind == StmtKind::For && s->loop == LoopKind::Parallel) {
-        out.push_back(s);
-        return;
-    }
-    if (s->kind == StmtKind::Comment) return;
-    RF_INTERNAL_ASSERT(s->kind == StmtKind::Block) << "GPU printer: a kernel statement outside a parallel loop";
-    for (const StmtP &c : s->body) launches_of(c, out);
+    struct Walk : StmtVisitor {
+        std::vector<StmtP> &out;
+        explicit Walk(std::vector<StmtP> &out) : out(out) {}
+        void visit(const StmtP &s) override {
+            if (s->kind == StmtKind::For && s->loop == LoopKind::Parallel) {
+                out.push_back(s);
+                return;
+            }
+            if (s->kind == StmtKind::Comment) return;
+            RF_INTERNAL_ASSERT(s->kind == StmtKind::Block) << "GPU printer: a kernel statement outside a parallel loop";
+            visit_children(s);
+        }
+    } walk(out);
+    walk.visit(s);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "codegen/GpuMapping.h"
 #include "codegen/GpuPlacement.h"
 #include "codegen/GpuVectorLoads.h"
+#include "codegen/StmtPrinter.h"
 
 namespace rf::gpu_printer {
 
@@ -35,7 +36,7 @@ struct SharedSlot {
 };
 
 /** Prints one top-level parallel loop of a kernel as one GPU kernel (see CodeGen_GPU.h). */
-class GpuKernelPrinter {
+class GpuKernelPrinter : public codegen::StmtPrinter {
 public:
     GpuKernelPrinter(const Module &m, const Kernel &k, const StmtP &loop, std::string name, const GpuCodegenOptions &o)
         : m_(m), k_(k), loop_(loop), name_(std::move(name)), o_(o), T_(o.threads), W_(o.threads), place_(k, o) {
@@ -63,10 +64,6 @@ private:
     std::string lvalue(Expr t);
     LocalClass target_class(Expr t) { return info(t->name).cls; }
     std::string cast_to(LocalClass c, Expr v);
-    std::ostringstream &pad(int ind) {
-        for (int i = 0; i < ind; i++) *os_ << "    ";
-        return *os_;
-    }
     static std::string combine(ReduceOp op, const std::string &a, const std::string &b);
     static std::string identity(ReduceOp op);
 
@@ -119,16 +116,28 @@ private:
      *  within each group of G (shuffles, or a tree in shared memory) see every thread. */
     void grouped_rows(const StmtP &s, const StmtP &in, const std::string &v, int at, bool reduction, int G, int ind);
 
-    // ---- Private (one thread) context: the tile IR printed as sequential C.
-    void private_list(const std::vector<StmtP> &list, int ind);
-
-    void private_stmt(const StmtP &s, int ind);
+    // ---- Private (one thread) context: the tile IR printed as sequential C (StmtPrinter's hooks;
+    // comments and branches are the shared forms).
+    std::ostream &out() override { return *os_; }
+    std::string condition(Expr c) override { return expr(c); }
+    /** A list in its own scope of locals. */
+    void print_list(const std::vector<StmtP> &list, int ind) override;
+    /** A block in braces (its locals' scope). */
+    void print_block(const StmtP &s, int ind) override;
+    void print_for(const StmtP &s, int ind) override;
+    void print_decl(const StmtP &s, int ind) override;
+    void print_assign(const StmtP &s, int ind) override;
+    void print_accum(const StmtP &s, int ind) override;
+    void print_arg_select(const StmtP &s, int ind) override;
+    void print_topk_insert(const StmtP &s, int ind) override;
+    void print_poly_shift(const StmtP &s, int ind) override;
+    void print_gemm(const StmtP &s, int ind) override;
+    void print_store(const StmtP &s, int ind) override;
+    void print_copy_row(const StmtP &s, int ind) override;
 
     /** A Decl printed in a solo group of a uniform list was given a shared slot by that list. */
     bool declared_shared_now(const StmtP &s) { return solo_decls_.count(s.get()) > 0; }
 
-    void topk_insert(const StmtP &s, int ind);
-    void poly_shift(const StmtP &s, int ind);
 
     const Buffer *out_buffer(const std::string &name);
 

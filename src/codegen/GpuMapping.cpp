@@ -4,6 +4,7 @@
 #include "codegen/GpuMapping.h"
 
 #include "codegen/CodeGen_C.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf::gpu_mapping {
 
@@ -53,40 +54,33 @@ bool const_int(Expr e, int64_t &out) {
 
 /** Locals declared anywhere in s. */
 void declared_in(const StmtP &s, std::set<std::string> &out) {
-    if (s->kind == StmtKind::Decl) out.insert(s->name);
-    if (s->kind == StmtKind::For) out.insert(s->var->name);
-    for (const StmtP &c : s->body) declared_in(c, out);
-    for (const StmtP &c : s->else_body) declared_in(c, out);
+    for_each_stmt(s, [&](const StmtP &c) {
+        if (c->kind == StmtKind::Decl) out.insert(c->name);
+        if (c->kind == StmtKind::For) out.insert(c->var->name);
+    });
 }
 
 /** True when s writes a scalar local that is not in `inner` (a race if s were spread over threads). */
 bool writes_outer_scalar(const StmtP &s, const std::set<std::string> &inner) {
-    switch (s->kind) {
-    case StmtKind::Assign: case StmtKind::Accum: case StmtKind::ArgSelect:
-        if (s->target->kind == Kind::Var && !inner.count(s->target->name)) return true;
-        if (s->target2 && s->target2->kind == Kind::Var && !inner.count(s->target2->name)) return true;
-        break;
-    default: break;
-    }
-    for (const StmtP &c : s->body)
-        if (writes_outer_scalar(c, inner)) return true;
-    for (const StmtP &c : s->else_body)
-        if (writes_outer_scalar(c, inner)) return true;
-    return false;
+    return any_stmt(s, [&](const StmtP &c) {
+        switch (c->kind) {
+        case StmtKind::Assign: case StmtKind::Accum: case StmtKind::ArgSelect:
+            if (c->target->kind == Kind::Var && !inner.count(c->target->name)) return true;
+            return c->target2 && c->target2->kind == Kind::Var && !inner.count(c->target2->name);
+        default: return false;
+        }
+    });
 }
 
 /** True when every array declared in s has a constant size (private arrays need one). */
 bool private_arrays_ok(const StmtP &s) {
-    if (s->kind == StmtKind::Decl && !s->dims.empty()) {
+    return !any_stmt(s, [](const StmtP &c) {
+        if (c->kind != StmtKind::Decl) return false;
         int64_t v;
-        for (Expr d : s->dims)
-            if (!const_int(d, v)) return false;
-    }
-    for (const StmtP &c : s->body)
-        if (!private_arrays_ok(c)) return false;
-    for (const StmtP &c : s->else_body)
-        if (!private_arrays_ok(c)) return false;
-    return true;
+        for (Expr d : c->dims)
+            if (!const_int(d, v)) return true;
+        return false;
+    });
 }
 
 }  // namespace rf::gpu_mapping

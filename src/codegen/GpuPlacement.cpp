@@ -8,6 +8,7 @@
 #include "codegen/GpuMapping.h"
 #include "ir/Eval.h"
 #include "support/Error.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf::gpu_mapping {
 
@@ -23,7 +24,8 @@ void names_in(Expr e, std::set<std::string> &out) {
     });
 }
 
-void collect(const StmtP &s, Access &a) {
+/** What s itself (not its children) reads and writes. */
+void collect_own(const StmtP &s, Access &a) {
     for (Expr e : {s->var, s->begin, s->end, s->cond, s->target, s->target2, s->value, s->index, s->k}) names_in(e, a.reads);
     for (Expr e : s->dims) names_in(e, a.reads);
     for (Expr e : s->args) names_in(e, a.reads);
@@ -47,8 +49,6 @@ void collect(const StmtP &s, Access &a) {
     }
     default: break;
     }
-    for (const StmtP &c : s->body) collect(c, a);
-    for (const StmtP &c : s->else_body) collect(c, a);
 }
 
 /** Registers per replicated array, at most: a top-k list, a polynomial state, a row block's states. */
@@ -58,24 +58,21 @@ constexpr int64_t kMaxReplicatedElements = 64;
 
 Access access_of(const StmtP &s) {
     Access a;
-    collect(s, a);
+    for_each_stmt(s, [&](const StmtP &c) { collect_own(c, a); });
     return a;
 }
 
 void Placement::replicate(const std::vector<StmtP> &body) {
     // Candidates: every declared scalar or small constant-size array; then drop those the mapping
     // needs shared, until nothing changes (each round only drops, so this ends).
-    std::function<void(const StmtP &)> candidates = [&](const StmtP &s) {
-        if (s->kind == StmtKind::Decl) {
-            int64_t n = 1, v;
-            bool constant = true;
-            for (Expr d : s->dims) constant = constant && const_int(d, v) && (n *= v) > 0;
-            if (constant && n <= kMaxReplicatedElements) replicated_.insert(s->name);
-        }
-        for (const StmtP &c : s->body) candidates(c);
-        for (const StmtP &c : s->else_body) candidates(c);
+    auto candidate = [&](const StmtP &s) {
+        if (s->kind != StmtKind::Decl) return;
+        int64_t n = 1, v;
+        bool constant = true;
+        for (Expr d : s->dims) constant = constant && const_int(d, v) && (n *= v) > 0;
+        if (constant && n <= kMaxReplicatedElements) replicated_.insert(s->name);
     };
-    for (const StmtP &s : body) candidates(s);
+    for (const StmtP &s : body) for_each_stmt(s, candidate);
     for (size_t before = replicated_.size() + 1; before != replicated_.size();) {
         before = replicated_.size();
         drop_conflicts(body);
@@ -88,36 +85,38 @@ void Placement::drop(const std::set<std::string> &names) {
 
 /** One walk over a group-level list as the printer will map it (see CodeGen_GPU.cpp's uniform_list). */
 void Placement::drop_conflicts(const std::vector<StmtP> &list) {
-    for (const StmtP &s : list) {
-        if (!coop(s)) {
-            // One thread runs it unless every thread can: then what it writes is not replicated.
-            if (!replicable(s)) drop(access_of(s).writes);
-            continue;
+    // Blocks and ifs go on into both branches (the visitor's default); the other kinds decide.
+    struct Walk : StmtVisitor {
+        Placement &p;
+        explicit Walk(Placement &p) : p(p) {}
+        void visit_list(const std::vector<StmtP> &list) override {
+            for (const StmtP &s : list) {
+                if (p.coop(s)) visit(s);
+                // One thread runs it unless every thread can: then what it writes is not replicated.
+                else if (!p.replicable(s)) p.drop(access_of(s).writes);
+            }
         }
-        switch (s->kind) {
-        case StmtKind::Block: drop_conflicts(s->body); break;
-        case StmtKind::If: drop_conflicts(s->body); drop_conflicts(s->else_body); break;
-        case StmtKind::Gemm:
+        void visit_gemm(const StmtP &s) override {
             // Its operands are addressed (shared). Its extents and offsets stay shared too: the
             // tensor-core GEMM's fragments use every register (attention spilled on sm_80 with
             // its tile bounds and row count held in registers across the GEMM).
-            drop(access_of(s).reads);
-            drop(access_of(s).writes);
-            break;
-        case StmtKind::For:
-            if (s->loop == LoopKind::Simd && simd_spreadable(s)) {
+            p.drop(access_of(s).reads);
+            p.drop(access_of(s).writes);
+        }
+        void visit_for(const StmtP &s) override {
+            if (s->loop == LoopKind::Simd && p.simd_spreadable(s)) {
                 // Each thread its own iterations: only tree reductions into scalars reach every thread.
                 for (const StmtP &c : s->body)
-                    if (!(c->kind == StmtKind::Accum && c->target->kind == Kind::Var)) drop(access_of(c).writes);
-            } else if (s->loop == LoopKind::Independent && independent_spread(s)) {
-                drop(access_of(s).writes);
+                    if (!(c->kind == StmtKind::Accum && c->target->kind == Kind::Var)) p.drop(access_of(c).writes);
+            } else if (s->loop == LoopKind::Independent && p.independent_spread(s)) {
+                p.drop(access_of(s).writes);
             } else {
-                drop_conflicts(s->body);
+                visit_list(s->body);
             }
-            break;
-        default: break;  // array initialisation and row copies: shared arrays, read-only sources
         }
-    }
+        // Array initialisation and row copies: shared arrays, read-only sources (no children).
+    } walk(*this);
+    walk.visit_list(list);
 }
 
 bool Placement::replicable(const StmtP &s) const {
@@ -279,12 +278,7 @@ bool Placement::coop(const StmtP &s) const {
         if (s->loop == LoopKind::Simd && simd_spreadable(s)) return true;
         if (s->loop == LoopKind::Independent && independent_spread(s)) return true;
         [[fallthrough]];
-    case StmtKind::If: case StmtKind::Block:
-        for (const StmtP &c : s->body)
-            if (coop(c)) return true;
-        for (const StmtP &c : s->else_body)
-            if (coop(c)) return true;
-        return false;
+    case StmtKind::If: case StmtKind::Block: return any_child(s, [&](const StmtP &c) { return coop(c); });
     case StmtKind::Gemm: case StmtKind::CopyRow: return true;
     // A shared array's initialisation is spread; a replicated one is every thread's own.
     case StmtKind::Decl: return !s->dims.empty() && s->value != nullptr && !replicated(s->name);

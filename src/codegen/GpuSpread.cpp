@@ -43,13 +43,13 @@ void GpuKernelPrinter::spread_simd(const StmtP &s, const std::string &v, int ind
         pad(ind + 1) << "if (" << lane_ << " < e_" << v << " - b_" << v << ") {\n";
         pad(ind + 2) << "const int64_t " << v << " = b_" << v << " + " << lane_ << ";\n";
         scope_[s->var->name] = {v, false, false, LocalClass::Index};
-        for (const StmtP &c : s->body) private_stmt(c, ind + 2);
+        for (const StmtP &c : s->body) print_stmt(c, ind + 2);
         pad(ind + 1) << "}\n";
     } else {
         pad(ind + 1) << "for (int64_t " << v << " = b_" << v << " + " << lane_ << "; " << v << " < e_" << v << "; " << v << " += " << W_
                      << ") {\n";
         scope_[s->var->name] = {v, false, false, LocalClass::Index};
-        for (const StmtP &c : s->body) private_stmt(c, ind + 2);
+        for (const StmtP &c : s->body) print_stmt(c, ind + 2);
         pad(ind + 1) << "}\n";
     }
     scope_ = saved;
@@ -95,13 +95,13 @@ void GpuKernelPrinter::vector_iterations(const StmtP &s, const std::string &v, c
     pad(ind + 2) << "for (int u_ = 0; u_ < " << V << "; ++u_) {\n";
     pad(ind + 3) << "const int64_t " << v << " = " << c << " + u_;\n";
     scope_[s->var->name] = {v, false, false, LocalClass::Index};
-    for (const StmtP &st : s->body) private_stmt(st, ind + 3);
+    for (const StmtP &st : s->body) print_stmt(st, ind + 3);
     vector_operand_.clear();
     pad(ind + 2) << "}\n";
     pad(ind + 1) << "} else {\n";
     pad(ind + 2) << "for (int64_t " << v << " = " << c << "; " << v << " < " << c << " + " << V << " && " << v << " < " << e << "; ++" << v
                  << ") {\n";
-    for (const StmtP &st : s->body) private_stmt(st, ind + 3);
+    for (const StmtP &st : s->body) print_stmt(st, ind + 3);
     pad(ind + 2) << "}\n";
     pad(ind + 1) << "}\n";
     pad(ind) << "}\n";
@@ -181,12 +181,12 @@ void GpuKernelPrinter::spread_independent(const StmtP &s, const std::string &v, 
         pad(ind + 2) << "const int64_t " << vin << " = b_" << vin << " + f_" << v << " % n_" << vin << ";\n";
         scope_[s->var->name] = {v, false, false, LocalClass::Index};
         scope_[in->var->name] = {vin, false, false, LocalClass::Index};
-        for (const StmtP &c : prefix) private_stmt(c, ind + 2);
-        for (const StmtP &c : in->body) private_stmt(c, ind + 2);
+        for (const StmtP &c : prefix) print_stmt(c, ind + 2);
+        for (const StmtP &c : in->body) print_stmt(c, ind + 2);
     } else {
         pad(ind + 2) << "const int64_t " << v << " = b_" << v << " + f_" << v << ";\n";
         scope_[s->var->name] = {v, false, false, LocalClass::Index};
-        for (const StmtP &c : s->body) private_stmt(c, ind + 2);
+        for (const StmtP &c : s->body) print_stmt(c, ind + 2);
     }
     scope_ = saved;
     pad(ind + 1) << "}\n";
@@ -228,7 +228,7 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
     // The tail, on the group's first thread; then the end of the rounds and of the statement.
     auto tail = [&]() {
         pad(ind + 2) << first << "{\n";
-        for (size_t i = static_cast<size_t>(at) + 1; i < body.size(); i++) private_stmt(body[i], ind + 3);
+        for (size_t i = static_cast<size_t>(at) + 1; i < body.size(); i++) print_stmt(body[i], ind + 3);
         pad(ind + 2) << "}\n";
     };
     auto close = [&]() {
@@ -242,10 +242,10 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
         const StmtP &c = body[static_cast<size_t>(i)];
         if (place_.group_replicable(c, scalars)) {
             if (c->kind == StmtKind::Decl) scalars.insert(c->name);
-            private_stmt(c, ind + 2);
+            print_stmt(c, ind + 2);
         } else {
             pad(ind + 2) << first << "{\n";
-            private_stmt(c, ind + 3);
+            print_stmt(c, ind + 3);
             pad(ind + 2) << "}\n";
         }
     }
@@ -258,7 +258,7 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
                      << " += " << G << ") {\n";
         auto outer = scope_;
         scope_[loop->var->name] = {x, false, false, LocalClass::Index};
-        for (const StmtP &c : loop->body) private_stmt(c, ind + 4);
+        for (const StmtP &c : loop->body) print_stmt(c, ind + 4);
         scope_ = outer;
         pad(ind + 3) << "}\n";
         pad(ind + 2) << "}\n";
@@ -287,7 +287,7 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
                  << " += " << G << ") {\n";
     scope_[loop->var->name] = {j, false, false, LocalClass::Index};
     for (const auto &[target, p] : partial) scope_[target] = {p, false, false, LocalClass::Tile};
-    for (const StmtP &c : loop->body) private_stmt(c, ind + 3);
+    for (const StmtP &c : loop->body) print_stmt(c, ind + 3);
     scope_ = outer;
     pad(ind + 2) << "}\n";
     for (size_t r = 0; r < reds.size(); r++) {

@@ -8,6 +8,7 @@
 
 #include "codegen/GpuMapping.h"
 #include "codegen/GpuPlacement.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf::gpu_mapping {
 
@@ -39,18 +40,19 @@ bool unit_stride(Expr e, Expr j, const std::set<std::string> &bound) {
 }
 
 void stores_of(const StmtP &s, std::vector<Expr> &out) {
-    if (s->kind == StmtKind::Store || s->kind == StmtKind::CopyRow) out.push_back(s->target);
-    for (const StmtP &c : s->body) stores_of(c, out);
-    for (const StmtP &c : s->else_body) stores_of(c, out);
+    for_each_stmt(s, [&](const StmtP &c) {
+        if (c->kind == StmtKind::Store || c->kind == StmtKind::CopyRow) out.push_back(c->target);
+    });
 }
 
+/** The expressions that may load: bounds, conditions, right-hand sides and the target's indices. */
 void exprs_of(const StmtP &s, std::vector<Expr> &out) {
-    for (Expr e : {s->begin, s->end, s->cond, s->value, s->index, s->k})
-        if (e) out.push_back(e);
-    if (s->target)
-        for (Expr a : s->target->args) out.push_back(a);
-    for (const StmtP &c : s->body) exprs_of(c, out);
-    for (const StmtP &c : s->else_body) exprs_of(c, out);
+    for_each_stmt(s, [&](const StmtP &c) {
+        for (Expr e : {c->begin, c->end, c->cond, c->value, c->index, c->k})
+            if (e) out.push_back(e);
+        if (c->target)
+            for (Expr a : c->target->args) out.push_back(a);
+    });
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "support/Error.h"
+#include "tile/Passes.h"
 
 namespace rf {
 
@@ -46,7 +47,11 @@ FusionLevel parse_fusion_level(const std::string &name) {
     throw UserError({}, "unknown fusion level '" + name + "' (valid: " + joined(valid) + ")");
 }
 
-std::vector<std::string> tile_pass_names() { return {"exp2", "hoist", "coalesce", "gemm-state"}; }
+std::vector<std::string> tile_pass_names() {
+    std::vector<std::string> names;
+    for (const tile::TilePassInfo &p : tile::tile_passes()) names.push_back(p.name);
+    return names;
+}
 
 std::vector<std::string> parse_tile_pass_list(const std::string &list) {
     std::vector<std::string> valid = tile_pass_names(), out;

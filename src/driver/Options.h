@@ -82,7 +82,8 @@ struct Options {
     bool tensor_cores = true;      ///< CUDA: mma.sync for 16/8-bit tile GEMMs
 
     // ---- The tile passes and checks.
-    /** Which tile passes run, by name (tile/Passes.h); nullopt: all of them, in order. */
+    /** Which optional tile passes run, by name (tile/Passes.h); nullopt: all of them, in order.
+     *  GEMM recognition completes the lowering and always runs. */
     std::optional<std::vector<std::string>> tile_passes;
     /** Verify the tile IR after lowering and after every pass (always on in debug builds). */
     bool verify_each_pass = false;

@@ -43,22 +43,12 @@ SizeBinding planning_sizes(const Program &p, const Options &o) {
     return sizes;
 }
 
-// ---- The tile passes, in order: exp2 first (it puts log2 e next to the invariant coefficients
-// the hoisting then moves out); arrays are coalesced on the final statements; GEMMs accumulate into
-// states only where states are float (the GPU lowering).
-struct TilePassEntry {
-    const char *name;
-    void (*run)(tile::Module &);
-    bool float_states_only;
-};
-constexpr TilePassEntry kTilePasses[] = {{"exp2", tile::fold_exp2, false},
-                                         {"hoist", tile::hoist_invariants, false},
-                                         {"coalesce", tile::coalesce_tile_arrays, false},
-                                         {"gemm-state", tile::accumulate_gemms_into_states, true}};
-
-bool pass_selected(const Options &o, const std::string &name) {
-    if (!o.tile_passes) return true;
-    return std::find(o.tile_passes->begin(), o.tile_passes->end(), name) != o.tile_passes->end();
+/** A pass runs when it completes the lowering (GEMM recognition), or when Options::tile_passes
+ *  lists it (all when unset), and for float states only where states are float (the GPU lowering). */
+bool pass_selected(const Options &o, const tile::TilePassInfo &p, bool float_states) {
+    if (p.float_states_only && !float_states) return false;
+    if (p.always || !o.tile_passes) return true;
+    return std::find(o.tile_passes->begin(), o.tile_passes->end(), p.name) != o.tile_passes->end();
 }
 
 void verify_if_asked(const tile::Module &m, const Options &o) {
@@ -77,19 +67,18 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     lo.force_row_block = o.row_block;
     lo.force_strategy = o.strategy;
     lo.float_states = is_gpu(c.target.kind);  // GPU states are float: tile GEMMs may accumulate into them
-    lo.passes = false;                         // run one by one below
     return lo;
 }
 
 /** lower to tile IR → each tile pass, with the dumps. */
 tile::Module lower_and_optimize(const Compilation &c, const Options &o) {
     tile::LowerOptions lo = lower_options(c, o);
-    tile::Module m = tile::lower_plan(c.plan, lo);                                   // lower to tile IR
+    tile::Module m = tile::lower_without_passes(c.plan, lo);                         // lower to tile IR
     verify_if_asked(m, o);
     dump(o, {Stage::TileLower, ""}, [&] { return tile::to_string(m); });
-    for (const TilePassEntry &p : kTilePasses) {                                    // each tile pass
-        if (!pass_selected(o, p.name) || (p.float_states_only && !lo.float_states)) continue;
-        p.run(m);
+    for (const tile::TilePassInfo &p : tile::tile_passes()) {                       // each tile pass
+        if (!pass_selected(o, p, lo.float_states)) continue;
+        m = p.run(m);
         verify_if_asked(m, o);
         dump(o, {Stage::TilePass, p.name}, [&] { return tile::to_string(m); });
     }

@@ -9,6 +9,7 @@
 
 #include "tile/LoopFacts.h"
 #include "tile/Passes.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf::tile {
 
@@ -127,27 +128,56 @@ bool injective(Expr i, const std::vector<Loop> &loops, const std::set<std::strin
     return true;
 }
 
-/** Case (2): s rewrites A into B element by element (`writes` counts the assignments to B). */
-bool rewrites_in_place(const StmtP &s, const std::string &A, const std::string &B, std::vector<Loop> &loops,
-                       const std::set<std::string> &written, const std::map<std::string, Expr> &index_values, int &writes) {
-    if (s->kind == StmtKind::Assign && s->target->kind == Kind::Load && s->target->name == B) {
-        writes++;
-        Expr i = s->target->args.at(0);
-        if (mentions(i, A) || mentions(i, B) || mentions(s->value, B)) return false;
-        bool ok = true;
-        visit(s->value, [&](Expr n) { ok = ok && !(n->kind == Kind::Load && n->name == A && n->args.at(0) != i); });
-        return ok && injective(i, loops, written, index_values);
-    }
-    if (mentions_own(s, A) || mentions_own(s, B) || (s->kind == StmtKind::Decl && (s->name == A || s->name == B))) return false;
-    if (s->kind == StmtKind::For) loops.push_back({s->var, s->begin, s->end});
-    bool ok = true;
-    for (const StmtP &c : s->body) ok = ok && rewrites_in_place(c, A, B, loops, written, index_values, writes);
-    for (const StmtP &c : s->else_body) ok = ok && rewrites_in_place(c, A, B, loops, written, index_values, writes);
-    if (s->kind == StmtKind::For) loops.pop_back();
-    return ok;
-}
+/** Case (2): s rewrites A into B element by element; `writes` counts the assignments to B. A walk
+ *  that stops at the first statement that refutes it. */
+class InPlaceCheck : public StmtVisitor {
+public:
+    InPlaceCheck(const std::string &A, const std::string &B, const std::set<std::string> &written,
+                 const std::map<std::string, Expr> &index_values)
+        : A_(A), B_(B), written_(written), index_values_(index_values) {}
 
-std::vector<StmtP> coalesce_list(std::vector<StmtP> list) {
+    bool ok = true;
+    int writes = 0;
+
+    void visit(const StmtP &s) override {
+        if (!ok) return;
+        if (s->kind == StmtKind::Assign && s->target->kind == Kind::Load && s->target->name == B_) {
+            writes++;
+            Expr i = s->target->args.at(0);
+            if (mentions(i, A_) || mentions(i, B_) || mentions(s->value, B_)) {
+                ok = false;
+                return;
+            }
+            rf::visit(s->value, [&](Expr n) { ok = ok && !(n->kind == Kind::Load && n->name == A_ && n->args.at(0) != i); });
+            ok = ok && injective(i, loops_, written_, index_values_);
+            return;
+        }
+        if (mentions_own(s, A_) || mentions_own(s, B_) || (s->kind == StmtKind::Decl && (s->name == A_ || s->name == B_))) {
+            ok = false;
+            return;
+        }
+        if (s->kind == StmtKind::For) loops_.push_back({s->var, s->begin, s->end});
+        visit_children(s);
+        if (s->kind == StmtKind::For) loops_.pop_back();
+    }
+
+private:
+    const std::string &A_, &B_;
+    const std::set<std::string> &written_;
+    const std::map<std::string, Expr> &index_values_;
+    std::vector<Loop> loops_;
+};
+
+/** Coalesces in every list of statements, the outer list first. */
+class Coalescer : public StmtMutator {
+public:
+    std::vector<StmtP> mutate_list(const std::vector<StmtP> &in) override { return StmtMutator::mutate_list(coalesce_list(in)); }
+
+private:
+    std::vector<StmtP> coalesce_list(std::vector<StmtP> list);
+};
+
+std::vector<StmtP> Coalescer::coalesce_list(std::vector<StmtP> list) {
     // Index locals with one value in the list (declared, never assigned): the tile bounds.
     std::map<std::string, Expr> index_values;
     std::set<std::string> assigned;
@@ -174,11 +204,11 @@ std::vector<StmtP> coalesce_list(std::vector<StmtP> list) {
                 if (*last_a == *first_b) {
                     std::set<std::string> written;
                     written_in(list[*first_b], written);
-                    std::vector<Loop> loops;
-                    int writes = 0;
+                    InPlaceCheck check(da.name, db.name, written, index_values);
+                    check.visit(list[*first_b]);
                     // One assignment to B: with two (two loops, or two in one body) an iteration of
                     // one could overwrite an element of A that the other still reads.
-                    if (!rewrites_in_place(list[*first_b], da.name, db.name, loops, written, index_values, writes) || writes != 1) continue;
+                    if (!check.ok || check.writes != 1) continue;
                 }
                 std::string from = db.name, to = da.name;
                 list.erase(list.begin() + static_cast<std::ptrdiff_t>(b));
@@ -187,17 +217,15 @@ std::vector<StmtP> coalesce_list(std::vector<StmtP> list) {
             }
         }
     }
-    for (StmtP &s : list) {
-        if (s->body.empty() && s->else_body.empty()) continue;
-        s = with_body(s, coalesce_list(s->body), coalesce_list(s->else_body));
-    }
     return list;
 }
 
 }  // namespace
 
-void coalesce_tile_arrays(Module &m) {
-    for (Kernel &k : m.kernels) k.body = with_body(k.body, coalesce_list(k.body->body), coalesce_list(k.body->else_body));
+Module coalesce_tile_arrays(const Module &in) {
+    Module m = in;
+    for (Kernel &k : m.kernels) k.body = Coalescer().mutate(k.body);
+    return m;
 }
 
 }  // namespace rf::tile

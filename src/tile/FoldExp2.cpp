@@ -7,6 +7,7 @@
 
 #include "tile/LoopFacts.h"
 #include "tile/Passes.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf::tile {
 
@@ -39,21 +40,22 @@ constexpr double kLog2e = 1.4426950408889634074;
  * terms cancel).
  */
 
-class Exp2Folder {
+/** Rewrites every own expression; inside a simd loop the names the loop writes say what is invariant. */
+class Exp2Folder : public StmtMutator {
 public:
-    StmtP stmt(const StmtP &s, const std::set<std::string> *simd_written) {
-        StmtP c = map_own_exprs(s, [&](Expr e) { return rewrite(e, simd_written); });
-        if (s->body.empty() && s->else_body.empty()) return c;
-        const std::set<std::string> *inner = simd_written;
+    Expr mutate_expr(const Expr &e) override { return rewrite(e, simd_written_); }
+
+    StmtP mutate_for(const StmtP &s) override {
+        if (s->loop != LoopKind::Simd) return mutate_default(s);
+        // The loop's own bounds see the outer context; its body sees what the loop writes.
+        StmtP c = mutate_own(s);
         std::set<std::string> written;
-        if (s->kind == StmtKind::For && s->loop == LoopKind::Simd) {
-            written_in(s, written);
-            inner = &written;
-        }
-        std::vector<StmtP> body, else_body;
-        for (const StmtP &b : s->body) body.push_back(stmt(b, inner));
-        for (const StmtP &b : s->else_body) else_body.push_back(stmt(b, inner));
-        return with_body(c, std::move(body), std::move(else_body));
+        written_in(s, written);
+        const std::set<std::string> *saved = simd_written_;
+        simd_written_ = &written;
+        StmtP r = mutate_children(c);
+        simd_written_ = saved;
+        return r;
     }
 
 private:
@@ -143,12 +145,15 @@ private:
     }
 
     const std::set<std::string> *ctx_ = nullptr;
+    const std::set<std::string> *simd_written_ = nullptr;  ///< names written by the innermost simd loop
 };
 
 }  // namespace
 
-void fold_exp2(Module &m) {
-    for (Kernel &k : m.kernels) k.body = Exp2Folder().stmt(k.body, nullptr);
+Module fold_exp2(const Module &in) {
+    Module m = in;
+    for (Kernel &k : m.kernels) k.body = Exp2Folder().mutate(k.body);
+    return m;
 }
 
 }  // namespace rf::tile

@@ -7,6 +7,7 @@
 
 #include "tile/LoopFacts.h"
 #include "tile/Passes.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf::tile {
 
@@ -34,68 +35,120 @@ using namespace loop_facts;
 
 /** Every GEMM under s writes into `tmp` and accumulates (and s holds nothing else that mentions it). */
 bool only_accumulating_gemms(const StmtP &s, const std::string &tmp) {
-    if (s->kind == StmtKind::Gemm) {
-        const GemmInfo &g = *s->gemm;
-        return g.accumulate && g.c_base->kind == Kind::Load && g.c_base->name == tmp && !mentions(g.a_base, tmp) &&
-               !mentions(g.b_base, tmp);
-    }
-    if (mentions_own(s, tmp)) return false;
-    for (const StmtP &c : s->body)
-        if (!only_accumulating_gemms(c, tmp)) return false;
-    for (const StmtP &c : s->else_body)
-        if (!only_accumulating_gemms(c, tmp)) return false;
-    return true;
+    return !any_stmt(s, [&](const StmtP &c) {
+        if (c->kind != StmtKind::Gemm) return mentions_own(c, tmp);
+        const GemmInfo &g = *c->gemm;
+        return !(g.accumulate && g.c_base->kind == Kind::Load && g.c_base->name == tmp && !mentions(g.a_base, tmp) &&
+                 !mentions(g.b_base, tmp));
+    });
 }
+
+/** Finds the one `A[i] sum= tmp[i]` under a statement: `found` counts such accumulations, `refuted`
+ *  is set by any other mention of tmp; subtrees that do not mention tmp are skipped. */
+class AccumulationFinder : public StmtVisitor {
+public:
+    explicit AccumulationFinder(const std::string &tmp) : tmp_(tmp) {}
+    int found = 0;
+    bool refuted = false;
+    std::string acc;  ///< the state array of the last accumulation found
+
+    void visit(const StmtP &s) override {
+        if (refuted) return;
+        if (s->kind == StmtKind::Accum && s->op == ReduceOp::Sum && s->value->kind == Kind::Load && s->value->name == tmp_) {
+            Expr t = s->target;
+            if (t->kind != Kind::Load || t->args.size() != 1 || s->value->args.size() != 1 || t->args[0] != s->value->args[0] ||
+                mentions(t->args[0], tmp_)) {
+                refuted = true;
+                return;
+            }
+            found++;
+            acc = t->name;
+            return;
+        }
+        if (mentions_own(s, tmp_)) {
+            refuted = true;
+            return;
+        }
+        visit_children(s);
+    }
+
+    void visit_list(const std::vector<StmtP> &list) override {
+        for (const StmtP &c : list)
+            if (mentions_anywhere(c, tmp_)) visit(c);
+    }
+
+private:
+    const std::string &tmp_;
+};
 
 /** The state array A of the one `A[i] sum= tmp[i]` under s (and no other mention of tmp), or nothing. */
 std::optional<std::string> the_accumulation(const StmtP &s, const std::string &tmp, int &found) {
-    if (s->kind == StmtKind::Accum && s->op == ReduceOp::Sum && s->value->kind == Kind::Load && s->value->name == tmp) {
-        Expr t = s->target;
-        if (t->kind != Kind::Load || t->args.size() != 1 || s->value->args.size() != 1 || t->args[0] != s->value->args[0] ||
-            mentions(t->args[0], tmp))
-            return std::nullopt;
-        found++;
-        return t->name;
-    }
-    if (mentions_own(s, tmp)) return std::nullopt;
-    std::optional<std::string> acc;
-    for (const auto *list : {&s->body, &s->else_body})
-        for (const StmtP &c : *list) {
-            if (!mentions_anywhere(c, tmp)) continue;
-            auto a = the_accumulation(c, tmp, found);
-            if (!a) return std::nullopt;
-            acc = a;
-        }
-    return acc;
+    AccumulationFinder f(tmp);
+    f.visit(s);
+    found = f.found;
+    if (f.refuted || f.found == 0) return std::nullopt;
+    return f.acc;
 }
 
-StmtP redirect_gemms(const StmtP &s, const std::string &tmp, const std::string &acc) {
-    if (s->kind == StmtKind::Gemm) {
+/** Every GEMM (into tmp, by only_accumulating_gemms) writes into the state array `acc` instead. */
+class GemmRedirect : public StmtMutator {
+public:
+    explicit GemmRedirect(const std::string &acc) : acc_(acc) {}
+    StmtP mutate_gemm(const StmtP &s) override {
         auto g = std::make_shared<GemmInfo>(*s->gemm);
-        g->c_base = make_load(acc, g->c_base->args, g->c_base->dtype, g->c_base->stype);
+        g->c_base = make_load(acc_, g->c_base->args, g->c_base->dtype, g->c_base->stype);
         auto c = std::make_shared<Stmt>(*s);
         c->gemm = g;
         return c;
     }
-    std::vector<StmtP> body, else_body;
-    for (const StmtP &c : s->body) body.push_back(redirect_gemms(c, tmp, acc));
-    for (const StmtP &c : s->else_body) else_body.push_back(redirect_gemms(c, tmp, acc));
-    return with_body(s, body, else_body);
-}
+
+private:
+    const std::string &acc_;
+};
+
+/** Drops the accumulations from tmp, and the loops left empty by their removal. */
+class AccumulationDropper : public StmtMutator {
+public:
+    explicit AccumulationDropper(const std::string &tmp) : tmp_(tmp) {}
+    bool dropped(const StmtP &s) const { return s->kind == StmtKind::Accum && s->value->kind == Kind::Load && s->value->name == tmp_; }
+    static bool empty_loop(const StmtP &s) { return s->kind == StmtKind::For && s->body.empty(); }
+
+    std::vector<StmtP> mutate_list(const std::vector<StmtP> &list) override {
+        std::vector<StmtP> out;
+        for (const StmtP &c : list) {
+            if (dropped(c)) continue;
+            StmtP r = mutate(c);
+            if (!empty_loop(r)) out.push_back(r);
+        }
+        return out;
+    }
+
+private:
+    const std::string &tmp_;
+};
 
 /** s without the accumulation from tmp (and without loops left empty by its removal). */
 std::optional<StmtP> drop_accumulation(const StmtP &s, const std::string &tmp) {
-    if (s->kind == StmtKind::Accum && s->value->kind == Kind::Load && s->value->name == tmp) return std::nullopt;
-    std::vector<StmtP> body, else_body;
-    for (const StmtP &c : s->body)
-        if (auto k = drop_accumulation(c, tmp)) body.push_back(*k);
-    for (const StmtP &c : s->else_body)
-        if (auto k = drop_accumulation(c, tmp)) else_body.push_back(*k);
-    if (s->kind == StmtKind::For && body.empty()) return std::nullopt;
-    return with_body(s, body, else_body);
+    AccumulationDropper d(tmp);
+    if (d.dropped(s)) return std::nullopt;
+    StmtP r = d.mutate(s);
+    if (AccumulationDropper::empty_loop(r)) return std::nullopt;
+    return r;
 }
 
-std::vector<StmtP> rewrite_list(std::vector<StmtP> list, const std::set<std::string> &states) {
+/** Redirects in every list of statements, the outer list first. */
+class GemmIntoState : public StmtMutator {
+public:
+    explicit GemmIntoState(const std::set<std::string> &states) : states_(states) {}
+    std::vector<StmtP> mutate_list(const std::vector<StmtP> &in) override { return StmtMutator::mutate_list(rewrite_list(in)); }
+
+private:
+    std::vector<StmtP> rewrite_list(std::vector<StmtP> list);
+    const std::set<std::string> &states_;
+};
+
+std::vector<StmtP> GemmIntoState::rewrite_list(std::vector<StmtP> list) {
+    const std::set<std::string> &states = states_;
     for (size_t i = 0; i + 2 < list.size(); i++) {
         const Stmt &d = *list[i];
         if (d.kind != StmtKind::Decl || d.cls != LocalClass::Tile || d.dims.empty() || !d.value || !d.value->is_const(0)) continue;
@@ -111,32 +164,26 @@ std::vector<StmtP> rewrite_list(std::vector<StmtP> list, const std::set<std::str
         // Nothing else in the loop may read the state: it would now see the GEMM's sum already added.
         auto rest = drop_accumulation(list[i + 2], tmp);
         if (rest && mentions_anywhere(*rest, *acc)) continue;
-        list[i + 1] = redirect_gemms(list[i + 1], tmp, *acc);
+        list[i + 1] = GemmRedirect(*acc).mutate(list[i + 1]);
         if (rest) list[i + 2] = *rest;
         else list.erase(list.begin() + static_cast<std::ptrdiff_t>(i + 2));
         list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    for (StmtP &s : list) {
-        if (s->body.empty() && s->else_body.empty()) continue;
-        s = with_body(s, rewrite_list(s->body, states), rewrite_list(s->else_body, states));
-    }
     return list;
-}
-
-void collect_states(const StmtP &s, std::set<std::string> &out) {
-    if (s->kind == StmtKind::Decl && s->cls == LocalClass::State && !s->dims.empty()) out.insert(s->name);
-    for (const StmtP &c : s->body) collect_states(c, out);
-    for (const StmtP &c : s->else_body) collect_states(c, out);
 }
 
 }  // namespace
 
-void accumulate_gemms_into_states(Module &m) {
+Module accumulate_gemms_into_states(const Module &in) {
+    Module m = in;
     for (Kernel &k : m.kernels) {
         std::set<std::string> states;
-        collect_states(k.body, states);
-        k.body = with_body(k.body, rewrite_list(k.body->body, states), rewrite_list(k.body->else_body, states));
+        for_each_stmt(k.body, [&](const StmtP &s) {
+            if (s->kind == StmtKind::Decl && s->cls == LocalClass::State && !s->dims.empty()) states.insert(s->name);
+        });
+        k.body = GemmIntoState(states).mutate(k.body);
     }
+    return m;
 }
 
 }  // namespace rf::tile

@@ -7,6 +7,7 @@
 
 #include "tile/LoopFacts.h"
 #include "tile/Passes.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf::tile {
 
@@ -59,29 +60,33 @@ bool trivial(Expr e) {
     }
 }
 
-class Hoister {
+/** A mutator whose list hook keeps the frames: every list of statements (a loop's, an if's, a
+ *  block's body) is rebuilt in a frame that can receive declarations. */
+class Hoister : public StmtMutator {
 public:
     explicit Hoister(const Kernel &k) {
         written_in(k.body, names_);
-        collect_assigned(k.body);
+        for_each_stmt(k.body, [&](const StmtP &s) {
+            if (s->kind == StmtKind::Assign && s->target->kind == Kind::Var) assigned_.insert(s->target->name);
+        });
     }
 
     StmtP run(const StmtP &body) {
         frames_.push_back(Frame{});
-        StmtP s = stmt(body);
+        StmtP s = mutate(body);
         frames_.pop_back();
         return s;
     }
 
 private:
     // ---- The walk.
-    std::vector<StmtP> list(const Stmt *owner, const std::vector<StmtP> &in) {
+    std::vector<StmtP> mutate_list(const std::vector<StmtP> &in) override {
         Frame f;
-        f.owner = owner;
+        f.owner = owner_;
         frames_.push_back(std::move(f));
         Facts saved = facts_;
         for (const StmtP &s : in) {
-            StmtP r = stmt(s);
+            StmtP r = mutate(s);
             Frame &cur = frames_.back();
             for (StmtP &d : cur.before) cur.out.push_back(d);
             cur.before.clear();
@@ -99,26 +104,32 @@ private:
         return out;
     }
 
-    StmtP stmt(const StmtP &s) {
-        switch (s->kind) {
-        case StmtKind::Decl:
-            if (s->cls == LocalClass::Index && s->dims.empty() && s->value && !assigned_.count(s->name))
-                facts_.index_values[s->name] = s->value;
-            return s;
-        case StmtKind::For: {
-            if (s->loop == LoopKind::Simd) return simd_loop(s);
-            auto saved = facts_.loop_ranges;
-            facts_.loop_ranges[s->var->name] = {s->begin, s->end};
-            StmtP r = with_body(s, list(s.get(), s->body));
-            facts_.loop_ranges = saved;
-            return r;
-        }
-        case StmtKind::If: case StmtKind::Block:
-            if (s->body.empty() && s->else_body.empty()) return s;
-            return with_body(s, list(s.get(), s->body), list(s.get(), s->else_body));
-        default: return s;
-        }
+    /** s with its child lists rebuilt in frames owned by s. */
+    StmtP children_of(const StmtP &s) {
+        const Stmt *saved = owner_;
+        owner_ = s.get();
+        StmtP r = mutate_children(s);
+        owner_ = saved;
+        return r;
     }
+
+    StmtP mutate_decl(const StmtP &s) override {
+        if (s->cls == LocalClass::Index && s->dims.empty() && s->value && !assigned_.count(s->name))
+            facts_.index_values[s->name] = s->value;
+        return s;
+    }
+
+    StmtP mutate_for(const StmtP &s) override {
+        if (s->loop == LoopKind::Simd) return simd_loop(s);
+        auto saved = facts_.loop_ranges;
+        facts_.loop_ranges[s->var->name] = {s->begin, s->end};
+        StmtP r = children_of(s);
+        facts_.loop_ranges = saved;
+        return r;
+    }
+
+    StmtP mutate_if(const StmtP &s) override { return children_of(s); }
+    StmtP mutate_block(const StmtP &s) override { return children_of(s); }
 
     /** The loop S = loops_[0] and the loops around it that values may leave, innermost first;
      *  frames_[frames_.size() - 1 - i] holds loops_[i]. */
@@ -220,13 +231,8 @@ private:
         return with_args(e, std::move(args));
     }
 
-    void collect_assigned(const StmtP &s) {
-        if (s->kind == StmtKind::Assign && s->target->kind == Kind::Var) assigned_.insert(s->target->name);
-        for (const StmtP &c : s->body) collect_assigned(c);
-        for (const StmtP &c : s->else_body) collect_assigned(c);
-    }
-
     std::vector<Frame> frames_;
+    const Stmt *owner_ = nullptr;  ///< the statement whose child lists are being rebuilt
     std::vector<const Stmt *> loops_;
     std::map<const Stmt *, std::set<std::string>> written_;
     std::set<std::string> names_, assigned_;
@@ -236,8 +242,10 @@ private:
 
 }  // namespace
 
-void hoist_invariants(Module &m) {
+Module hoist_invariants(const Module &in) {
+    Module m = in;
     for (Kernel &k : m.kernels) k.body = Hoister(k).run(k.body);
+    return m;
 }
 
 }  // namespace rf::tile

@@ -3,9 +3,14 @@
  */
 #include "tile/LoopFacts.h"
 
+#include "tile/StmtVisitor.h"
+
 namespace rf::tile::loop_facts {
 
-void written_in(const StmtP &s, std::set<std::string> &out) {
+namespace {
+
+/** The names one statement itself declares or writes (written_in without the children). */
+void written_by(const StmtP &s, std::set<std::string> &out) {
     auto name_of = [&](Expr t) {
         if (t && (t->kind == Kind::Var || t->kind == Kind::Load)) out.insert(t->name);
     };
@@ -26,25 +31,22 @@ void written_in(const StmtP &s, std::set<std::string> &out) {
     case StmtKind::Gemm: name_of(s->gemm->c_base); break;
     default: break;
     }
-    for (const StmtP &c : s->body) written_in(c, out);
-    for (const StmtP &c : s->else_body) written_in(c, out);
+}
+
+}  // namespace
+
+void written_in(const StmtP &s, std::set<std::string> &out) {
+    for_each_stmt(s, [&](const StmtP &c) { written_by(c, out); });
 }
 
 bool mentions_own(const StmtP &s, const std::string &name) {
     bool hit = false;
-    map_own_exprs(s, [&](Expr e) {
-        hit = hit || mentions(e, name);
-        return e;
-    });
+    for_each_own_expr(*s, [&](const Expr &e) { hit = hit || mentions(e, name); });
     return hit;
 }
 
 bool mentions_anywhere(const StmtP &s, const std::string &name) {
-    if (mentions_own(s, name)) return true;
-    for (const auto *list : {&s->body, &s->else_body})
-        for (const StmtP &c : *list)
-            if (mentions_anywhere(c, name)) return true;
-    return false;
+    return any_stmt(s, [&](const StmtP &c) { return mentions_own(c, name); });
 }
 
 bool invariant(Expr e, const std::set<std::string> &written) {

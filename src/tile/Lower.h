@@ -46,6 +46,9 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
 /** Plan → tile IR. InternalError if the plan is inconsistent; UserError for constructs the tile IR
  *  cannot express yet (named, with the definition's location). */
 Module lower_plan(const Plan &plan, const LowerOptions &opts);
+/** The lowering alone, before any pass: the pipeline runs the passes one by one, with a dump after
+ *  each (driver/Pipeline.cpp). Not printable before recognize_gemms has run. */
+Module lower_without_passes(const Plan &plan, const LowerOptions &opts);
 
 // GEMM recognition and the sharing of per-tile factors (exp(S - m) for l and O) happen during
 // lowering, where the loop structure is known: see LowerPass.cpp ("Tile GEMMs") and docs/tile-ir.md.

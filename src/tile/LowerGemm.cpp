@@ -1,142 +1,40 @@
 /** \file LowerGemm.cpp
- * Tile GEMMs recognized while lowering a pass: QKᵀ prologues and Σ_j F(j)·W(j, x) members over a block
- * of rows (one GEMM, a GEMM per GQA group, or a GEMV per row), and per-tile factors shared by members.
+ * Member GEMMs chosen while lowering a pass: Σ_j F(j)·W(j, x) members over a block of rows (one GEMM,
+ * a GEMM per GQA group, or a GEMV per row), and per-tile factors shared by members. (Prologue GEMMs,
+ * QKᵀ, are found afterwards by the recognize_gemms pass, RecognizeGemms.cpp.)
  */
 #include <algorithm>
 
+#include "tile/GemmOperands.h"
 #include "tile/PassLowering.h"
 
 namespace rf::tile::lowering {
 
-int PassLowering::dim_of(Expr load, Expr v) {
-    int at = -1;
-    for (size_t i = 0; i < load->args.size(); i++) {
-        Expr a = load->args[i];
-        bool exact = a == v || (v == rr() && a == make_add(local_var("$rbase", SType::Int), rr()));
-        if (exact) {
-            if (at != -1) return -2;
-            at = static_cast<int>(i);
-        } else if (mentions(a, v->name)) {
-            return -2;
-        }
-    }
-    return at;
+gemm_operands::Rows PassLowering::block_rows() const {
+    Expr rbase = local_var("$rbase", SType::Int);
+    return {rr(), rbase, make_add(rbase, rr()), nb_};
 }
 
-Expr PassLowering::group_divisor(Expr e) {
-    Expr row = make_add(local_var("$rbase", SType::Int), rr());
-    Expr G = nullptr;
-    bool ok = true;
-    Expr rest = substitute(e, [&](Expr n) -> Expr {
-        if (n->kind != Kind::IDiv || n->args[0] != row) return nullptr;
-        if (G && G != n->args[1]) ok = false;
-        G = n->args[1];
-        return int_c(0);
-    });
-    if (!ok || !G || mentions(rest, "$rr") || mentions(G, "$rr")) return nullptr;
-    return G;
+int PassLowering::dim_of(Expr load, Expr v) const { return gemm_operands::dim_of(load, v, block_rows()); }
+
+Expr PassLowering::group_divisor(Expr e) const { return gemm_operands::group_divisor(e, block_rows()); }
+
+Expr PassLowering::grouped(Expr e, Expr G) const { return gemm_operands::grouped(e, G, block_rows()); }
+
+StmtP PassLowering::when_grouped(Expr G, StmtP block, StmtP rows) const {
+    return gemm_operands::when_grouped(G, block_rows(), std::move(block), std::move(rows));
 }
 
-Expr PassLowering::grouped(Expr e, Expr G) {
-    return substitute(e, make_idiv(make_add(local_var("$rbase", SType::Int), rr()), G),
-                      make_idiv(local_var("$rbase", SType::Int), G));
-}
-
-StmtP PassLowering::when_grouped(Expr G, StmtP block, StmtP rows) {
-    return if_then(make_cmp(CmpOp::EQ, make_mod(G, int_c(nb_)), int_c(0)), {block}, {rows});
-}
-
-Expr PassLowering::stride(Expr load, int d) {
+Expr PassLowering::stride(Expr load, int d) const {
     const TensorDef *def = p_.find_def(load->name);
     const InputDecl *in = p_.find_input(load->name);
-    const std::vector<Expr> &dims = in ? in->dims : def->extents;
-    std::vector<Expr> later(dims.begin() + d + 1, dims.end());
-    return product(later);
+    return gemm_operands::stride(in ? in->dims : def->extents, d);
 }
 
-Expr PassLowering::gemm_operand(Expr e) {
-    while (e->kind == Kind::Cast && (e->dtype == DType::f32 || e->dtype == DType::f64)) e = e->args[0];
-    if (e->kind != Kind::Load || e->name.empty() || e->name[0] == '$') return nullptr;
-    if (e->dtype != DType::f32 && e->dtype != DType::bf16) return nullptr;
-    return e;
-}
+Expr PassLowering::gemm_operand(Expr e) { return gemm_operands::operand(e); }
 
-Expr PassLowering::at_origin(Expr load, const std::map<Expr, Expr> &to) {
-    std::vector<Expr> args;
-    for (Expr a : load->args) {
-        Expr r = a;
-        for (auto &[v, o] : to) {
-            if (a == v) r = o;
-            if (v == rr() && a == make_add(local_var("$rbase", SType::Int), rr())) r = local_var("$rbase", SType::Int);
-        }
-        args.push_back(r);
-    }
-    return make_load(load->name, args, load->dtype, load->stype);
-}
-
-StmtP PassLowering::prologue_gemm(Expr v, Expr j, const std::string &local) {
-    Expr alpha = real_c(1);
-    Expr red = v;
-    if (v->kind == Kind::Mul) {
-        red = nullptr;
-        std::vector<Expr> rest;
-        for (Expr a : v->args) {
-            if (a->kind == Kind::Reduce && !red) red = a;
-            else rest.push_back(a);
-        }
-        if (!red) return nullptr;
-        alpha = rest.size() == 1 ? rest[0] : make_mul(rest);
-        if (mentions(alpha, j->name) || mentions(alpha, "$rr")) return nullptr;
-    }
-    if (red->kind != Kind::Reduce || red->rop != ReduceOp::Sum || red->num_axes() != 1) return nullptr;
-    Expr body = red->body(), d = red->axis(0);
-    if (body->kind != Kind::Mul || body->args.size() != 2) return nullptr;
-    Expr l0 = gemm_operand(body->args[0]), l1 = gemm_operand(body->args[1]);
-    if (!l0 || !l1) return nullptr;
-    if (mentions(l0, j->name)) std::swap(l0, l1);
-    Expr A = l0, B = l1;
-    if (mentions(A, j->name)) return nullptr;
-    // B shared by the block (attention: K[b, h, j, d]) gives one GEMM over the block; B that
-    // depends on the row (GQA decode: K[b, hq / G, j, d]) gives one GEMV per row.
-    bool per_row = mentions(B, "$rr");
-    int ak = dim_of(A, d), bk = dim_of(B, d), bj = dim_of(B, j), ar = per_row ? -1 : dim_of(A, rr());
-    if (per_row && (mentions(A->args[static_cast<size_t>(std::max(ak, 0))], "$rr") || dim_of(B, d) < 0)) return nullptr;
-    if (ak != static_cast<int>(A->args.size()) - 1 || bk != static_cast<int>(B->args.size()) - 1 || bj < 0 || ar == -2) return nullptr;
-    if (A->dtype == DType::bf16 && B->dtype == DType::f32) return nullptr;  // no such kernel
-    GemmInfo g;
-    g.M = per_row ? int_c(1) : local_var("$nbv", SType::Int);
-    g.N = make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int));
-    g.K = red->extents[0];
-    if (per_row) {
-        // Row rr's operands as they are (their indices already hold $rbase + $rr).
-        g.a_base = substitute(A, d, int_c(0));
-        g.b_base = substitute(substitute(B, d, int_c(0)), j, local_var("$tb", SType::Int));
-        g.c_base = local_at(local, mul_i(rr(), int_c(row_stride())));
-    } else {
-        g.a_base = at_origin(A, {{d, int_c(0)}, {rr(), int_c(0)}});
-        g.b_base = at_origin(B, {{d, int_c(0)}, {j, local_var("$tb", SType::Int)}});
-        g.c_base = local_at(local, int_c(0));
-    }
-    g.a_si = ar >= 0 ? stride(A, ar) : int_c(0);
-    g.a_sk = int_c(1);
-    g.b_sj = stride(B, bj);
-    g.b_sk = int_c(1);
-    g.c_si = int_c(row_stride());
-    g.alpha = alpha;
-    g.trans_b = true;
-    g.accumulate = false;
-    if (!per_row) return gemm(g);
-    StmtP rows = rows_of_block({gemm(g)});
-    Expr G = group_divisor(B);
-    int ar_block = dim_of(A, rr());
-    if (!G || nb_ == 1 || ar_block == -2) return rows;
-    GemmInfo gb = g;
-    gb.M = local_var("$nbv", SType::Int);
-    gb.a_base = at_origin(A, {{d, int_c(0)}, {rr(), int_c(0)}});
-    gb.a_si = ar_block >= 0 ? stride(A, ar_block) : int_c(0);
-    gb.b_base = at_origin(grouped(B, G), {{d, int_c(0)}, {j, local_var("$tb", SType::Int)}});
-    gb.c_base = local_at(local, int_c(0));
-    return when_grouped(G, gemm(gb), rows);
+Expr PassLowering::at_origin(Expr load, const std::map<Expr, Expr> &to) const {
+    return gemm_operands::at_origin(load, to, block_rows());
 }
 
 Expr PassLowering::strip_widening(Expr e) {

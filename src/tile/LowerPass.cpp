@@ -3,7 +3,8 @@
  * src/interp/PlanInterp.cpp, including its guards), tiles of the cascade axis, segment merges with
  * the derived merge, finalization (with the literal recompute of rows whose final δ is not finite)
  * and the per-row epilogue. This file: the state, expression translation, per-tile updates and kernel
- * shapes; tile GEMMs are in LowerGemm.cpp, merges/finalization/epilogue in LowerMerge.cpp.
+ * shapes; member GEMMs are in LowerGemm.cpp (prologue GEMMs: the recognize_gemms pass),
+ * merges/finalization/epilogue in LowerMerge.cpp.
  */
 #include "tile/LowerPass.h"
 #include "tile/PassLowering.h"
@@ -307,10 +308,7 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
         for (size_t i = 0; i < c_.n_row; i++) vars[d->vars[i]->name] = row_vars_[i];
         for (size_t i = c_.n_row; i < d->vars.size(); i++) vars[d->vars[i]->name] = unravel(j, axis_ext_, i - c_.n_row);
         Expr v = translate(d->body, vars, nullptr, Mode{});
-        if (StmtP g = prologue_gemm(v, j, local)) {
-            out.push_back(g);
-            continue;
-        }
+        // A dot product over the row block (QKᵀ) becomes a GEMM in the recognize_gemms pass.
         out.push_back(rows_of_block({for_loop(j, j0, j1, {assign(local_at(local, add_i(mul_i(rr(), int_c(row_stride())), make_sub(j, j0))), v)}, LoopKind::Simd)}));
     }
     plan_gemms(P);

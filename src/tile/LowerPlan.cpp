@@ -4,7 +4,6 @@
  * (or one for all passes on chip), and single-definition kernels for everything outside chains.
  */
 #include <algorithm>
-#include <cstdlib>
 #include <deque>
 #include <optional>
 #include <set>
@@ -501,19 +500,15 @@ private:
 
 }  // namespace
 
+Module lower_without_passes(const Plan &plan, const LowerOptions &opts) { return ModuleLowering(plan, opts).run(); }
+
 Module lower_plan(const Plan &plan, const LowerOptions &opts) {
-    Module m = ModuleLowering(plan, opts).run();
+    Module m = lower_without_passes(plan, opts);
     if (verify_each_pass()) verify(m);
-    if (!opts.passes) return m;
-    // exp2 first: it puts log2 e next to the invariant coefficients the hoisting then moves out;
-    // the arrays are coalesced last, on the final statements.
-    const std::pair<const char *, void (*)(Module &)> passes[] = {{"exp2", fold_exp2},
-                                                                   {"hoist", hoist_invariants},
-                                                                   {"coalesce", coalesce_tile_arrays},
-                                                                   {"gemm-state", accumulate_gemms_into_states}};
-    for (const auto &[name, pass] : passes) {
-        if (pass == accumulate_gemms_into_states && !opts.float_states) continue;
-        pass(m);
+    for (const TilePassInfo &pass : tile_passes()) {
+        if (!pass.always && !opts.passes) continue;
+        if (pass.float_states_only && !opts.float_states) continue;
+        m = pass.run(m);
         if (verify_each_pass()) verify(m);
     }
     return m;

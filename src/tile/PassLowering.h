@@ -1,6 +1,6 @@
 /** \file PassLowering.h
  * Internal to src/tile: the class that lowers one chain pass (LowerPass.cpp: state, expressions,
- * per-tile updates, kernel shapes; LowerGemm.cpp: tile GEMMs and shared factors; LowerMerge.cpp:
+ * per-tile updates, kernel shapes; LowerGemm.cpp: member GEMMs and shared factors; LowerMerge.cpp:
  * segment merges, finalization and the per-row epilogue).
  */
 #pragma once
@@ -15,6 +15,7 @@
 
 #include "ir/Eval.h"
 #include "support/Error.h"
+#include "tile/GemmOperands.h"
 #include "tile/LowerPass.h"
 
 namespace rf::tile::lowering {
@@ -142,32 +143,16 @@ private:
 
     Expr jvar() { return make_index("$jj" + std::to_string(uid_++)); }
 
-    // ---- Tile GEMMs (the recognize_gemm pass, done while the loop structure is known).
-    /** Where a load's indices put the GEMM variables: the dimension holding exactly `v` (or the
-     *  block's row `$rbase + $rr`), -1 when v does not occur, -2 when it occurs in another form. */
-    static int dim_of(Expr load, Expr v);
-
-    /** When every use of the block's row in e is floor((rbase + rr) / G) — GQA: the KV head of a
-     *  query head — the divisor G (then a block of rows aligned to G shares the operand); else null. */
-    Expr group_divisor(Expr e);
-
-    /** e with floor((rbase + rr) / G) replaced by floor(rbase / G): valid when G % nb == 0. */
-    Expr grouped(Expr e, Expr G);
-
-    /** Runs `block` when G is a multiple of the block (every row of the block shares the operand),
-     *  else `rows` (one GEMV per row). */
-    StmtP when_grouped(Expr G, StmtP block, StmtP rows);
-
+    // ---- Member GEMMs (the operand helpers are GemmOperands.h's, over this pass's row block).
+    gemm_operands::Rows block_rows() const;
+    int dim_of(Expr load, Expr v) const;
+    Expr group_divisor(Expr e) const;
+    Expr grouped(Expr e, Expr G) const;
+    StmtP when_grouped(Expr G, StmtP block, StmtP rows) const;
     /** The element stride of dimension d of a global buffer: the product of the later extents. */
-    Expr stride(Expr load, int d);
-
-    /** A global f32/bf16 load, possibly widened by a cast to f32/f64 (bf16 → float is exact). */
-    Expr gemm_operand(Expr e);
-
-    Expr at_origin(Expr load, const std::map<Expr, Expr> &to);
-
-    /** S[rr][j] = alpha · Σ_d A[rr, d] · B[j, d] for a tile of j: one GEMM over the row block. */
-    StmtP prologue_gemm(Expr v, Expr j, const std::string &local);
+    Expr stride(Expr load, int d) const;
+    static Expr gemm_operand(Expr e);
+    Expr at_origin(Expr load, const std::map<Expr, Expr> &to) const;
 
     struct MemberGemm {
         Expr F = nullptr;  ///< the factor shared by every extra point (over $rr, $jh)

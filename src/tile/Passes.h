@@ -1,29 +1,53 @@
 /** \file Passes.h
- * The passes over a lowered tile IR module, run by lower_plan in this order before any backend
- * prints the module (so every backend, and `redfuse analyze --emit tile`, sees their result).
+ * The passes over a lowered tile IR module, each a function from module to module, and their table
+ * in the order lower_plan runs them before any backend prints the module (so every backend, and
+ * `redfuse analyze --emit tile`, sees their result).
  */
 #pragma once
+
+#include <vector>
 
 #include "tile/TileIR.h"
 
 namespace rf::tile {
 
+/** The lowering's dot-product loops over a block of rows (attention's QKᵀ tile) as GEMM statements
+ *  (RecognizeGemms.cpp). */
+Module recognize_gemms(const Module &m);
+
 /** exp(e) → exp2(e · log2 e), log2 e folded into constant and loop-invariant coefficients of e
  *  (FoldExp2.cpp). */
-void fold_exp2(Module &m);
+Module fold_exp2(const Module &m);
 
 /** Loop-invariant subexpressions of simd loops into scalar tile locals declared before the loop, the
  *  independent loops around it, or the parallel loop's body (HoistInvariants.cpp). */
-void hoist_invariants(Module &m);
+Module hoist_invariants(const Module &m);
 
 /** A tile array takes over the storage of one declared in the same list that is dead by then, or
  *  that the statement writing it rewrites element by element (attention's exp tile overwrites its
  *  score tile) (CoalesceTileArrays.cpp). */
-void coalesce_tile_arrays(Module &m);
+Module coalesce_tile_arrays(const Module &m);
 
 /** A member's tile GEMM accumulates straight into its running state instead of a zeroed tile array
  *  added to the state afterwards (GemmIntoState.cpp). Only where states have the GEMM's float type:
  *  the GPU lowering (LowerOptions::float_states); the CPU keeps states in double. */
-void accumulate_gemms_into_states(Module &m);
+Module accumulate_gemms_into_states(const Module &m);
+
+/** The passes, in the order they run. */
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, Coalesce, GemmState };
+
+struct TilePassInfo {
+    TilePass id;
+    const char *name;                  ///< its name in pass lists and dumps
+    Module (*run)(const Module &);
+    bool float_states_only;            ///< runs only when states are float (LowerOptions::float_states)
+    bool always;                       ///< completes the lowering: runs even when the optional passes are off
+};
+
+/** Every pass in the order they run: the GEMMs first (the other passes see them as the backends
+ *  will; turning the optional passes off keeps them, as the lowering's choice of kernels); exp2 next, because it puts log2 e next to the invariant
+ *  coefficients the hoisting then moves out; the arrays are coalesced last but one, on the final
+ *  statements; gemm-state last, on the GEMMs as they will be printed. */
+const std::vector<TilePassInfo> &tile_passes();
 
 }  // namespace rf::tile

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "support/Error.h"
+#include "tile/StmtVisitor.h"
 
 namespace rf::tile {
 
@@ -139,29 +140,31 @@ StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else
     return c;
 }
 
-StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f) {
-    auto c = std::make_shared<Stmt>(*s);
-    auto E = [&](Expr e) { return e ? f(e) : e; };
-    for (Expr *e : {&c->var, &c->begin, &c->end, &c->cond, &c->target, &c->target2, &c->value, &c->index, &c->k}) *e = E(*e);
-    for (Expr &e : c->dims) e = E(e);
-    for (Expr &e : c->args) e = E(e);
-    for (Expr &e : c->args2) e = E(e);
-    if (c->gemm) {
-        auto g = std::make_shared<GemmInfo>(*c->gemm);
-        for (Expr *e : {&g->M, &g->N, &g->K, &g->a_base, &g->b_base, &g->c_base, &g->a_si, &g->a_sk, &g->b_sj, &g->b_sk, &g->c_si, &g->alpha})
-            *e = E(*e);
-        c->gemm = g;
-    }
-    return c;
-}
+namespace {
+
+/** The mutator behind map_own_exprs and mutate: f on every own expression, rename on every local
+ *  name, children only when `deep`. */
+class FunctionMutator : public StmtMutator {
+public:
+    FunctionMutator(const std::function<Expr(Expr)> &f, const std::function<std::string(const std::string &)> *rename, bool deep)
+        : f_(f), rename_(rename), deep_(deep) {}
+    StmtP mutate(const StmtP &s) override { return deep_ ? mutate_default(s) : mutate_own(s); }
+    Expr mutate_expr(const Expr &e) override { return f_(e); }
+    std::string mutate_name(const std::string &n) override { return rename_ ? (*rename_)(n) : n; }
+
+private:
+    const std::function<Expr(Expr)> &f_;
+    const std::function<std::string(const std::string &)> *rename_;
+    bool deep_;
+};
+
+}  // namespace
+
+StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f) { return FunctionMutator(f, nullptr, false).mutate(s); }
 
 StmtP mutate(const StmtP &s, const std::function<Expr(Expr)> &f,
              const std::function<std::string(const std::string &)> &rename) {
-    auto c = std::const_pointer_cast<Stmt>(map_own_exprs(s, f));
-    if (!c->name.empty() && c->kind != StmtKind::Comment) c->name = rename(c->name);
-    for (StmtP &b : c->body) b = mutate(b, f, rename);
-    for (StmtP &b : c->else_body) b = mutate(b, f, rename);
-    return c;
+    return FunctionMutator(f, &rename, true).mutate(s);
 }
 
 StmtP rename_locals(const StmtP &s, const std::function<std::string(const std::string &)> &rename) {
@@ -227,63 +230,75 @@ std::string list(const std::vector<Expr> &v) {
     return s;
 }
 
-void print(std::ostringstream &os, const StmtP &s, int indent) {
-    std::string pad(static_cast<size_t>(indent) * 2, ' ');
-    switch (s->kind) {
-    case StmtKind::Block:
-        for (const StmtP &c : s->body) print(os, c, indent);
-        return;
-    case StmtKind::For:
-        os << pad << "for " << s->var->name << " in [" << rf::to_string(s->begin) << ", " << rf::to_string(s->end)
-           << ") " << loop_name(s->loop) << ":\n";
-        for (const StmtP &c : s->body) print(os, c, indent + 1);
-        return;
-    case StmtKind::If:
-        os << pad << "if " << rf::to_string(s->cond) << ":\n";
-        for (const StmtP &c : s->body) print(os, c, indent + 1);
+/** The `--emit tile` text: one line per statement, children indented one level (two spaces). */
+class Printer : public StmtVisitor {
+public:
+    Printer(std::ostringstream &os, int indent) : os_(os), indent_(indent) {}
+
+    void visit_block(const StmtP &s) override { visit_list(s->body); }
+    void visit_for(const StmtP &s) override {
+        pad() << "for " << s->var->name << " in [" << rf::to_string(s->begin) << ", " << rf::to_string(s->end) << ") "
+              << loop_name(s->loop) << ":\n";
+        nested(s->body);
+    }
+    void visit_if(const StmtP &s) override {
+        pad() << "if " << rf::to_string(s->cond) << ":\n";
+        nested(s->body);
         if (!s->else_body.empty()) {
-            os << pad << "else:\n";
-            for (const StmtP &c : s->else_body) print(os, c, indent + 1);
+            pad() << "else:\n";
+            nested(s->else_body);
         }
-        return;
-    case StmtKind::Decl:
-        os << pad << class_name(s->cls) << " " << s->name;
-        if (!s->dims.empty()) os << "[" << list(s->dims) << "]";
-        if (s->value) os << " = " << rf::to_string(s->value);
-        os << "\n";
-        return;
-    case StmtKind::Assign: os << pad << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; return;
-    case StmtKind::Accum:
-        os << pad << rf::to_string(s->target) << " " << reduce_name(s->op) << "= " << rf::to_string(s->value) << "\n";
-        return;
-    case StmtKind::ArgSelect:
-        os << pad << "(" << rf::to_string(s->target) << ", " << rf::to_string(s->target2) << ") " << reduce_name(s->op)
-           << "= (" << rf::to_string(s->value) << ", " << rf::to_string(s->index) << ")\n";
-        return;
-    case StmtKind::TopKInsert:
-        os << pad << s->name << "@" << rf::to_string(s->args[0]) << " topk[" << rf::to_string(s->k) << "] <- (" << rf::to_string(s->value) << ", "
-           << rf::to_string(s->index) << ")\n";
-        return;
-    case StmtKind::PolyShift:
-        os << pad << "shift " << s->name << " (" << s->alphas.size() << " moments) from (" << list(s->args) << ") to ("
-           << list(s->args2) << ")\n";
-        return;
-    case StmtKind::Gemm: {
+    }
+    void visit_decl(const StmtP &s) override {
+        pad() << class_name(s->cls) << " " << s->name;
+        if (!s->dims.empty()) os_ << "[" << list(s->dims) << "]";
+        if (s->value) os_ << " = " << rf::to_string(s->value);
+        os_ << "\n";
+    }
+    void visit_assign(const StmtP &s) override { pad() << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; }
+    void visit_accum(const StmtP &s) override {
+        pad() << rf::to_string(s->target) << " " << reduce_name(s->op) << "= " << rf::to_string(s->value) << "\n";
+    }
+    void visit_arg_select(const StmtP &s) override {
+        pad() << "(" << rf::to_string(s->target) << ", " << rf::to_string(s->target2) << ") " << reduce_name(s->op) << "= ("
+              << rf::to_string(s->value) << ", " << rf::to_string(s->index) << ")\n";
+    }
+    void visit_topk_insert(const StmtP &s) override {
+        pad() << s->name << "@" << rf::to_string(s->args[0]) << " topk[" << rf::to_string(s->k) << "] <- (" << rf::to_string(s->value)
+              << ", " << rf::to_string(s->index) << ")\n";
+    }
+    void visit_poly_shift(const StmtP &s) override {
+        pad() << "shift " << s->name << " (" << s->alphas.size() << " moments) from (" << list(s->args) << ") to (" << list(s->args2)
+              << ")\n";
+    }
+    void visit_gemm(const StmtP &s) override {
         const GemmInfo &g = *s->gemm;
-        os << pad << "gemm " << rf::to_string(g.c_base) << " " << (g.accumulate ? "+=" : "=") << " "
-           << rf::to_string(g.alpha) << " * " << rf::to_string(g.a_base) << " x " << rf::to_string(g.b_base)
-           << (g.trans_b ? "^T" : "") << "  [M=" << rf::to_string(g.M) << " N=" << rf::to_string(g.N)
-           << " K=" << rf::to_string(g.K) << "]\n";
-        return;
+        pad() << "gemm " << rf::to_string(g.c_base) << " " << (g.accumulate ? "+=" : "=") << " " << rf::to_string(g.alpha) << " * "
+              << rf::to_string(g.a_base) << " x " << rf::to_string(g.b_base) << (g.trans_b ? "^T" : "") << "  [M=" << rf::to_string(g.M)
+              << " N=" << rf::to_string(g.N) << " K=" << rf::to_string(g.K) << "]\n";
     }
-    case StmtKind::Store: os << pad << "store " << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; return;
-    case StmtKind::CopyRow:
-        os << pad << "copy " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ") = " << rf::to_string(s->value)
-           << "...\n";
-        return;
-    case StmtKind::Comment: os << pad << "# " << s->name << "\n"; return;
+    void visit_store(const StmtP &s) override { pad() << "store " << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; }
+    void visit_copy_row(const StmtP &s) override {
+        pad() << "copy " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ") = " << rf::to_string(s->value) << "...\n";
     }
-}
+    void visit_comment(const StmtP &s) override { pad() << "# " << s->name << "\n"; }
+
+private:
+    std::ostringstream &pad() {
+        os_ << std::string(static_cast<size_t>(indent_) * 2, ' ');
+        return os_;
+    }
+    void nested(const std::vector<StmtP> &list) {
+        indent_++;
+        visit_list(list);
+        indent_--;
+    }
+
+    std::ostringstream &os_;
+    int indent_;
+};
+
+void print(std::ostringstream &os, const StmtP &s, int indent) { Printer(os, indent).visit(s); }
 
 }  // namespace
 

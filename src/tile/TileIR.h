@@ -109,10 +109,12 @@ StmtP comment(const std::string &text);
 /** A copy of s with new children. */
 StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else_body = {});
 
-/** A copy of s whose own expressions (not its children's) are rewritten by f. */
+/** s with its own expressions (not its children's) rewritten by f; s itself when f changes none
+ *  (StmtMutator::mutate_own). */
 StmtP map_own_exprs(const StmtP &s, const std::function<Expr(Expr)> &f);
 /** Rewrites every expression of s (and below) with f, and every local name (declarations, loop
- *  variables, top-k lists, shift states) with rename. The default of both is the identity. */
+ *  variables, top-k lists, shift states) with rename. The default of both is the identity. Built on
+ *  StmtMutator (StmtVisitor.h): unchanged subtrees keep their pointers. */
 StmtP mutate(const StmtP &s, const std::function<Expr(Expr)> &f, const std::function<std::string(const std::string &)> &rename);
 /** Renames the locals of s (Var and Load nodes whose names start with '$'). */
 StmtP rename_locals(const StmtP &s, const std::function<std::string(const std::string &)> &rename);

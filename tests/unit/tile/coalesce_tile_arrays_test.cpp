@@ -109,7 +109,7 @@ TEST(CoalesceTileArrays, TableOfTileBodies) {
         ArenaScope a;
         Module m = kernel(c.body());
         ASSERT_NO_THROW(verify(m)) << c.what;
-        coalesce_tile_arrays(m);
+        m = coalesce_tile_arrays(m);
         EXPECT_NO_THROW(verify(m)) << c.what;
         EXPECT_EQ(arrays(m.kernels[0].body), c.arrays_after) << c.what << "\n" << to_string(m);
     }

@@ -106,7 +106,7 @@ TEST(GemmIntoState, TableOfKernels) {
         ArenaScope a;
         Module m = c.make();
         ASSERT_NO_THROW(verify(m)) << c.what;
-        accumulate_gemms_into_states(m);
+        m = accumulate_gemms_into_states(m);
         EXPECT_NO_THROW(verify(m)) << c.what;
         std::string dump = to_string(m);
         EXPECT_EQ(!has_array(m.kernels[0].body, "$g"), c.rewritten) << c.what << "\n" << dump;

@@ -204,7 +204,7 @@ TEST(HoistInvariants, TableOfKernels) {
         ArenaScope a;
         Module m = kernel(c.body());
         ASSERT_NO_THROW(verify(m)) << c.what;
-        hoist_invariants(m);
+        m = hoist_invariants(m);
         EXPECT_NO_THROW(verify(m)) << c.what;
         EXPECT_EQ(to_string(m.kernels[0].body), c.after) << c.what;
     }

@@ -1,0 +1,19 @@
+/** \file Passes.cpp
+ * The table of the tile passes (Passes.h), in the order they run.
+ */
+#include "tile/Passes.h"
+
+namespace rf::tile {
+
+const std::vector<TilePassInfo> &tile_passes() {
+    static const std::vector<TilePassInfo> passes = {
+        {TilePass::Gemm, "gemm", recognize_gemms, false, true},
+        {TilePass::Exp2, "exp2", fold_exp2, false, false},
+        {TilePass::Hoist, "hoist", hoist_invariants, false, false},
+        {TilePass::Coalesce, "coalesce", coalesce_tile_arrays, false, false},
+        {TilePass::GemmState, "gemm-state", accumulate_gemms_into_states, true, false},
+    };
+    return passes;
+}
+
+}  // namespace rf::tile
