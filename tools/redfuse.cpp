@@ -171,7 +171,9 @@ int main(int argc, char **argv) {
                 rf::BenchOptions bo;
                 bo.sizes = co.sizes;
                 bo.threads = threads;
-                bo.strategy = strategy;
+                // --strategy unfused is a bench variant, not a strategy of the plan.
+                if (strategy == "unfused") bo.unfused = true;
+                else if (!strategy.empty()) bo.strategy = rf::parse_strategy(strategy);
                 bo.load_dir = load_dir;
                 bo.seed = seed;
                 bo.budget_s = budget;

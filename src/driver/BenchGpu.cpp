@@ -75,12 +75,12 @@ GpuOptions gpu_options(const BenchOptions &o, bool unfused) {
     g.target = o.target;
     g.threads = o.gpu_threads;
     g.fusion_level = o.fusion_level;
-    g.unfused = unfused || o.strategy == "unfused";
+    g.unfused = unfused || o.unfused;
     g.tensor_cores = o.tensor_cores;
     g.tile = o.tile;
     g.segments = o.segments;
     g.row_block = o.row_block;
-    if (o.strategy != "unfused") g.strategy = o.strategy;
+    g.strategy = o.strategy;
     return g;
 }
 
@@ -98,7 +98,7 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
 
     GpuOptions fused = gpu_options(o, false);
     std::string tuned_from;
-    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments && !o.row_block && !o.gpu_threads && o.fusion_level == "auto") {
+    if (o.use_tuned && !o.strategy && !o.unfused && !o.tile && !o.segments && !o.row_block && !o.gpu_threads && o.fusion_level == "auto") {
         std::filesystem::path tp = gpu_tune_path(c, sizes, o.target, device_name(o.target));
         std::ifstream in(tp);
         if (in) {
@@ -135,7 +135,7 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
     j["reps"] = tf.reps;
     j["timing"] = o.target == "cuda" ? "CUDA events, L2 flushed before each run" : "host clock around a finished queue";
     std::string strategy;
-    for (const tile::Kernel &k : prog->gpu.module.kernels) strategy += (strategy.empty() ? "" : "+") + k.schedule.strategy;
+    for (const tile::Kernel &k : prog->gpu.module.kernels) strategy += (strategy.empty() ? "" : "+") + std::string(to_string(k.schedule.strategy));
     j["strategy"] = strategy;
     j["launches"] = prog->gpu.launches.size();
     j["fusion_level"] = fused.fusion_level;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fuse/Member.h"
+#include "fuse/Strategy.h"
 #include "ir/Program.h"
 
 namespace rf {
@@ -29,7 +30,7 @@ struct ChainPlan {
     std::vector<std::string> prologue;  ///< reductions over other axes read per tile (QKᵀ)
     std::vector<std::string> epilogue;  ///< element-wise outputs computed from the final states
     bool fused = false;
-    std::string strategy;         ///< single_pass, incremental, multi_segment, onchip_multipass, multi_pass, exact_prepass
+    Strategy strategy = Strategy::Incremental;  ///< single_pass, incremental, multi_segment, onchip_multipass, multi_pass, exact_prepass
     std::string strategy_reason;
     int segments = 1;
     std::string note;

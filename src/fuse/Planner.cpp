@@ -146,14 +146,14 @@ std::optional<TensorDef> with_epilogue_factors(const Program &p, const TensorDef
 void choose_strategy(ChainPlan &c, const Program &p, const PlanOptions &o) {
     if (c.members.size() == 1 && c.passes.size() == 1) {
         c.fused = true;
-        c.strategy = "single_pass";
+        c.strategy = Strategy::SinglePass;
         c.strategy_reason = "a single reduction";
         return;
     }
     if (c.passes.size() > 1) {
         c.fused = false;
         bool rounding_only = c.split_reasons.size() == 1 && c.split_reasons.count("rounding");
-        c.strategy = rounding_only ? "exact_prepass" : "multi_pass";
+        c.strategy = rounding_only ? Strategy::ExactPrepass : Strategy::MultiPass;
         c.strategy_reason = rounding_only
                                 ? "a rounding cast mixes the data and an earlier result: the exact plan computes that "
                                   "result first (a cheap extra read of the row) and applies it inside the second pass; "
@@ -174,12 +174,12 @@ void choose_strategy(ChainPlan &c, const Program &p, const PlanOptions &o) {
     int64_t rows = product_of(row_ext, sizes, known_rows);
     int64_t len = product_of(c.axis_extents, sizes, known_len);
     if (!known_rows || !known_len) {
-        c.strategy = "incremental";
+        c.strategy = Strategy::Incremental;
         c.strategy_reason = "sizes are not known, so the default one-pass online plan is used";
         return;
     }
     if (rows < 4 * o.parallel_units && len >= 2048) {
-        c.strategy = "multi_segment";
+        c.strategy = Strategy::MultiSegment;
         int64_t want = (4 * o.parallel_units + rows - 1) / std::max<int64_t>(rows, 1);
         c.segments = static_cast<int>(std::clamp<int64_t>(want, 2, std::max<int64_t>(2, len / 512)));
         c.strategy_reason = std::to_string(rows) + " independent rows are fewer than 4 per worker on " +
@@ -188,13 +188,13 @@ void choose_strategy(ChainPlan &c, const Program &p, const PlanOptions &o) {
         return;
     }
     if (c.prologue.empty() && len * 4 <= o.fast_memory_bytes) {
-        c.strategy = "onchip_multipass";
+        c.strategy = Strategy::OnchipMultipass;
         c.strategy_reason = "a row of " + std::to_string(len) +
                             " elements fits in fast memory: it is read once and the passes run on chip, which "
                             "avoids the online rescaling";
         return;
     }
-    c.strategy = "incremental";
+    c.strategy = Strategy::Incremental;
     c.strategy_reason = std::to_string(rows) + " rows give enough parallelism and a row of " + std::to_string(len) +
                         " elements does not fit in fast memory: one online pass with running rescaling";
 }

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,7 @@ struct CpuOptions {
     std::string isa;                 ///< "", "baseline", "avx2" or "avx512": limit the instruction set
     std::string cache_dir;           ///< JIT cache (empty: the default)
     int64_t tile = 0, segments = 0, row_block = 0;  ///< force these schedule knobs on every chain (0: the default)
-    std::string strategy;            ///< force a strategy on every chain (see tile::LowerOptions)
+    std::optional<Strategy> strategy;  ///< force a strategy on every chain (see tile::LowerOptions)
 };
 
 using CpuEntry = int (*)(const int64_t *, void *const *, int);

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,7 @@ struct GpuOptions {
     std::string arch;               ///< CUDA: sm_XX to compile for (empty: the device's)
     std::map<int, tile::Schedule> schedules;
     int64_t tile = 0, segments = 0, row_block = 0;
-    std::string strategy;
+    std::optional<Strategy> strategy;  ///< force a strategy on every chain (see tile::LowerOptions)
     std::string cache_dir;          ///< CUDA cubin cache (empty: the default)
     std::string fusion_level = "auto";  ///< auto | block | warp | thread (see GpuCodegenOptions)
 };
