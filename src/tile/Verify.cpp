@@ -85,59 +85,20 @@ private:
             for (const StmtP &c : s->body) stmt(c, in_parallel, in_simd);
             return;
         case StmtKind::Comment: return;
-        case StmtKind::For: {
-            expr(s, s->begin);
-            expr(s, s->end);
-            if (s->loop == LoopKind::Parallel && in_parallel) fail(s, "nested parallel loop");
-            if (in_simd) fail(s, "loop inside a simd loop");
-            if (declared(s->var->name)) fail(s, "loop variable shadows " + s->var->name);
-            scopes_.emplace_back();
-            scopes_.back().insert(s->var->name);
-            if (s->loop == LoopKind::Simd) simd_outer_.push_back(scopes_.size() - 1);
-            // Arrays are allocated once per worker of a parallel loop: names are unique within one.
-            std::map<std::string, const Stmt *> outer;
-            if (s->loop == LoopKind::Parallel) outer.swap(locals_);
-            body(s->body, in_parallel || s->loop == LoopKind::Parallel, s->loop == LoopKind::Simd);
-            if (s->loop == LoopKind::Parallel) locals_.swap(outer);
-            if (s->loop == LoopKind::Simd) simd_outer_.pop_back();
-            scopes_.pop_back();
-            return;
-        }
+        case StmtKind::For: return for_loop(s, in_parallel, in_simd);
         case StmtKind::If:
             expr(s, s->cond);
             if (in_simd) fail(s, "branch statement inside a simd loop (use select)");
             body(s->body, in_parallel, in_simd);
             body(s->else_body, in_parallel, in_simd);
             return;
-        case StmtKind::Decl:
-            for (Expr d : s->dims)
-                visit(d, [&](Expr n) {
-                    if (n->kind == Kind::Var && n->role != VarRole::Size) fail(s, "array extent depends on " + n->name);
-                    if (n->kind == Kind::Load) fail(s, "array extent reads memory");
-                });
-            expr(s, s->value);
-            if (in_simd) fail(s, "declaration inside a simd loop");
-            // Arrays are allocated once per worker: unique within a parallel loop. Scalars may be
-            // declared again in a sibling scope (one per row of a block), never shadowed.
-            if (!s->dims.empty() && locals_.count(s->name)) fail(s, "array declared twice: " + s->name);
-            if (declared(s->name)) fail(s, "local declared twice in nested scopes: " + s->name);
-            locals_[s->name] = s.get();
-            scopes_.back().insert(s->name);
-            return;
+        case StmtKind::Decl: return decl(s, in_simd);
         case StmtKind::Assign:
             target(s, s->target);
             expr(s, s->value);
             if (in_simd && s->target->kind == Kind::Var) fail(s, "scalar assignment inside a simd loop");
             return;
-        case StmtKind::Accum:
-            target(s, s->target);
-            expr(s, s->value);
-            if (in_simd) {
-                const Stmt *d = local(s->target->name);
-                if (s->target->kind != Kind::Var || !d || d->cls != LocalClass::Tile)
-                    fail(s, "a simd reduction must accumulate into a scalar tile local");
-            }
-            return;
+        case StmtKind::Accum: return accum(s, in_simd);
         case StmtKind::ArgSelect:
             target(s, s->target);
             target(s, s->target2);
@@ -145,54 +106,105 @@ private:
             expr(s, s->index);
             if (in_simd) fail(s, "arg-selection inside a simd loop");
             return;
-        case StmtKind::TopKInsert:
-            if (!declared(s->name + "_v") || !declared(s->name + "_i") || !declared(s->name + "_n"))
-                fail(s, "top-k list " + s->name + " not declared");
-            expr(s, s->k);
-            expr(s, s->value);
-            expr(s, s->index);
-            if (in_simd) fail(s, "top-k insertion inside a simd loop");
-            return;
-        case StmtKind::PolyShift:
-            if (!declared(s->name)) fail(s, "shift of undeclared " + s->name);
-            if (s->args.size() != s->args2.size()) fail(s, "shift with mismatched reference points");
-            for (Expr e : s->args) expr(s, e);
-            for (Expr e : s->args2) expr(s, e);
-            if (s->alphas.empty() || s->alphas[0].size() != s->args.size()) fail(s, "shift multi-indices do not match");
-            return;
-        case StmtKind::Gemm: {
-            const GemmInfo &g = *s->gemm;
-            for (Expr e : {g.M, g.N, g.K, g.a_base, g.b_base, g.c_base, g.a_si, g.a_sk, g.b_sj, g.b_sk, g.c_si, g.alpha}) {
-                if (!e) fail(s, "incomplete gemm");
-                expr(s, e);
-            }
-            if (in_simd) fail(s, "gemm inside a simd loop");
-            return;
+        case StmtKind::TopKInsert: return topk_insert(s, in_simd);
+        case StmtKind::PolyShift: return poly_shift(s);
+        case StmtKind::Gemm: return gemm(s, in_simd);
+        case StmtKind::CopyRow: return copy_row(s, in_simd);
+        case StmtKind::Store: return store(s);
         }
-        case StmtKind::CopyRow: {
-            bool f32_output = false;
-            for (const Buffer &x : m_.buffers)
-                f32_output = f32_output || (x.name == s->target->name && x.role == Buffer::Role::Output && x.dtype == DType::f32);
-            if (!f32_output) fail(s, "row copy to something other than an f32 output");
-            if (s->value->name.empty() || s->value->name[0] != '$') fail(s, "row copy from a non-local");
-            if (in_simd) fail(s, "row copy inside a simd loop");
-            expr(s, s->target);
-            expr(s, s->value);
-            expr(s, s->end);
-            return;
+    }
+
+    void for_loop(const StmtP &s, bool in_parallel, bool in_simd) {
+        expr(s, s->begin);
+        expr(s, s->end);
+        if (s->loop == LoopKind::Parallel && in_parallel) fail(s, "nested parallel loop");
+        if (in_simd) fail(s, "loop inside a simd loop");
+        if (declared(s->var->name)) fail(s, "loop variable shadows " + s->var->name);
+        scopes_.emplace_back();
+        scopes_.back().insert(s->var->name);
+        if (s->loop == LoopKind::Simd) simd_outer_.push_back(scopes_.size() - 1);
+        // Arrays are allocated once per worker of a parallel loop: names are unique within one.
+        std::map<std::string, const Stmt *> outer;
+        if (s->loop == LoopKind::Parallel) outer.swap(locals_);
+        body(s->body, in_parallel || s->loop == LoopKind::Parallel, s->loop == LoopKind::Simd);
+        if (s->loop == LoopKind::Parallel) locals_.swap(outer);
+        if (s->loop == LoopKind::Simd) simd_outer_.pop_back();
+        scopes_.pop_back();
+    }
+
+    void decl(const StmtP &s, bool in_simd) {
+        for (Expr d : s->dims)
+            visit(d, [&](Expr n) {
+                if (n->kind == Kind::Var && n->role != VarRole::Size) fail(s, "array extent depends on " + n->name);
+                if (n->kind == Kind::Load) fail(s, "array extent reads memory");
+            });
+        expr(s, s->value);
+        if (in_simd) fail(s, "declaration inside a simd loop");
+        // Arrays are allocated once per worker: unique within a parallel loop. Scalars may be
+        // declared again in a sibling scope (one per row of a block), never shadowed.
+        if (!s->dims.empty() && locals_.count(s->name)) fail(s, "array declared twice: " + s->name);
+        if (declared(s->name)) fail(s, "local declared twice in nested scopes: " + s->name);
+        locals_[s->name] = s.get();
+        scopes_.back().insert(s->name);
+    }
+
+    void accum(const StmtP &s, bool in_simd) {
+        target(s, s->target);
+        expr(s, s->value);
+        if (in_simd) {
+            const Stmt *d = local(s->target->name);
+            if (s->target->kind != Kind::Var || !d || d->cls != LocalClass::Tile)
+                fail(s, "a simd reduction must accumulate into a scalar tile local");
         }
-        case StmtKind::Store: {
-            const Buffer *b = m_.find(s->target->name);
-            if (!b) fail(s, "store to unknown buffer " + s->target->name);
-            bool writable = false;
-            for (const Buffer &x : m_.buffers)
-                if (x.name == s->target->name && x.role != Buffer::Role::Input) writable = true;
-            if (!writable) fail(s, "store to input " + s->target->name);
-            expr(s, s->target);
-            expr(s, s->value);
-            return;
+    }
+
+    void topk_insert(const StmtP &s, bool in_simd) {
+        if (!declared(s->name + "_v") || !declared(s->name + "_i") || !declared(s->name + "_n"))
+            fail(s, "top-k list " + s->name + " not declared");
+        expr(s, s->k);
+        expr(s, s->value);
+        expr(s, s->index);
+        if (in_simd) fail(s, "top-k insertion inside a simd loop");
+    }
+
+    void poly_shift(const StmtP &s) {
+        if (!declared(s->name)) fail(s, "shift of undeclared " + s->name);
+        if (s->args.size() != s->args2.size()) fail(s, "shift with mismatched reference points");
+        for (Expr e : s->args) expr(s, e);
+        for (Expr e : s->args2) expr(s, e);
+        if (s->alphas.empty() || s->alphas[0].size() != s->args.size()) fail(s, "shift multi-indices do not match");
+    }
+
+    void gemm(const StmtP &s, bool in_simd) {
+        const GemmInfo &g = *s->gemm;
+        for (Expr e : {g.M, g.N, g.K, g.a_base, g.b_base, g.c_base, g.a_si, g.a_sk, g.b_sj, g.b_sk, g.c_si, g.alpha}) {
+            if (!e) fail(s, "incomplete gemm");
+            expr(s, e);
         }
-        }
+        if (in_simd) fail(s, "gemm inside a simd loop");
+    }
+
+    void copy_row(const StmtP &s, bool in_simd) {
+        bool f32_output = false;
+        for (const Buffer &x : m_.buffers)
+            f32_output = f32_output || (x.name == s->target->name && x.role == Buffer::Role::Output && x.dtype == DType::f32);
+        if (!f32_output) fail(s, "row copy to something other than an f32 output");
+        if (s->value->name.empty() || s->value->name[0] != '$') fail(s, "row copy from a non-local");
+        if (in_simd) fail(s, "row copy inside a simd loop");
+        expr(s, s->target);
+        expr(s, s->value);
+        expr(s, s->end);
+    }
+
+    void store(const StmtP &s) {
+        const Buffer *b = m_.find(s->target->name);
+        if (!b) fail(s, "store to unknown buffer " + s->target->name);
+        bool writable = false;
+        for (const Buffer &x : m_.buffers)
+            if (x.name == s->target->name && x.role != Buffer::Role::Input) writable = true;
+        if (!writable) fail(s, "store to input " + s->target->name);
+        expr(s, s->target);
+        expr(s, s->value);
     }
 
     const Module &m_;
