@@ -19,6 +19,13 @@ struct PassPlan {
     std::vector<MemberAnalysis> members_exec;  ///< derivation executed in this pass (relative to it)
 };
 
+/** Why a member of a chain moved to a later pass than its dependences alone require. */
+enum class SplitReason : uint8_t {
+    Unfusible,  ///< it fits no fusible form against the earlier members of its pass
+    OffRow,     ///< it reads an earlier member outside its own row (another row, or along the axis)
+    Rounding,   ///< it fits only up to rounding and --approx was not given
+};
+
 struct ChainPlan {
     std::vector<std::string> axes;     ///< reduction axis names (of the first member)
     std::vector<Expr> axis_extents;
@@ -34,7 +41,7 @@ struct ChainPlan {
     std::string strategy_reason;
     int segments = 1;
     std::string note;
-    std::set<std::string> split_reasons;  ///< why members moved to later passes: unfusible, rounding, off_row
+    std::set<SplitReason> split_reasons;  ///< why members moved to later passes
 };
 
 struct NotFused {

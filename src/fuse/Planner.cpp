@@ -334,13 +334,13 @@ void place_member(ChainPlan &c, const Program &p, const std::vector<RedInfo> &re
     }
     if (verdict.relation == Relation::None) {
         not_fused.push_back({d.name, verdict.reason, verdict.counterexample});
-        c.split_reasons.insert("unfusible");
+        c.split_reasons.insert(SplitReason::Unfusible);
     } else if (!off_row.empty()) {
         not_fused.push_back({d.name, "it reads " + off_row + " outside its own row (another row or along the "
                              "axis), so it needs the final values of " + off_row + " and runs in a later pass", ""});
-        c.split_reasons.insert("off_row");
+        c.split_reasons.insert(SplitReason::OffRow);
     } else if (move) {
-        c.split_reasons.insert("rounding");
+        c.split_reasons.insert(SplitReason::Rounding);
     }
     c.pass_of.push_back(pass);
     c.verdicts.push_back(verdict);
@@ -354,13 +354,13 @@ void place_member(ChainPlan &c, const Program &p, const std::vector<RedInfo> &re
 /** A chain split over several passes: exact_prepass when only rounding split it, else multi_pass. */
 void choose_split_strategy(ChainPlan &c) {
     c.fused = false;
-    bool rounding_only = c.split_reasons.size() == 1 && c.split_reasons.count("rounding");
+    bool rounding_only = c.split_reasons.size() == 1 && c.split_reasons.count(SplitReason::Rounding);
     c.strategy = rounding_only ? Strategy::ExactPrepass : Strategy::MultiPass;
     c.strategy_reason = rounding_only
                             ? "a rounding cast mixes the data and an earlier result: the exact plan computes that "
                               "result first (a cheap extra read of the row) and applies it inside the second pass; "
                               "--approx fuses with the running value instead"
-                            : c.split_reasons.count("unfusible")
+                            : c.split_reasons.count(SplitReason::Unfusible)
                                   ? "some member fits no fusible form; it runs in a later pass over the data"
                                   : "some member reads an earlier result outside its row; it runs in a later pass";
 }
