@@ -181,7 +181,9 @@ rf::BenchOptions bench_options(const Args &a, rf::TargetKind kind) {
     rf::BenchOptions bo;
     bo.sizes = parse_sizes(a.size_items);
     bo.threads = a.threads;
-    bo.strategy = a.strategy;
+    // --strategy unfused is a bench variant, not a strategy of the plan.
+    if (a.strategy == "unfused") bo.unfused = true;
+    else if (!a.strategy.empty()) bo.strategy = rf::parse_strategy(a.strategy);
     bo.load_dir = a.load_dir;
     bo.seed = a.seed;
     bo.budget_s = a.budget;

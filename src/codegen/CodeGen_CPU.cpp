@@ -297,7 +297,7 @@ private:
             pad(ind + 1) << "#pragma omp parallel num_threads(nt_) if (n_ > 1)\n";
             pad(ind + 1) << "{\n";
             arrays_below(s, ind + 2);
-            pad(ind + 2) << "#pragma omp for schedule(" << (k_.schedule.strategy == "literal" ? "static" : "dynamic, chunk_") << ")\n";
+            pad(ind + 2) << "#pragma omp for schedule(" << (k_.schedule.strategy == Strategy::Literal ? "static" : "dynamic, chunk_") << ")\n";
             pad(ind + 2) << head << " {\n";
             body(s->body, ind + 3, false);
             pad(ind + 2) << "}\n";

@@ -229,11 +229,19 @@ std::filesystem::path tune_path(const std::string &key) {
 }
 
 struct Variant {
-    std::string strategy;
+    std::optional<Strategy> strategy;  ///< none: the plan's
     int64_t tile = 0, segments = 0, row_block = 0;
+    bool unfused = false;
+    /** The name the tune cache stores: "" (the plan's), a strategy, or unfused. */
+    std::string name() const { return unfused ? "unfused" : strategy ? to_string(*strategy) : ""; }
+    static Variant named(const std::string &n, int64_t tile, int64_t segments, int64_t row_block) {
+        Variant v{std::nullopt, tile, segments, row_block, n == "unfused"};
+        if (!v.unfused && !n.empty()) v.strategy = parse_strategy(n);
+        return v;
+    }
     std::string label() const {
         std::ostringstream s;
-        s << (strategy.empty() ? "plan" : strategy) << " tile=" << (tile ? std::to_string(tile) : "auto")
+        s << (name().empty() ? "plan" : name()) << " tile=" << (tile ? std::to_string(tile) : "auto")
           << " segments=" << (segments ? std::to_string(segments) : "auto")
           << " row_block=" << (row_block ? std::to_string(row_block) : "auto");
         return s.str();
@@ -244,8 +252,8 @@ struct Variant {
 Options variant_options(const Compilation &c, const BenchOptions &o, const Variant &v) {
     Options co = c.options;
     co.threads = o.threads;
-    co.strategy = v.strategy == "unfused" ? "" : v.strategy;
-    co.unfused = v.strategy == "unfused";
+    co.strategy = v.strategy;
+    co.unfused = v.unfused;
     co.tile = v.tile;
     co.segments = v.segments;
     co.row_block = v.row_block;
@@ -277,18 +285,18 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     MachineLimits lim = machine_limits(c.target.cpu, o.threads);
     WorkloadCost cost = workload_cost(p, sizes);
 
-    Variant fused{o.strategy, o.tile, o.segments, o.row_block};
+    Variant fused{o.strategy, o.tile, o.segments, o.row_block, o.unfused};
     std::string tuned_from;
-    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments && !o.row_block) {
+    if (o.use_tuned && !o.strategy && !o.unfused && !o.tile && !o.segments && !o.row_block) {
         std::ifstream in(tune_path(tune_key(c, sizes, threads)));
         if (in) {
             try {
                 nlohmann::json t = nlohmann::json::parse(in);
-                fused = {t.at("best").at("strategy"), t.at("best").at("tile"), t.at("best").at("segments"),
-                         t.at("best").value("row_block", int64_t(0))};
+                fused = Variant::named(t.at("best").at("strategy"), t.at("best").at("tile"), t.at("best").at("segments"),
+                                       t.at("best").value("row_block", int64_t(0)));
                 tuned_from = tune_path(tune_key(c, sizes, threads)).string();
             } catch (const std::exception &) {
-                fused = {o.strategy, o.tile, o.segments, o.row_block};
+                fused = {o.strategy, o.tile, o.segments, o.row_block, o.unfused};
             }
         }
     }
@@ -303,7 +311,7 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     j["reps"] = tf.reps;
     j["variant"] = fused.label();
     std::string strategy;
-    for (const tile::Kernel &k : prog->module.kernels) strategy += (strategy.empty() ? "" : "+") + k.schedule.strategy;
+    for (const tile::Kernel &k : prog->module.kernels) strategy += (strategy.empty() ? "" : "+") + std::string(to_string(k.schedule.strategy));
     j["strategy"] = strategy;
     j["kernels"] = prog->module.kernels.size();
     if (!tuned_from.empty()) j["tuned"] = tuned_from;
@@ -331,7 +339,7 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     text << "  fused   " << tf.median_ms << " ms  " << j["gbps"].get<double>() << " GB/s  " << j["gflops"].get<double>()
          << " GFLOP/s  " << 100 * floor_ms / tf.median_ms << "% of floor  [" << fused.label() << "; " << strategy << "]\n";
     if (o.unfused_too) {
-        auto un = build_variant(c, o, {"unfused", 0, 0});
+        auto un = build_variant(c, o, {std::nullopt, 0, 0, 0, true});
         Timing tu = time_program(*un, bufs, o.threads, o.budget_s, o.min_reps);
         j["unfused_time_ms"] = tu.median_ms;
         j["unfused"] = {{"time_ms", tu.median_ms}, {"reps", tu.reps}, {"kernels", un->module.kernels.size()}};
@@ -375,12 +383,12 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
         if (std::optional<BenchReport> r = cached_tuning(path)) return *r;
     CpuBuffers bufs(p, sizes, make_random_inputs(p, sizes, o.bench.seed));
     std::vector<Variant> variants;
-    for (const char *s : {"", "multi_pass", "onchip_multipass"})
+    for (std::optional<Strategy> s : {std::optional<Strategy>{}, std::optional{Strategy::MultiPass}, std::optional{Strategy::OnchipMultipass}})
         for (int64_t tile : {64, 256, 1024}) variants.push_back({s, tile, 1, 0});
     for (int64_t rb : {4, 16, 32, 64})
-        for (int64_t tile : {64, 128}) variants.push_back({"", tile, 1, rb});
-    for (int64_t seg : {2 * threads, 8 * threads}) variants.push_back({"multi_segment", 256, seg, 0});
-    variants.push_back({"unfused", 0, 0, 0});
+        for (int64_t tile : {64, 128}) variants.push_back({std::nullopt, tile, 1, rb});
+    for (int64_t seg : {2 * threads, 8 * threads}) variants.push_back({Strategy::MultiSegment, 256, seg, 0});
+    variants.push_back({std::nullopt, 0, 0, 0, true});
     nlohmann::json tried = nlohmann::json::array();
     double best = 1e300;
     Variant best_v;
@@ -393,7 +401,7 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
             line << "  " << v.label() << ": " << t.median_ms << " ms" << (t.median_ms < best ? "  (best so far)" : "");
             o.progress(line.str());
         }
-        if (t.median_ms < best && v.strategy != "unfused") {
+        if (t.median_ms < best && !v.unfused) {
             best = t.median_ms;
             best_v = v;
         }
@@ -403,7 +411,7 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
     j["sizes"] = sizes;
     j["threads"] = threads;
     j["tried"] = tried;
-    j["best"] = {{"strategy", best_v.strategy}, {"tile", best_v.tile}, {"segments", best_v.segments},
+    j["best"] = {{"strategy", best_v.name()}, {"tile", best_v.tile}, {"segments", best_v.segments},
                  {"row_block", best_v.row_block}, {"label", best_v.label()},
                  {"time_ms", best}};
     save_tuning(path, j);

@@ -39,7 +39,8 @@ WorkloadCost workload_cost(const Program &p, const SizeBinding &sizes);
 struct BenchOptions {
     std::map<std::string, int64_t> sizes;
     int threads = 0;
-    std::string strategy;     ///< "" (the plan's / tuned), unfused, multi_pass, onchip_multipass, multi_segment
+    std::optional<Strategy> strategy;  ///< none: the plan's (or the tuned one); else multi_pass, onchip_multipass, ...
+    bool unfused = false;     ///< `--strategy unfused`: the unfused plan is the variant timed as fused
     std::string load_dir;
     uint64_t seed = 1;
     double budget_s = 1.0;    ///< time per measured variant (at least min_reps runs)

@@ -75,12 +75,12 @@ Options gpu_options(const Compilation &c, const BenchOptions &o, bool unfused) {
     Options g = c.options;
     g.gpu_threads = o.gpu_threads;
     g.fusion_level = o.fusion_level;
-    g.unfused = unfused || o.strategy == "unfused";
+    g.unfused = unfused || o.unfused;
     g.tensor_cores = o.tensor_cores;
     g.tile = o.tile;
     g.segments = o.segments;
     g.row_block = o.row_block;
-    g.strategy = o.strategy == "unfused" ? "" : o.strategy;
+    g.strategy = o.strategy;
     return g;
 }
 
@@ -98,7 +98,7 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
 
     Options fused = gpu_options(c, o, false);
     std::string tuned_from;
-    if (o.use_tuned && o.strategy.empty() && !o.tile && !o.segments && !o.row_block && !o.gpu_threads && o.fusion_level == FusionLevel::Auto) {
+    if (o.use_tuned && !o.strategy && !o.unfused && !o.tile && !o.segments && !o.row_block && !o.gpu_threads && o.fusion_level == FusionLevel::Auto) {
         std::filesystem::path tp = gpu_tune_path(c, sizes, target, device_name(c.target.kind));
         std::ifstream in(tp);
         if (in) {
@@ -135,7 +135,7 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
     j["reps"] = tf.reps;
     j["timing"] = c.target.kind == TargetKind::Cuda ? "CUDA events, L2 flushed before each run" : "host clock around a finished queue";
     std::string strategy;
-    for (const tile::Kernel &k : prog->gpu.module.kernels) strategy += (strategy.empty() ? "" : "+") + k.schedule.strategy;
+    for (const tile::Kernel &k : prog->gpu.module.kernels) strategy += (strategy.empty() ? "" : "+") + std::string(to_string(k.schedule.strategy));
     j["strategy"] = strategy;
     j["launches"] = prog->gpu.launches.size();
     j["fusion_level"] = to_string(fused.fusion_level);

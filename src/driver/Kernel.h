@@ -30,6 +30,11 @@ enum class MemorySpace : uint8_t { Host, Cuda };
 /** Caller-owned memory: a pointer, its dtype, its shape and its strides (in elements; empty: dense
  *  row-major). 16-bit floats are their bits (uint16_t), fp8 one byte, as the spec's dtype says. */
 struct TensorView {
+    TensorView() = default;
+    TensorView(void *data_, DType dtype_, std::vector<int64_t> shape_, std::vector<int64_t> strides_ = {},
+               MemorySpace memory_ = MemorySpace::Host)
+        : data(data_), dtype(dtype_), shape(std::move(shape_)), strides(std::move(strides_)), memory(memory_) {}
+
     void *data = nullptr;
     DType dtype = DType::f32;
     std::vector<int64_t> shape;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fuse/Strategy.h"
 #include "tile/TileIR.h"
 
 namespace rf {
@@ -67,7 +68,7 @@ struct Options {
 
     // ---- Schedule overrides (0 / empty: the planner's choice).
     bool unfused = false;          ///< one literal kernel per definition: the in-house unfused baseline
-    std::string strategy;          ///< forced strategy for every chain (multi_pass, onchip_multipass, multi_segment, ...)
+    std::optional<Strategy> strategy;  ///< forced strategy for every chain (multi_pass, onchip_multipass, multi_segment, ...)
     int64_t tile = 0, segments = 0, row_block = 0;
     std::map<int, tile::Schedule> schedules;  ///< per-chain schedules (from `tune`)
     /** CPU worker threads the schedule plans for and the kernels run with (0: the target's usable CPUs). */

@@ -62,9 +62,9 @@ nlohmann::json analysis_json(const Compilation &c) {
         cj["axis_extents"] = exts;
         cj["members"] = ch.members;
         cj["fused"] = ch.fused;
-        cj["strategy"] = ch.strategy;
+        cj["strategy"] = to_string(ch.strategy);
         cj["strategy_reason"] = ch.strategy_reason;
-        if (ch.strategy == "multi_segment") cj["segments"] = ch.segments;
+        if (ch.strategy == Strategy::MultiSegment) cj["segments"] = ch.segments;
         cj["passes"] = ch.passes.size();
         cj["prologue"] = ch.prologue;
         cj["epilogue"] = ch.epilogue;
@@ -91,7 +91,7 @@ std::string analysis_text(const Compilation &c) {
         os << "\nchain " << i++ << " over ";
         for (size_t a = 0; a < ch.axes.size(); a++)
             os << (a ? ", " : "") << ch.axes[a] << " < " << to_string(ch.axis_extents[a]);
-        os << ": " << (ch.fused ? "fused" : "not fused") << ", strategy " << ch.strategy << "\n";
+        os << ": " << (ch.fused ? "fused" : "not fused") << ", strategy " << to_string(ch.strategy) << "\n";
         os << "  why: " << ch.strategy_reason << "\n";
         if (!ch.prologue.empty()) {
             os << "  prologue (per tile):";
@@ -139,7 +139,7 @@ std::string plan_dump(const Compilation &c) {
         for (size_t k = 0; k < ch.members.size(); k++) os << (k ? ", " : "") << ch.members[k];
         os << "] axes [";
         for (size_t a = 0; a < ch.axes.size(); a++) os << (a ? ", " : "") << ch.axes[a];
-        os << "] row " << ch.n_row << " strategy " << ch.strategy << "\n";
+        os << "] row " << ch.n_row << " strategy " << to_string(ch.strategy) << "\n";
         for (size_t p = 0; p < ch.passes.size(); p++) {
             os << "  pass " << p << "\n";
             for (const MemberAnalysis &m : ch.passes[p].members_exec) {

@@ -21,126 +21,135 @@ struct Split {
 
 bool is_integer_const(Expr e) { return e->is_const() && std::isfinite(e->value) && e->value == std::floor(e->value); }
 
+bool split(const Body &b, Expr e, Split &out, std::string &reason);
+
+/** The outcome of a rule that covers only some nodes of its kind (calls, powers). */
+enum class Rule { Split, Failed, NotApplicable };
+Rule outcome(bool ok) { return ok ? Rule::Split : Rule::Failed; }
+
+/** (Π g_i h_i) = (Π g_i)(Π h_i). */
+bool split_product(const Body &b, Expr e, Split &out, std::string &reason) {
+    std::vector<Expr> gs, hs;
+    for (Expr f : e->args) {
+        Split s;
+        if (!split(b, f, s, reason)) return false;
+        gs.push_back(s.G);
+        hs.push_back(s.H);
+    }
+    out = {simplify(make_mul(gs)), simplify(make_mul(hs))};
+    return true;
+}
+
+/** exp(a + b) = exp(a) · exp(b): every term of the argument must be x-only or δ-only. Canonical
+ *  forms may keep a sum inside a product (c · (m - X) / t); it is distributed first. */
+bool split_exp(const Body &b, Expr e, Split &out, std::string &reason) {
+    Expr arg = e->args[0]->kind == Kind::Add ? e->args[0] : expand(e->args[0]);
+    std::vector<Expr> terms = arg->kind == Kind::Add ? arg->args : std::vector<Expr>{arg};
+    std::vector<Expr> xs, ds;
+    for (Expr t : terms) {
+        bool tx = depends_on_x(b, t), td = depends_on_d(b, t);
+        if (tx && td) {
+            reason = "exp of a term that mixes the axis data and earlier results: " + shown(t);
+            return false;
+        }
+        (td ? ds : xs).push_back(t);
+    }
+    out = {simplify(make_call(Func::exp, xs.empty() ? make_const(0) : make_add(xs))),
+           simplify(make_call(Func::exp, make_add(ds)))};
+    return true;
+}
+
+/** Calls that split: rounding (transparent for the algebra like a narrow cast; exactness is
+ *  tracked apart), exp, and |g h| = |g| |h|. */
+Rule split_call(const Body &b, Expr e, Split &out, std::string &reason) {
+    if (is_rounding(e)) return outcome(split(b, e->args[0], out, reason));
+    if (e->func == Func::exp) return outcome(split_exp(b, e, out, reason));
+    if (e->func != Func::abs) return Rule::NotApplicable;
+    Split s;
+    if (!split(b, e->args[0], s, reason)) return Rule::Failed;
+    out = {simplify(make_call(Func::abs, s.G)), simplify(make_call(Func::abs, s.H))};
+    return Rule::Split;
+}
+
+/** (g h)^p = g^p h^p: always for integer p; for real p when g >= 0 and h > 0. And c^(a + b) =
+ *  c^a c^b for a constant base c > 0, split as exp((a + b) log c). */
+Rule split_pow(const Body &b, Expr e, Split &out, std::string &reason) {
+    Expr base = e->args[0], ex = e->args[1];
+    if (!depends_on_x(b, ex) && !depends_on_d(b, ex)) {
+        Split s;
+        if (!split(b, base, s, reason)) return Rule::Failed;
+        if (!is_integer_const(ex) && !(is_nonnegative(s.G, b.facts) && is_positive(s.H, b.facts))) {
+            reason = "a non-integer power of a product whose factors' signs are unknown: " + shown(e);
+            return Rule::Failed;
+        }
+        out = {simplify(make_pow(s.G, ex)), simplify(make_pow(s.H, ex))};
+        return Rule::Split;
+    }
+    if (!depends_on_x(b, base) && !depends_on_d(b, base) && is_positive(base, b.facts))
+        return outcome(split(b, simplify(make_call(Func::exp, make_mul(ex, make_call(Func::log, base)))), out, reason));
+    return Rule::NotApplicable;
+}
+
+/** select(mask(x), g1 h, g2 h) = select(mask(x), g1, g2) · h; a zero branch takes the other's h. */
+bool split_select(const Body &b, Expr e, Split &out, std::string &reason) {
+    Expr cond = e->args[0];
+    if (depends_on_d(b, cond)) {
+        reason = "a condition that depends on earlier results: " + shown(cond);
+        return false;
+    }
+    Split a, c;
+    if (!split(b, e->args[1], a, reason) || !split(b, e->args[2], c, reason)) return false;
+    Expr h;
+    if (e->args[2]->is_const(0)) h = a.H;
+    else if (e->args[1]->is_const(0)) h = c.H;
+    else if (provably_equal(a.H, c.H)) h = a.H;
+    else {
+        reason = "the branches of " + shown(e) + " scale differently with earlier results";
+        return false;
+    }
+    out = {simplify(make_select(cond, a.G, c.G)), h};
+    return true;
+}
+
+/** Σ g_i h_i = (Σ g_i (h_i / h_0)) h_0 when every h_i / h_0 is a constant. */
+bool split_sum(const Body &b, Expr e, Split &out, std::string &reason) {
+    std::vector<Split> parts;
+    for (Expr t : e->args) {
+        Split s;
+        if (!split(b, t, s, reason)) return false;
+        parts.push_back(s);
+    }
+    Expr h0 = parts[0].H;
+    std::vector<Expr> gs;
+    for (const Split &s : parts) {
+        Expr ratio = simplify(make_div(s.H, h0));
+        if (depends_on_d(b, ratio)) {
+            reason = "a sum of terms that depend differently on earlier results: " + shown(e);
+            return false;
+        }
+        gs.push_back(make_mul(s.G, ratio));
+    }
+    out = {simplify(make_add(gs)), h0};
+    return true;
+}
+
 /** Splits e into G(x) · H(δ), or returns false with a reason naming the offending sub-expression. */
 bool split(const Body &b, Expr e, Split &out, std::string &reason) {
     bool x = depends_on_x(b, e), d = depends_on_d(b, e);
     if (!d) { out = {e, make_const(1)}; return true; }
     if (!x) { out = {make_const(1), e}; return true; }
     switch (e->kind) {
-    case Kind::Mul: {
-        // (Π g_i h_i) = (Π g_i)(Π h_i)
-        std::vector<Expr> gs, hs;
-        for (Expr f : e->args) {
-            Split s;
-            if (!split(b, f, s, reason)) return false;
-            gs.push_back(s.G);
-            hs.push_back(s.H);
-        }
-        out = {simplify(make_mul(gs)), simplify(make_mul(hs))};
-        return true;
-    }
+    case Kind::Mul: return split_product(b, e, out, reason);
     case Kind::Call:
-        if (is_rounding(e)) {
-            // round/floor/ceil: transparent for the algebra like a narrow cast; exactness tracked apart.
-            Split s;
-            if (!split(b, e->args[0], s, reason)) return false;
-            out = s;
-            return true;
-        }
-        if (e->func == Func::exp) {
-            // exp(a + b) = exp(a) · exp(b): every term of the argument must be x-only or δ-only.
-            // Canonical forms may keep a sum inside a product (c · (m - X) / t); distribute it first.
-            Expr arg = e->args[0]->kind == Kind::Add ? e->args[0] : expand(e->args[0]);
-            std::vector<Expr> terms = arg->kind == Kind::Add ? arg->args : std::vector<Expr>{arg};
-            std::vector<Expr> xs, ds;
-            for (Expr t : terms) {
-                bool tx = depends_on_x(b, t), td = depends_on_d(b, t);
-                if (tx && td) {
-                    reason = "exp of a term that mixes the axis data and earlier results: " + shown(t);
-                    return false;
-                }
-                (td ? ds : xs).push_back(t);
-            }
-            out = {simplify(make_call(Func::exp, xs.empty() ? make_const(0) : make_add(xs))),
-                   simplify(make_call(Func::exp, make_add(ds)))};
-            return true;
-        }
-        if (e->func == Func::abs) {
-            // |g h| = |g| |h|
-            Split s;
-            if (!split(b, e->args[0], s, reason)) return false;
-            out = {simplify(make_call(Func::abs, s.G)), simplify(make_call(Func::abs, s.H))};
-            return true;
-        }
+        if (Rule r = split_call(b, e, out, reason); r != Rule::NotApplicable) return r == Rule::Split;
         break;
-    case Kind::Pow: {
-        Expr base = e->args[0], ex = e->args[1];
-        if (!depends_on_x(b, ex) && !depends_on_d(b, ex)) {
-            // (g h)^p = g^p h^p: always for integer p; for real p when g >= 0 and h > 0.
-            Split s;
-            if (!split(b, base, s, reason)) return false;
-            if (!is_integer_const(ex) &&
-                !(is_nonnegative(s.G, b.facts) && is_positive(s.H, b.facts))) {
-                reason = "a non-integer power of a product whose factors' signs are unknown: " + shown(e);
-                return false;
-            }
-            out = {simplify(make_pow(s.G, ex)), simplify(make_pow(s.H, ex))};
-            return true;
-        }
-        if (!depends_on_x(b, base) && !depends_on_d(b, base) && is_positive(base, b.facts)) {
-            // c^(a + b) = c^a c^b for c > 0: rewrite as exp((a + b) log c) and split that.
-            return split(b, simplify(make_call(Func::exp, make_mul(ex, make_call(Func::log, base)))), out, reason);
-        }
+    case Kind::Pow:
+        if (Rule r = split_pow(b, e, out, reason); r != Rule::NotApplicable) return r == Rule::Split;
         break;
-    }
-    case Kind::Select: {
-        // select(mask(x), g1 h, g2 h) = select(mask(x), g1, g2) · h; a zero branch takes the other's h.
-        Expr cond = e->args[0];
-        if (depends_on_d(b, cond)) {
-            reason = "a condition that depends on earlier results: " + shown(cond);
-            return false;
-        }
-        Split a, c;
-        if (!split(b, e->args[1], a, reason) || !split(b, e->args[2], c, reason)) return false;
-        Expr h;
-        if (e->args[2]->is_const(0)) h = a.H;
-        else if (e->args[1]->is_const(0)) h = c.H;
-        else if (provably_equal(a.H, c.H)) h = a.H;
-        else {
-            reason = "the branches of " + shown(e) + " scale differently with earlier results";
-            return false;
-        }
-        out = {simplify(make_select(cond, a.G, c.G)), h};
-        return true;
-    }
-    case Kind::Add: {
-        // Σ g_i h_i = (Σ g_i (h_i / h_0)) h_0 when every h_i / h_0 is a constant.
-        std::vector<Split> parts;
-        for (Expr t : e->args) {
-            Split s;
-            if (!split(b, t, s, reason)) return false;
-            parts.push_back(s);
-        }
-        Expr h0 = parts[0].H;
-        std::vector<Expr> gs;
-        for (const Split &s : parts) {
-            Expr ratio = simplify(make_div(s.H, h0));
-            if (depends_on_d(b, ratio)) {
-                reason = "a sum of terms that depend differently on earlier results: " + shown(e);
-                return false;
-            }
-            gs.push_back(make_mul(s.G, ratio));
-        }
-        out = {simplify(make_add(gs)), h0};
-        return true;
-    }
-    case Kind::Cast: {
-        // A rounding cast is transparent for the algebra; exactness is tracked separately.
-        Split s;
-        if (!split(b, e->args[0], s, reason)) return false;
-        out = s;
-        return true;
-    }
+    case Kind::Select: return split_select(b, e, out, reason);
+    case Kind::Add: return split_sum(b, e, out, reason);
+    // A rounding cast is transparent for the algebra; exactness is tracked separately.
+    case Kind::Cast: return split(b, e->args[0], out, reason);
     default: break;
     }
     reason = "F is not a product G(x)·H(d): " + shown(e) + " mixes the axis data and earlier results";

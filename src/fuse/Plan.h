@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fuse/Member.h"
+#include "fuse/Strategy.h"
 #include "ir/Program.h"
 
 namespace rf {
@@ -16,6 +17,13 @@ namespace rf {
 struct PassPlan {
     std::vector<std::string> members;     ///< in chain order
     std::vector<MemberAnalysis> members_exec;  ///< derivation executed in this pass (relative to it)
+};
+
+/** Why a member of a chain moved to a later pass than its dependences alone require. */
+enum class SplitReason : uint8_t {
+    Unfusible,  ///< it fits no fusible form against the earlier members of its pass
+    OffRow,     ///< it reads an earlier member outside its own row (another row, or along the axis)
+    Rounding,   ///< it fits only up to rounding and --approx was not given
 };
 
 struct ChainPlan {
@@ -29,11 +37,11 @@ struct ChainPlan {
     std::vector<std::string> prologue;  ///< reductions over other axes read per tile (QKᵀ)
     std::vector<std::string> epilogue;  ///< element-wise outputs computed from the final states
     bool fused = false;
-    std::string strategy;         ///< single_pass, incremental, multi_segment, onchip_multipass, multi_pass, exact_prepass
+    Strategy strategy = Strategy::Incremental;  ///< single_pass, incremental, multi_segment, onchip_multipass, multi_pass, exact_prepass
     std::string strategy_reason;
     int segments = 1;
     std::string note;
-    std::set<std::string> split_reasons;  ///< why members moved to later passes: unfusible, rounding, off_row
+    std::set<SplitReason> split_reasons;  ///< why members moved to later passes
 };
 
 struct NotFused {

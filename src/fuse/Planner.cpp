@@ -4,6 +4,7 @@
  * merely by equal extents), the passes each cascade needs, and the strategy chosen by a cost model.
  */
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -143,67 +144,9 @@ std::optional<TensorDef> with_epilogue_factors(const Program &p, const TensorDef
     return v;
 }
 
-void choose_strategy(ChainPlan &c, const Program &p, const PlanOptions &o) {
-    if (c.members.size() == 1 && c.passes.size() == 1) {
-        c.fused = true;
-        c.strategy = "single_pass";
-        c.strategy_reason = "a single reduction";
-        return;
-    }
-    if (c.passes.size() > 1) {
-        c.fused = false;
-        bool rounding_only = c.split_reasons.size() == 1 && c.split_reasons.count("rounding");
-        c.strategy = rounding_only ? "exact_prepass" : "multi_pass";
-        c.strategy_reason = rounding_only
-                                ? "a rounding cast mixes the data and an earlier result: the exact plan computes that "
-                                  "result first (a cheap extra read of the row) and applies it inside the second pass; "
-                                  "--approx fuses with the running value instead"
-                                : c.split_reasons.count("unfusible")
-                                      ? "some member fits no fusible form; it runs in a later pass over the data"
-                                      : "some member reads an earlier result outside its row; it runs in a later pass";
-        return;
-    }
-    c.fused = true;
-    SizeBinding defaults;
-    for (const SizeDecl &s : p.sizes)
-        if (s.default_value) defaults[s.name] = *s.default_value;
-    const SizeBinding *sizes = o.sizes ? o.sizes : &defaults;
-    bool known_rows = false, known_len = false;
-    const TensorDef *first = p.find_def(c.members[0]);
-    std::vector<Expr> row_ext(first->extents.begin(), first->extents.begin() + static_cast<long>(c.n_row));
-    int64_t rows = product_of(row_ext, sizes, known_rows);
-    int64_t len = product_of(c.axis_extents, sizes, known_len);
-    if (!known_rows || !known_len) {
-        c.strategy = "incremental";
-        c.strategy_reason = "sizes are not known, so the default one-pass online plan is used";
-        return;
-    }
-    if (rows < 4 * o.parallel_units && len >= 2048) {
-        c.strategy = "multi_segment";
-        int64_t want = (4 * o.parallel_units + rows - 1) / std::max<int64_t>(rows, 1);
-        c.segments = static_cast<int>(std::clamp<int64_t>(want, 2, std::max<int64_t>(2, len / 512)));
-        c.strategy_reason = std::to_string(rows) + " independent rows are fewer than 4 per worker on " +
-                            std::to_string(o.parallel_units) + " workers; the axis of " + std::to_string(len) + " is split into " +
-                            std::to_string(c.segments) + " segments merged with the derived merge";
-        return;
-    }
-    if (c.prologue.empty() && len * 4 <= o.fast_memory_bytes) {
-        c.strategy = "onchip_multipass";
-        c.strategy_reason = "a row of " + std::to_string(len) +
-                            " elements fits in fast memory: it is read once and the passes run on chip, which "
-                            "avoids the online rescaling";
-        return;
-    }
-    c.strategy = "incremental";
-    c.strategy_reason = std::to_string(rows) + " rows give enough parallelism and a row of " + std::to_string(len) +
-                        " elements does not fit in fast memory: one online pass with running rescaling";
-}
+// ---- Stage 1: collect the reductions.
 
-}  // namespace
-
-Plan make_plan(const Program &p, const PlanOptions &opts) {
-    Plan plan;
-    plan.program = &p;
+std::vector<RedInfo> collect_reductions(const Program &p) {
     std::vector<RedInfo> reds;
     for (const TensorDef &d : p.defs) {
         if (!d.is_reduction()) continue;
@@ -211,42 +154,60 @@ Plan make_plan(const Program &p, const PlanOptions &opts) {
         for (size_t i = 0; i < d.body->num_axes(); i++) r.axes.push_back(d.body->axis(i));
         reds.push_back(r);
     }
-    size_t n = reds.size();
-    // Transitive dependences between reductions (through element-wise definitions too, which are
-    // already inlined): closure[j] holds every reduction j depends on.
-    std::vector<std::set<size_t>> closure(n);
-    for (size_t j = 0; j < n; j++)
+    return reds;
+}
+
+// ---- Stage 2: group the reductions into chains.
+
+/** Transitive dependences between reductions (through element-wise definitions too, which are
+ *  already inlined): closure[j] holds every reduction j depends on. */
+std::vector<std::set<size_t>> dependence_closure(const std::vector<RedInfo> &reds) {
+    std::vector<std::set<size_t>> closure(reds.size());
+    for (size_t j = 0; j < reds.size(); j++)
         for (size_t i = 0; i < j; i++)
             if (reads(*reds[j].def, *reds[i].def)) {
                 closure[j].insert(i);
                 closure[j].insert(closure[i].begin(), closure[i].end());
             }
-    // Two reductions may share a chain only if no third one sits between them (i -> k -> j): that k
-    // would need i's final value and feed j, so the chains would depend on each other in a cycle.
-    auto separated = [&](size_t i, size_t j) {
-        for (size_t k : closure[j])
-            if (k != i && closure[k].count(i)) return true;
-        return false;
-    };
+    return closure;
+}
+
+/** i and j (i < j) may share a chain: same axes and rows, no reduction k between them (i -> k -> j:
+ *  k would need i's final value and feed j, so the chains would depend on each other in a cycle),
+ *  and connected by data at the row or by reading the same input the same way. */
+bool may_share_chain(const std::vector<RedInfo> &reds, const std::vector<std::set<size_t>> &closure, size_t i, size_t j) {
+    const RedInfo &a = reds[i], &b = reds[j];
+    if (a.extents.size() != b.extents.size() || !same_exprs(a.extents, b.extents, a.extents.size())) return false;
+    size_t rows = std::min(a.outer.size(), b.outer.size());
+    if (!same_exprs(outer_extents(*a.def), outer_extents(*b.def), rows)) return false;
+    for (size_t k : closure[j])
+        if (k != i && closure[k].count(i)) return false;
+    return (reads(*b.def, *a.def) && data_connected(a, b, rows)) || input_connected(a, b, rows);
+}
+
+/** Chains as union-find groups: root -> member indices in definition order. */
+using Groups = std::map<size_t, std::vector<size_t>>;
+
+Groups group_chains(const std::vector<RedInfo> &reds) {
+    size_t n = reds.size();
+    std::vector<std::set<size_t>> closure = dependence_closure(reds);
     std::vector<size_t> parent(n);
     std::iota(parent.begin(), parent.end(), 0);
     std::function<size_t(size_t)> find = [&](size_t x) { return parent[x] == x ? x : parent[x] = find(parent[x]); };
-    for (size_t j = 0; j < n; j++) {
-        for (size_t i = 0; i < j; i++) {
-            const RedInfo &a = reds[i], &b = reds[j];
-            if (a.extents.size() != b.extents.size() || !same_exprs(a.extents, b.extents, a.extents.size())) continue;
-            size_t rows = std::min(a.outer.size(), b.outer.size());
-            if (!same_exprs(outer_extents(*a.def), outer_extents(*b.def), rows)) continue;
-            if (separated(i, j)) continue;
-            if ((reads(*b.def, *a.def) && data_connected(a, b, rows)) || input_connected(a, b, rows))
-                parent[find(i)] = find(j);
-        }
-    }
-    std::map<size_t, std::vector<size_t>> groups;
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < j; i++)
+            if (may_share_chain(reds, closure, i, j)) parent[find(i)] = find(j);
+    Groups groups;
     for (size_t i = 0; i < n; i++) groups[find(i)].push_back(i);
+    return groups;
+}
 
-    // Singleton groups read per tile by another group over a different axis are its prologue.
-    std::map<size_t, size_t> prologue_of;  // reduction index -> consuming group root
+// ---- Stage 3: prologues (epilogues are attached per chain, once its members are known).
+
+/** Singleton groups read per tile by another group over a different axis are its prologue:
+ *  reduction index -> consuming group root (the first consumer in group order). */
+std::map<size_t, size_t> find_prologues(const std::vector<RedInfo> &reds, const Groups &groups) {
+    std::map<size_t, size_t> prologue_of;
     for (auto &[root, idx] : groups) {
         if (idx.size() != 1) continue;
         const RedInfo &r = reds[idx[0]];
@@ -260,102 +221,225 @@ Plan make_plan(const Program &p, const PlanOptions &opts) {
             }
         }
     }
+    return prologue_of;
+}
 
-    // Order groups by the definition position of their last member.
+/** Element-wise definitions that read a member: computed from the chain's final states. */
+void attach_epilogue(ChainPlan &c, const Program &p) {
+    for (const TensorDef &d : p.defs) {
+        if (d.is_reduction()) continue;
+        for (const std::string &m : c.members)
+            if (mentions(d.body, m)) {
+                c.epilogue.push_back(d.name);
+                break;
+            }
+    }
+}
+
+// ---- Stage 4: order the chains.
+
+/** Roots of the groups that run as chains (not prologues), by the definition position of their last member. */
+std::vector<size_t> execution_order(const Groups &groups, const std::map<size_t, size_t> &prologue_of) {
     std::vector<std::pair<size_t, size_t>> order;  // (last index, root)
     for (auto &[root, idx] : groups)
         if (!prologue_of.count(idx[0]) || idx.size() > 1) order.push_back({idx.back(), root});
     std::sort(order.begin(), order.end());
+    std::vector<size_t> roots;
+    for (auto &[last, root] : order) roots.push_back(root);
+    return roots;
+}
 
+/** A chain before its passes: axes, the shared row, its prologues. */
+ChainPlan chain_shape(const std::vector<RedInfo> &reds, const std::vector<size_t> &idx, size_t root,
+                      const std::map<size_t, size_t> &prologue_of) {
+    ChainPlan c;
+    const RedInfo &first = reds[idx[0]];
+    for (Expr a : first.axes) c.axes.push_back(a->name);
+    c.axis_extents = first.extents;
+    c.n_row = first.outer.size();
+    for (size_t k : idx) c.n_row = std::min(c.n_row, reds[k].outer.size());
+    for (auto &[pi, proot] : prologue_of)
+        if (proot == root) c.prologue.push_back(reds[pi].def->name);
+    return c;
+}
+
+// ---- Stage 5: assign every member of a chain to a pass.
+
+/** The members already placed in pass `pass` (with the index tensor of a top-k member): the d of
+ *  the algebra for a member analysed in that pass. */
+std::set<std::string> members_in(const ChainPlan &c, const Program &p, int pass) {
+    std::set<std::string> s;
+    for (size_t m = 0; m < c.pass_of.size(); m++)
+        if (c.pass_of[m] == pass) {
+            s.insert(c.members[m]);
+            const TensorDef *md = p.find_def(c.members[m]);
+            if (md->is_topk()) s.insert(md->index_name);
+        }
+    return s;
+}
+
+/** The earliest pass the member `self` can run in: a member read at the row can share its pass (its
+ *  running value is the d of the algebra); a member read anywhere else (another row, or along the
+ *  axis) must be final first. `off_row` names the first earlier member read outside the row. */
+int earliest_pass(const ChainPlan &c, const Program &p, const std::vector<RedInfo> &reds, const RedInfo &self,
+                  std::string &off_row) {
+    int pass = 0;
+    for (size_t m = 0; m < c.pass_of.size(); m++) {
+        const TensorDef &dep = *p.find_def(c.members[m]);
+        if (!reads(*self.def, dep)) continue;
+        const RedInfo *dep_info = nullptr;
+        for (const RedInfo &r : reds)
+            if (r.def == &dep) dep_info = &r;
+        bool at_row = dep_info && data_connected(*dep_info, self, c.n_row);
+        if (!at_row && off_row.empty()) off_row = dep.name;
+        pass = std::max(pass, c.pass_of[m] + (at_row ? 0 : 1));
+    }
+    return pass;
+}
+
+/** The verdict reported for a member: the plain analysis, or the one with the epilogue factors
+ *  pushed into the sum when that shows more. */
+MemberAnalysis reported_verdict(const Program &p, const TensorDef &d, const MemberAnalysis &plain,
+                                const AnalysisContext &ctx) {
+    if (std::optional<TensorDef> pushed = with_epilogue_factors(p, d)) {
+        MemberAnalysis v = analyze_member(*pushed, ctx);
+        // Keep the pushed form only when it shows more: factors of later members (1/l) or a
+        // whole deferred H where the plain member is independent (RMSNorm's rsqrt).
+        bool more = plain.relation == Relation::Independent || v.deps.size() > plain.deps.size();
+        if (v.relation == Relation::Multiplicative && plain.relation != Relation::None && more) return v;
+    }
+    return plain;
+}
+
+/** Places one member in its pass: a member that fits no form, or fits only up to rounding without
+ *  --approx, moves one pass later (its d then final) and is analysed again there. */
+void place_member(ChainPlan &c, const Program &p, const std::vector<RedInfo> &reds, const RedInfo &self,
+                  const PlanOptions &opts, std::vector<NotFused> &not_fused) {
+    const TensorDef &d = *self.def;
+    c.members.push_back(d.name);
     AnalysisContext ctx;
     ctx.program = &p;
     ctx.allow_inexact = opts.approx;
-    for (auto &[last, root] : order) {
-        const std::vector<size_t> &idx = groups[root];
-        ChainPlan c;
-        const RedInfo &first = reds[idx[0]];
-        for (Expr a : first.axes) c.axes.push_back(a->name);
-        c.axis_extents = first.extents;
-        c.n_row = first.outer.size();
-        for (size_t k : idx) c.n_row = std::min(c.n_row, reds[k].outer.size());
-        for (auto &[pi, proot] : prologue_of)
-            if (proot == root) c.prologue.push_back(reds[pi].def->name);
+    std::string off_row;
+    int pass = earliest_pass(c, p, reds, self, off_row);
+    ctx.pass_members = members_in(c, p, pass);
+    MemberAnalysis plain = analyze_member(d, ctx);
+    MemberAnalysis verdict = reported_verdict(p, d, plain, ctx);
+    MemberAnalysis exec = plain;
+    bool move = plain.relation == Relation::None || (!verdict.exact && !opts.approx);
+    if (move) {
+        pass++;
+        ctx.pass_members = members_in(c, p, pass);
+        exec = analyze_member(d, ctx);
+    }
+    if (verdict.relation == Relation::None) {
+        not_fused.push_back({d.name, verdict.reason, verdict.counterexample});
+        c.split_reasons.insert(SplitReason::Unfusible);
+    } else if (!off_row.empty()) {
+        not_fused.push_back({d.name, "it reads " + off_row + " outside its own row (another row or along the "
+                             "axis), so it needs the final values of " + off_row + " and runs in a later pass", ""});
+        c.split_reasons.insert(SplitReason::OffRow);
+    } else if (move) {
+        c.split_reasons.insert(SplitReason::Rounding);
+    }
+    c.pass_of.push_back(pass);
+    c.verdicts.push_back(verdict);
+    if (static_cast<int>(c.passes.size()) <= pass) c.passes.resize(pass + 1);
+    c.passes[pass].members.push_back(d.name);
+    c.passes[pass].members_exec.push_back(exec);
+}
 
-        for (size_t k : idx) {
-            const TensorDef &d = *reds[k].def;
-            c.members.push_back(d.name);
-            // A member read at the row can share its pass (its running value is the d of the algebra);
-            // a member read anywhere else (another row, or along the axis) must be final first.
-            int pass = 0;
-            std::string off_row;  // an earlier member read outside the row forces a later pass
-            const RedInfo &self = reds[k];
-            for (size_t m = 0; m + 1 <= c.pass_of.size(); m++) {
-                const TensorDef &dep = *p.find_def(c.members[m]);
-                if (!reads(d, dep)) continue;
-                const RedInfo *dep_info = nullptr;
-                for (const RedInfo &r : reds)
-                    if (r.def == &dep) dep_info = &r;
-                bool at_row = dep_info && data_connected(*dep_info, self, c.n_row);
-                if (!at_row && off_row.empty()) off_row = dep.name;
-                pass = std::max(pass, c.pass_of[m] + (at_row ? 0 : 1));
-            }
-            auto members_in = [&](int ps) {
-                std::set<std::string> s;
-                for (size_t m = 0; m < c.pass_of.size(); m++)
-                    if (c.pass_of[m] == ps) {
-                        s.insert(c.members[m]);
-                        const TensorDef *md = p.find_def(c.members[m]);
-                        if (md->is_topk()) s.insert(md->index_name);
-                    }
-                return s;
-            };
-            ctx.pass_members = members_in(pass);
-            MemberAnalysis plain = analyze_member(d, ctx);
-            MemberAnalysis verdict = plain;
-            if (std::optional<TensorDef> pushed = with_epilogue_factors(p, d)) {
-                MemberAnalysis v = analyze_member(*pushed, ctx);
-                // Keep the pushed form only when it shows more: factors of later members (1/l) or a
-                // whole deferred H where the plain member is independent (RMSNorm's rsqrt).
-                bool more = plain.relation == Relation::Independent || v.deps.size() > plain.deps.size();
-                if (v.relation == Relation::Multiplicative && plain.relation != Relation::None && more) verdict = v;
-            }
-            MemberAnalysis exec = plain;
-            bool move = plain.relation == Relation::None || (!verdict.exact && !opts.approx);
-            if (move) {
-                pass++;
-                ctx.pass_members = members_in(pass);
-                exec = analyze_member(d, ctx);
-            }
-            if (verdict.relation == Relation::None) {
-                plan.not_fused.push_back({d.name, verdict.reason, verdict.counterexample});
-                c.split_reasons.insert("unfusible");
-            } else if (!off_row.empty()) {
-                plan.not_fused.push_back({d.name, "it reads " + off_row + " outside its own row (another row or along the "
-                                          "axis), so it needs the final values of " + off_row + " and runs in a later pass", ""});
-                c.split_reasons.insert("off_row");
-            } else if (move) {
-                c.split_reasons.insert("rounding");
-            }
-            c.pass_of.push_back(pass);
-            c.verdicts.push_back(verdict);
-            if (static_cast<int>(c.passes.size()) <= pass) c.passes.resize(pass + 1);
-            c.passes[pass].members.push_back(d.name);
-            c.passes[pass].members_exec.push_back(exec);
-        }
-        for (const TensorDef &d : p.defs) {
-            if (d.is_reduction()) continue;
-            for (const std::string &m : c.members)
-                if (mentions(d.body, m)) {
-                    c.epilogue.push_back(d.name);
-                    break;
-                }
-        }
+// ---- Stage 6: choose the strategy.
+
+/** A chain split over several passes: exact_prepass when only rounding split it, else multi_pass. */
+void choose_split_strategy(ChainPlan &c) {
+    c.fused = false;
+    bool rounding_only = c.split_reasons.size() == 1 && c.split_reasons.count(SplitReason::Rounding);
+    c.strategy = rounding_only ? Strategy::ExactPrepass : Strategy::MultiPass;
+    c.strategy_reason = rounding_only
+                            ? "a rounding cast mixes the data and an earlier result: the exact plan computes that "
+                              "result first (a cheap extra read of the row) and applies it inside the second pass; "
+                              "--approx fuses with the running value instead"
+                            : c.split_reasons.count(SplitReason::Unfusible)
+                                  ? "some member fits no fusible form; it runs in a later pass over the data"
+                                  : "some member reads an earlier result outside its row; it runs in a later pass";
+}
+
+/** A fused chain: the cost model picks segments when rows are too few for the workers, on-chip
+ *  passes when a row fits in fast memory, else one online pass. */
+void choose_fused_strategy(ChainPlan &c, const Program &p, const PlanOptions &o) {
+    c.fused = true;
+    SizeBinding defaults;
+    for (const SizeDecl &s : p.sizes)
+        if (s.default_value) defaults[s.name] = *s.default_value;
+    const SizeBinding *sizes = o.sizes ? o.sizes : &defaults;
+    bool known_rows = false, known_len = false;
+    const TensorDef *first = p.find_def(c.members[0]);
+    std::vector<Expr> row_ext(first->extents.begin(), first->extents.begin() + static_cast<long>(c.n_row));
+    int64_t rows = product_of(row_ext, sizes, known_rows);
+    int64_t len = product_of(c.axis_extents, sizes, known_len);
+    if (!known_rows || !known_len) {
+        c.strategy = Strategy::Incremental;
+        c.strategy_reason = "sizes are not known, so the default one-pass online plan is used";
+        return;
+    }
+    if (rows < 4 * o.parallel_units && len >= 2048) {
+        c.strategy = Strategy::MultiSegment;
+        int64_t want = (4 * o.parallel_units + rows - 1) / std::max<int64_t>(rows, 1);
+        c.segments = static_cast<int>(std::clamp<int64_t>(want, 2, std::max<int64_t>(2, len / 512)));
+        c.strategy_reason = std::to_string(rows) + " independent rows are fewer than 4 per worker on " +
+                            std::to_string(o.parallel_units) + " workers; the axis of " + std::to_string(len) + " is split into " +
+                            std::to_string(c.segments) + " segments merged with the derived merge";
+        return;
+    }
+    if (c.prologue.empty() && len * 4 <= o.fast_memory_bytes) {
+        c.strategy = Strategy::OnchipMultipass;
+        c.strategy_reason = "a row of " + std::to_string(len) +
+                            " elements fits in fast memory: it is read once and the passes run on chip, which "
+                            "avoids the online rescaling";
+        return;
+    }
+    c.strategy = Strategy::Incremental;
+    c.strategy_reason = std::to_string(rows) + " rows give enough parallelism and a row of " + std::to_string(len) +
+                        " elements does not fit in fast memory: one online pass with running rescaling";
+}
+
+void choose_strategy(ChainPlan &c, const Program &p, const PlanOptions &o) {
+    if (c.members.size() == 1 && c.passes.size() == 1) {
+        c.fused = true;
+        c.strategy = Strategy::SinglePass;
+        c.strategy_reason = "a single reduction";
+    } else if (c.passes.size() > 1) {
+        choose_split_strategy(c);
+    } else {
+        choose_fused_strategy(c, p, o);
+    }
+}
+
+/** The note of a chain with a member fusible only up to rounding (the last such member). */
+void note_inexact(ChainPlan &c, const PlanOptions &opts) {
+    for (const MemberAnalysis &m : c.verdicts)
+        if (!m.exact)
+            c.note = "member " + m.name + " is fusible only up to rounding (exact: false): " +
+                     (opts.approx ? "fused with the running value as requested (--approx)"
+                                  : "the exact plan is used by default");
+}
+
+}  // namespace
+
+Plan make_plan(const Program &p, const PlanOptions &opts) {
+    Plan plan;
+    plan.program = &p;
+    std::vector<RedInfo> reds = collect_reductions(p);
+    Groups groups = group_chains(reds);
+    std::map<size_t, size_t> prologue_of = find_prologues(reds, groups);
+    for (size_t root : execution_order(groups, prologue_of)) {
+        const std::vector<size_t> &idx = groups.at(root);
+        ChainPlan c = chain_shape(reds, idx, root, prologue_of);
+        for (size_t k : idx) place_member(c, p, reds, reds[k], opts, plan.not_fused);
+        attach_epilogue(c, p);
         choose_strategy(c, p, opts);
-        for (const MemberAnalysis &m : c.verdicts)
-            if (!m.exact)
-                c.note = "member " + m.name + " is fusible only up to rounding (exact: false): " +
-                         (opts.approx ? "fused with the running value as requested (--approx)"
-                                      : "the exact plan is used by default");
+        note_inexact(c, opts);
         plan.chains.push_back(std::move(c));
     }
     return plan;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -110,6 +111,8 @@ thread_local Arena *tls_current = nullptr;
 struct Arena::Impl {
     std::deque<Node> nodes;
     std::unordered_set<const Node *, NodePtrHash, NodePtrEq> table;
+    /** Per thread: (factory, memo) pairs; a handful of entries, searched linearly. */
+    std::unordered_map<std::thread::id, std::vector<std::pair<ArenaMemoFactory, std::unique_ptr<ArenaMemo>>>> memos;
     std::mutex mutex;
 };
 
@@ -129,6 +132,16 @@ Expr Arena::intern(Node &&n) {
 }
 
 size_t Arena::size() const { return impl_->nodes.size(); }
+
+ArenaMemo &Arena::thread_memo(ArenaMemoFactory make) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    auto &mine = impl_->memos[std::this_thread::get_id()];
+    for (auto &[factory, memo] : mine)
+        if (factory == make) return *memo;
+    mine.emplace_back(make, make());
+    RF_INTERNAL_ASSERT(mine.back().second) << "an arena memo factory returned nothing";
+    return *mine.back().second;
+}
 
 Arena &current_arena() { return tls_current ? *tls_current : default_arena(); }
 

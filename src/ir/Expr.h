@@ -85,6 +85,15 @@ struct Node {
     Expr axis(size_t i) const { return args[1 + i]; }      // Reduce
 };
 
+/** Results a layer above the IR memoises per arena (the symbolic engine's tables, sym/SymCache.h).
+ *  They key on node addresses, so they are only meaningful for the arena that made those nodes: the
+ *  arena owns them and destroys them with its nodes. */
+class ArenaMemo {
+public:
+    virtual ~ArenaMemo() = default;
+};
+using ArenaMemoFactory = std::unique_ptr<ArenaMemo> (*)();
+
 /** Owns interned nodes. Every node is created through the current arena of the calling thread;
  *  an ArenaScope makes a fresh arena current for its lifetime (one per compilation or fuzz input),
  *  otherwise a process-wide default arena is used. Nodes must not outlive their arena. */
@@ -96,6 +105,13 @@ public:
     Arena &operator=(const Arena &) = delete;
     Expr intern(Node &&n);
     size_t size() const;
+    /** The calling thread's memo of kind `make` for this arena, made by `make` on first use. One per
+     *  thread because the default arena is shared by every thread without an ArenaScope; the memo is
+     *  then used by its thread alone, without locks. Destroyed with the arena (the default arena's
+     *  memos of finished threads stay until the process ends, as its nodes do; a thread that reuses a
+     *  finished thread's id takes its memo over, which is still right for this arena's nodes).
+     *  `make` runs under the arena's lock, so it must not intern nodes. */
+    ArenaMemo &thread_memo(ArenaMemoFactory make);
 
 private:
     struct Impl;

@@ -1,65 +1,57 @@
 /** \file SymCache.cpp
- * Validation of the per-thread symbolic memo tables against the current arena.
+ * Where the symbolic engine finds its memo tables: in the current arena, never in a thread-global.
+ *
+ * Design. The tables map node addresses to results, so they are only right for the arena that made
+ * those nodes. They used to live in a thread-local keyed by the arena's address, which forced a
+ * sentinel node to tell a new arena from a dead one at the same address. Now the arena owns them
+ * (Arena::thread_memo): they are created on the first engine entry in that arena and destroyed with
+ * it, so a later arena, wherever it is allocated, starts with empty tables by construction.
+ *
+ * Threads. Arenas of an ArenaScope are used by the thread that made them; the default arena is shared
+ * by every thread without a scope. thread_memo therefore keeps one SymCache per thread and arena,
+ * and only its thread reads or writes it (the lookup itself is under the arena's lock). The outermost
+ * SymEntry of a thread looks the tables up once; nested entries reuse that pointer.
  */
 #include "sym/SymCache.h"
 
-#include <atomic>
-#include <cstdint>
-#include <cstring>
+#include "support/Error.h"
 
 namespace rf::sym {
 
 namespace {
-struct State {
-    Arena *arena = nullptr;
-    Expr sentinel = nullptr;
-    double sentinel_value = 0;
-    int depth = 0;
-    SymCache cache;
+struct EntryState {
+    int depth = 0;              ///< SymEntry nesting on this thread
+    SymCache *cache = nullptr;  ///< the current arena's tables while depth > 0
 };
 
-thread_local State tls_state;
+thread_local EntryState tls_entry;
 
-/** A NaN whose payload is unique to this thread: a constant no expression ever contains. Interning
- *  it tells whether this thread already marked the current arena (the node exists) or not (the
- *  arena grows by one node), which distinguishes a new arena that reuses a dead arena's address. */
-double make_sentinel_value() {
-    static std::atomic<uint64_t> counter{1};
-    uint64_t bits = 0x7ff8000000000000ULL | (0x5eedULL << 32) | (counter.fetch_add(1) & 0xffffffffULL);
-    double v;
-    std::memcpy(&v, &bits, sizeof v);
-    return v;
-}
+std::unique_ptr<ArenaMemo> make_sym_cache() { return std::make_unique<SymCache>(); }
 
-void validate(State &st) {
-    if (st.sentinel_value == 0) st.sentinel_value = make_sentinel_value();
-    Arena &arena = current_arena();
-    size_t before = arena.size();
-    Expr s = make_const(st.sentinel_value);
-    bool fresh = arena.size() != before;
-    if (&arena != st.arena || fresh || s != st.sentinel) {
-        st.cache.clear();
-        st.arena = &arena;
-        st.sentinel = s;
-    }
+SymCache &cache_of(Arena &arena) {
+    ArenaMemo &memo = arena.thread_memo(&make_sym_cache);
+    // The factory identifies the memo's type: every memo made by make_sym_cache is a SymCache.
+    return static_cast<SymCache &>(memo);
 }
 }  // namespace
 
 SymEntry::SymEntry() {
-    if (tls_state.depth++ == 0) {
-        try {
-            validate(tls_state);
-        } catch (...) {
-            tls_state.depth--;
-            throw;
-        }
-    }
+    if (tls_entry.depth == 0) tls_entry.cache = &cache_of(current_arena());
+    tls_entry.depth++;
 }
 
-SymEntry::~SymEntry() { tls_state.depth--; }
+SymEntry::~SymEntry() {
+    if (--tls_entry.depth == 0) tls_entry.cache = nullptr;
+}
 
-SymCache &sym_cache() { return tls_state.cache; }
+SymCache &sym_cache() {
+    RF_INTERNAL_ASSERT(tls_entry.cache) << "the symbolic memo tables are used outside a SymEntry";
+    return *tls_entry.cache;
+}
 
-void reset_sym_cache() { tls_state.cache.clear(); }
+void reset_sym_cache() {
+    if (tls_entry.cache) tls_entry.cache->clear();
+    else cache_of(current_arena()).clear();
+}
 
 }  // namespace rf::sym

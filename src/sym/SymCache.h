@@ -1,6 +1,6 @@
 /** \file SymCache.h
- * Per-thread, per-arena memo tables of the symbolic engine (simplified forms, default-fact
- * intervals), reset automatically when the current arena changes. Internal to src/sym.
+ * The symbolic engine's memo tables (simplified forms, default-fact intervals, expansions), owned
+ * by the expression arena whose nodes they map. Internal to src/sym.
  */
 #pragma once
 
@@ -11,7 +11,8 @@
 
 namespace rf::sym {
 
-struct SymCache {
+/** One thread's memo tables for one arena (an ArenaMemo: the arena owns and destroys it). */
+struct SymCache : ArenaMemo {
     std::unordered_map<Expr, Expr> simplified;    ///< node -> canonical form (canonical nodes map to themselves)
     std::unordered_map<Expr, Interval> intervals;  ///< node -> interval under the default (empty) facts
     std::unordered_map<Expr, Expr> expanded;       ///< node -> expand(node)
@@ -22,9 +23,9 @@ struct SymCache {
     }
 };
 
-/** Marks a public entry point of the engine. The outermost entry on a thread checks that the
- *  cache still belongs to current_arena() (an arena destroyed and another created at the same
- *  address is detected too) and resets it otherwise; nested entries cost nothing. */
+/** Marks a public entry point of the engine. The outermost entry on a thread looks up the tables
+ *  of current_arena() (made on first use) for the calls nested inside it; nested entries cost
+ *  nothing. */
 class SymEntry {
 public:
     SymEntry();
@@ -33,10 +34,11 @@ public:
     SymEntry &operator=(const SymEntry &) = delete;
 };
 
-/** The calling thread's cache; only valid inside a SymEntry. */
+/** The calling thread's tables for the current arena; only valid inside a SymEntry. */
 SymCache &sym_cache();
 
-/** Drops every memo entry of the calling thread (tests use it to re-derive results from scratch). */
+/** Drops every memo entry of the calling thread for the current arena (tests use it to re-derive
+ *  results from scratch). */
 void reset_sym_cache();
 
 }  // namespace rf::sym

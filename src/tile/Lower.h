@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "fuse/Plan.h"
@@ -28,9 +29,9 @@ struct LowerOptions {
     DType compute = DType::f32;
     /** Knobs applied to every chain when non-zero (after overrides): tile length, axis segments. */
     int64_t force_tile = 0, force_segments = 0, force_row_block = 0;
-    /** A strategy forced on every chain: "" (the plan's), multi_pass (one kernel per pass),
+    /** A strategy forced on every chain: none (the plan's), multi_pass (one kernel per pass),
      *  onchip_multipass (all passes per row), multi_segment (segments = 2 x threads unless forced). */
-    std::string force_strategy;
+    std::optional<Strategy> force_strategy;
     /** Run the tile passes after lowering (tile/Passes.h: exp → exp2 folding, loop-invariant
      *  hoisting). Off only to look at or test the lowering's own output. */
     bool passes = true;

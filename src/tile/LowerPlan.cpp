@@ -17,9 +17,9 @@ namespace rf::tile {
 
 Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads, int target_workers) {
     Schedule s;
-    s.strategy = c.strategy.empty() ? "incremental" : c.strategy;
+    s.strategy = c.strategy;
     s.threads = threads;
-    s.segments = c.strategy == "multi_segment" ? std::max(1, c.segments) : 1;
+    s.segments = c.strategy == Strategy::MultiSegment ? std::max(1, c.segments) : 1;
     // A tile of the axis: long enough to amortize the per-tile rescale, short enough that the
     // tile's values (and a per-tile prologue) stay in L1.
     s.tile = 512;
@@ -69,7 +69,7 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
         int64_t blocks = outer * ((inner + s.row_block - 1) / s.row_block);
         if (s.segments <= 1 && blocks < workers && axis >= 4 * s.tile * workers) {
             s.segments = (workers + blocks - 1) / blocks;
-            s.strategy = "multi_segment";
+            s.strategy = Strategy::MultiSegment;
         }
     }
     return s;
@@ -108,7 +108,7 @@ ChainPlan single_member_chain(const TensorDef &d) {
     pp.members = {d.name};
     pp.members_exec = {a};
     c.passes = {pp};
-    c.strategy = "multi_pass";
+    c.strategy = Strategy::MultiPass;
     c.strategy_reason = "a reduction on its own";
     return c;
 }
@@ -284,21 +284,21 @@ private:
                     const std::vector<const TensorDef *> &elementwise, std::set<const TensorDef *> &placed) {
         Schedule s = default_schedule(c0, p_, o_.sizes, o_.threads, o_.workers);
         std::map<std::string, std::string> term_store;
-        bool may_split = s.segments <= 1 && s.strategy != "multi_pass" && s.strategy != "incremental" && o_.force_strategy.empty();
+        bool may_split = s.segments <= 1 && s.strategy != Strategy::MultiPass && s.strategy != Strategy::Incremental && !o_.force_strategy;
         if (may_split) {
             if (auto split = split_for_term_reuse(c0, elementwise, term_store)) split_chains_.push_back(*split);
         }
         const ChainPlan &c = term_store.empty() ? c0 : split_chains_.back();
         if (auto it = o_.schedules.find(static_cast<int>(ci)); it != o_.schedules.end()) s = it->second;
-        if (!o_.force_strategy.empty()) {
-            s.strategy = o_.force_strategy;
-            if (s.strategy == "multi_segment" && s.segments <= 1) s.segments = 2 * std::max(1, o_.threads > 0 ? o_.threads : o_.workers);
-            if (s.strategy != "multi_segment") s.segments = 1;
+        if (o_.force_strategy) {
+            s.strategy = *o_.force_strategy;
+            if (s.strategy == Strategy::MultiSegment && s.segments <= 1) s.segments = 2 * std::max(1, o_.threads > 0 ? o_.threads : o_.workers);
+            if (s.strategy != Strategy::MultiSegment) s.segments = 1;
         }
         if (o_.force_tile > 0) s.tile = o_.force_tile;
         if (o_.force_row_block > 0) s.row_block = o_.force_row_block;
         if (o_.force_segments > 0) s.segments = o_.force_segments;
-        if (s.segments > 1) s.strategy = "multi_segment";
+        if (s.segments > 1) s.strategy = Strategy::MultiSegment;
         std::set<std::string> prologues;
         for (auto &[name, chain] : prologue_chain_)
             if (chain == ci) prologues.insert(name);
@@ -314,7 +314,7 @@ private:
         }
         std::string what;
         for (const std::string &n : c.members) what += (what.empty() ? "" : ", ") + n;
-        bool onchip = c.passes.size() > 1 && s.segments <= 1 && s.strategy != "multi_pass" && s.strategy != "exact_prepass_multi_pass";
+        bool onchip = c.passes.size() > 1 && s.segments <= 1 && s.strategy != Strategy::MultiPass;
         if (onchip) {
             // Members of the chain are computed before its epilogue.
             for (const std::string &n : c.members) done.insert(n);
@@ -330,7 +330,7 @@ private:
             k.name = "k" + std::to_string(m_.kernels.size()) + "_chain_onchip";
             k.what = "chain [" + what + "], " + std::to_string(c.passes.size()) + " passes on chip" + epilogue_text(ctxs.back());
             k.schedule = s;
-            k.schedule.strategy = "onchip_multipass";
+            k.schedule.strategy = Strategy::OnchipMultipass;
             k.body = lower_onchip_rows(ctxs);
             m_.kernels.push_back(k);
         } else {
@@ -428,7 +428,7 @@ private:
                     second.members_exec.push_back(lit);
                 }
                 split.passes = {first, second};
-                split.strategy = "onchip_multipass";
+                split.strategy = Strategy::OnchipMultipass;
                 store[s->name] = in_place ? e->name : "$rowterm";
                 term_owner_ = e->name;
                 return split;
@@ -464,7 +464,7 @@ private:
         Kernel k;
         k.name = "k" + std::to_string(m_.kernels.size()) + "_elementwise";
         k.what = "element-wise " + d.name;
-        k.schedule.strategy = "literal";
+        k.schedule.strategy = Strategy::Literal;
         std::vector<Expr> outer(d.extents.begin(), d.extents.end() - (d.extents.empty() ? 0 : 1));
         Expr inner_ext = d.extents.empty() ? int_c(1) : d.extents.back();
         Expr o = make_index("$o"), i = make_index("$i");

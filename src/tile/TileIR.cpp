@@ -318,7 +318,7 @@ std::string to_string(const Module &m) {
            << "\n";
     for (const Kernel &k : m.kernels) {
         const Schedule &s = k.schedule;
-        os << "kernel " << k.name << "  # " << k.what << "\n  schedule strategy=" << s.strategy << " tile=" << s.tile
+        os << "kernel " << k.name << "  # " << k.what << "\n  schedule strategy=" << to_string(s.strategy) << " tile=" << s.tile
            << " row_block=" << s.row_block << " segments=" << s.segments << " threads=" << s.threads
            << " level=" << s.fusion_level << "\n";
         print(os, k.body, 1);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "fuse/Strategy.h"
 #include "ir/DType.h"
 #include "ir/Expr.h"
 
@@ -23,7 +24,7 @@ namespace rf::tile {
 
 /** The schedule of one kernel, as data. The lowering reads it; `tune` searches it. */
 struct Schedule {
-    std::string strategy = "incremental";  ///< single_pass, incremental, multi_segment, onchip_multipass, multi_pass, literal
+    Strategy strategy = Strategy::Incremental;  ///< single_pass, incremental, multi_segment, onchip_multipass, multi_pass, literal
     int64_t tile = 256;       ///< elements of the cascade axis per tile
     int64_t row_block = 1;    ///< rows (of the innermost row variable) handled together: the GEMM M
     int64_t segments = 1;     ///< splits of the cascade axis, merged with the derived merge

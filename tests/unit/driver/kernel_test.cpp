@@ -278,7 +278,7 @@ TEST(Target, TheScheduleComesFromTheTargetNotTheHost) {
     Target t = make_target(TargetKind::Cpu);
     t.cpu.usable_cpus = 7;
     Options o;
-    o.strategy = "multi_segment";
+    o.strategy = Strategy::MultiSegment;
     auto c = analyze_file(example("softmax"), t, o);
     Generated g = generate(*c);
     ASSERT_FALSE(g.module.kernels.empty());

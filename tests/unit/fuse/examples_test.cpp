@@ -117,7 +117,7 @@ TEST(Examples, RmsNormDefersItsWholeScaleAndQuantizationDefaultsToTheExactPlan) 
     EXPECT_TRUE(y->H_run->is_const(1));
     EXPECT_NE(describe_member(*y).update.find("no rescale"), std::string::npos);
     auto q = compile_file(std::string(REDFUSE_SOURCE_DIR) + "/examples/quant_gemm_fp8.rf", {});
-    EXPECT_EQ(chain_of(*q, "C.sum")->strategy, "exact_prepass");
+    EXPECT_EQ(chain_of(*q, "C.sum")->strategy, Strategy::ExactPrepass);
 }
 
 TEST(Examples, AnalysisIsFast) {

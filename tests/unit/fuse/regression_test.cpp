@@ -36,7 +36,7 @@ output O : bf16
 )");
     const ChainPlan *ch = test::chain_of(*c, "l");
     ASSERT_TRUE(ch);
-    EXPECT_EQ(ch->strategy, "multi_pass");
+    EXPECT_EQ(ch->strategy, Strategy::MultiPass);
     EXPECT_EQ(ch->pass_of[1], 1);
     SizeBinding sizes = bind_sizes(c->program, {});
     for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);

@@ -170,7 +170,7 @@ TEST(Verdicts, QuantizationIsMultiplicativeButInexactSoTheExactPlanIsDefault) {
     EXPECT_EQ(v->relation, Relation::Multiplicative);
     EXPECT_FALSE(v->exact);
     const ChainPlan *ch = chain_of(*c, "C.sum");
-    EXPECT_EQ(ch->strategy, "exact_prepass");
+    EXPECT_EQ(ch->strategy, Strategy::ExactPrepass);
     EXPECT_EQ(ch->passes.size(), 2u);
     auto approx = compile(kQuant, /*approx=*/true);
     EXPECT_EQ(chain_of(*approx, "C.sum")->passes.size(), 1u);
@@ -224,7 +224,7 @@ TEST(Verdicts, UnfusibleBodiesCarryAReasonAndACounterexample) {
         ASSERT_EQ(c->plan.not_fused.size(), 1u);
         EXPECT_EQ(c->plan.not_fused[0].name, "t");
         EXPECT_FALSE(chain_of(*c, "t")->fused);
-        EXPECT_EQ(chain_of(*c, "t")->strategy, "multi_pass");
+        EXPECT_EQ(chain_of(*c, "t")->strategy, Strategy::MultiPass);
     }
 }
 
