@@ -1,5 +1,5 @@
 /** \file redfuse.cpp
- * The command-line tool: a thin shell over the library (brief §5.2). Exit status 0 on success, 1 for
+ * The command-line tool: a thin shell over the library (docs/cli.md). Exit status 0 on success, 1 for
  * a bad spec or a failed check, 2 for usage errors, 3 for internal errors (compiler bugs).
  */
 #include <CLI/CLI.hpp>
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
 
     auto *analyze = app.add_subcommand("analyze", "Prove which reductions fuse and show the derived algorithm");
     analyze->add_option("SPEC", spec, "Spec file (.rf)")->required();
-    analyze->add_flag("--json", json, "Print one JSON object (brief §5.2)");
+    analyze->add_flag("--json", json, "Print one JSON object (docs/cli.md)");
     analyze->add_option("--size", size_items, "Sizes for the cost model: N=V,M=W");
     analyze->add_option("--emit", emit_stage, "Dump a stage instead: ir | graph | plan | tile | cpp | opencl | cuda")
         ->check(CLI::IsMember({"ir", "graph", "plan", "tile", "cpp", "opencl", "cuda"}));

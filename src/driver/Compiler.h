@@ -78,7 +78,7 @@ struct RunOptions {
     std::string save_dir, load_dir;
     std::string dist = "normal";
     double scale = 1.0;
-    bool approx = false;  ///< run the approximate incremental plan through rounding casts (brief §1.4)
+    bool approx = false;  ///< run the approximate incremental plan through rounding casts (docs/design.md §3)
     int threads = 0;      ///< cpu: worker threads (0: all)
     bool unfused = false; ///< cpu: run the in-house unfused plan instead of the fused one
     int64_t tile = 0, segments = 0, row_block = 0;  ///< cpu/gpu: schedule knobs forced on every chain (0: default)

@@ -144,7 +144,7 @@ GpuModule generate_gpu_module(const Plan &plan, const SizeBinding &sizes, const 
     lo.force_segments = o.segments;
     lo.force_row_block = o.row_block;
     lo.force_strategy = o.strategy;
-    lo.float_states = true;  // GPU states are float (brief §2): tile GEMMs accumulate into them
+    lo.float_states = true;  // GPU states are float (docs/design.md §4): tile GEMMs accumulate into them
     tile::Module m = tile::lower_plan(plan, lo);
     if (tile::verify_each_pass()) tile::verify(m);
     GpuCodegenOptions go;
