@@ -1,4 +1,4 @@
-"""The floor of every case (brief §6): the bytes that must move and the arithmetic that must be done.
+"""The floor of every case (docs/design.md §8): the bytes that must move and the arithmetic that must be done.
 
 bytes  each input read once and each output written once, in the dtypes of the spec (the floor; an
        implementation that re-reads or spills moves more, which is what the fraction shows).

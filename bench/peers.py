@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""peers.py — measures every workload of shared/workloads.md against its peers, in one run.
+"""peers.py — measures every workload of docs/workloads.md against its peers, in one run.
 
     .venv/bin/python bench/peers.py --out DIR [--machine machine.json] [--quick] [--only W1,W2]
                                     [--impls I1,I2] [--skip SUBSTR] [--budget S] [--threads N]

@@ -1,4 +1,4 @@
-"""The benchmark cases: every workload of shared/workloads.md at its CPU bench sizes (and small sizes
+"""The benchmark cases: every workload of docs/workloads.md at its CPU bench sizes (and small sizes
 for --quick), the spec in examples/ that redfuse runs for it, and the implementations measured.
 
 A case is a plain dict (it crosses a process boundary):
@@ -77,7 +77,7 @@ def cases(quick=False):
                 out.append(_case("moe_routing", "moe_routing.rf", {"T": T, "E": E, "k": k}))
     # 7. variance
     out.append(_case("variance", "variance.rf", {"R": 256 if quick else 4096, "C": 8192}))
-    # 10. LayerNorm (workloads.md gives no size: the variance size)
+    # 10. LayerNorm (docs/workloads.md gives no size of its own: the variance size)
     out.append(_case("layernorm", "layernorm.rf", {"R": 256 if quick else 4096, "C": 8192}))
     # 9. RMSNorm -> GEMM
     for M in ([16] if quick else [16, 2048]):

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The CPU benchmark in one command (issue 3, item 8; method: shared/brief.md §6):
+# The CPU benchmark in one command (issue 3, item 8; method: docs/design.md §8):
 #   1. creates or refreshes the peers' virtual environment (.venv/, pinned: bench/requirements*.txt)
 #   2. builds redfuse (ninja -C build redfuse, or scripts/setup.sh) and bench/machine/machine_limits
 #   3. measures the machine's limits (memory bandwidth, FP32 FMA / bf16 / int8 peaks)
-#   4. runs every workload of shared/workloads.md for redfuse and its peers (bench/peers.py)
+#   4. runs every workload of docs/workloads.md for redfuse and its peers (bench/peers.py)
 #   5. writes bench/results/<date>-<host>[-quick]/{machine.json,results.json,table.md,chart.png}
 #
 # Usage: scripts/bench.sh [--quick] [--out DIR] [--no-install] [--no-build] [-- PEERS_ARGS...]

@@ -4,14 +4,14 @@ import it without torch).
   * example size sets    every examples/*.rf at its default sizes, at 2v+1, and at a multi-tile set
                          (the phase `check`)
   * compare sizes        realistic but awkward sizes for `run --save` + torch math (phase `compare`)
-  * bench cases          the GPU sizes of shared/workloads.md #1-#7 and #10 (phase `bench`), in the
+  * bench cases          the GPU sizes of docs/workloads.md #1-#7 and #10 (phase `bench`), in the
                          order they run: phase 1 is one case per workload, phase 2 the rest, so that
                          when the clock runs out every workload has been measured once
   * the floor model      bytes that must move (each input read once, each output written once, in the
                          dtypes of the spec) over the measured copy bandwidth, and FLOPs over the
                          measured matrix rate; the concept of bench/model.py, with the FLOP counts of
-                         the GPU anchors (shared/research/anchors.md: FlashAttention's 4·B·H·M·N·D,
-                         halved for causal; FlashMLA's 2·B·H·N·(Dk+Dv))
+                         the GPU anchors (FlashAttention's 4·B·H·M·N·D, halved for causal;
+                         FlashMLA's 2·B·H·N·(Dk+Dv); docs/workloads.md #2 and #4)
 
 A case is a plain dict: workload, spec (examples/<file>), sizes ({name: value}; MoE's k included),
 dtype ('f32' | 'bf16'), variant ('' | 'causal'), impls (table order), phase (1 | 2), id.

@@ -1,4 +1,4 @@
-// machine_limits: measures the limits that the benchmark reports every result against (brief §6):
+// machine_limits: measures the limits that the benchmark reports every result against (docs/design.md §8):
 // sustained memory bandwidth and peak arithmetic rates, with all cores and with one core.
 // Prints one JSON object on stdout; progress goes to stderr.
 //

@@ -21,7 +21,7 @@ std::string gpu_topk_insert(const TopKText &t, int ind);
 
 /** Moves the shift-form state base[at + a] (one slot per multi-index alphas[a]) from reference
  *  points `from` to `to` (C expressions, one per variable), unrolled at generation time:
- *  S_b(c') = Σ_{a ≥ b} Π_i C(a_i, b_i) (c'_i − c_i)^(a_i − b_i) S_a(c) (brief §1.1 form 4). */
+ *  S_b(c') = Σ_{a ≥ b} Π_i C(a_i, b_i) (c'_i − c_i)^(a_i − b_i) S_a(c) (docs/design.md §4, polynomial). */
 std::string gpu_poly_shift(const std::vector<std::vector<int>> &alphas, const std::string &base, const std::string &at,
                            const std::vector<std::string> &from, const std::vector<std::string> &to, int ind);
 

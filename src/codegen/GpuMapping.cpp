@@ -10,7 +10,7 @@ namespace rf::gpu_mapping {
 
 using namespace tile;
 
-/** Element type of a buffer in GPU memory: temporaries are float (fp32 running states, brief §2). */
+/** Element type of a buffer in GPU memory: temporaries are float (fp32 running states, docs/design.md §4). */
 const char *gpu_storage_type(const Buffer &b) {
     return b.role == Buffer::Role::Temp ? "float" : c_storage_type(b.dtype);
 }

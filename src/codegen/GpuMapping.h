@@ -11,7 +11,7 @@
 
 namespace rf::gpu_mapping {
 
-/** Element type of a buffer in GPU memory: temporaries are float (fp32 running states, brief §2). */
+/** Element type of a buffer in GPU memory: temporaries are float (fp32 running states, docs/design.md §4). */
 const char *gpu_storage_type(const tile::Buffer &b);
 /** The C type and size of a local of class c in GPU code (states and tiles are float). */
 std::string class_type(tile::LocalClass c);

@@ -1,5 +1,5 @@
 /** \file Report.cpp
- * The `analyze` report in its two forms (text for people, JSON per brief §5.2 for tools) and the
+ * The `analyze` report in its two forms (text for people, JSON per docs/cli.md for tools) and the
  * `--emit plan` dump, all printed from the plan's derived expressions.
  */
 #include <sstream>

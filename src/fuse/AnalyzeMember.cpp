@@ -1,5 +1,5 @@
 /** \file AnalyzeMember.cpp
- * Chooses the form of brief §1.1 that a reduction fits against the earlier members of its pass,
+ * Chooses the form (docs/design.md §3) that a reduction fits against the earlier members of its pass,
  * in order of simplicity (independent, multiplicative, polynomial for sums; additive, monotone for
  * selections), certifies it numerically, and otherwise explains why it does not fuse.
  */

@@ -99,7 +99,7 @@ std::optional<Body> make_body(const TensorDef &def, const AnalysisContext &ctx, 
     }
     F = simplify(F);
 
-    // Narrow casts whose argument mixes x and d are not exactly separable (brief §1.4).
+    // Narrow casts whose argument mixes x and d are not exactly separable (docs/design.md §3).
     auto is_member_load = [&](Expr n) { return n->kind == Kind::Load && ctx.pass_members.count(n->name); };
     visit(F, [&](Expr n) {
         if (!is_rounding(n) || b.inexact) return;

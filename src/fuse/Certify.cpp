@@ -1,6 +1,7 @@
 /** \file Certify.cpp
- * The numeric side of soundness (brief §1.3): every derived form is re-checked in float64 at many
- * random points of its atoms, and an unfusible body gets concrete values that show why.
+ * The numeric side of soundness (docs/design.md §3, certification): every derived form is
+ * re-checked in float64 at many random points of its atoms, and an unfusible body gets concrete
+ * values that show why.
  */
 #include <cmath>
 #include <random>

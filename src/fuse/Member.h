@@ -1,5 +1,5 @@
 /** \file Member.h
- * The verdict of the fusion algebra for one reduction of a cascade: which form of brief §1.1 it
+ * The verdict of the fusion algebra for one reduction of a cascade: which form of docs/design.md §3 it
  * fits (with its explicit parts G, H, φ or polynomial basis), or why it fits none.
  */
 #pragma once
@@ -25,14 +25,14 @@ struct MemberAnalysis {
     int64_t k = 0;                     ///< top-k: k when it is a literal (0 when K is a size)
     Expr k_extent = nullptr;           ///< top-k: the extent of the k axis (a literal or a size expression)
     Relation relation = Relation::None;
-    bool exact = true;                 ///< false when a narrow rounding cast mixes x and d (brief §1.4)
+    bool exact = true;                 ///< false when a narrow rounding cast mixes x and d (docs/design.md §3)
     std::vector<std::string> deps;     ///< earlier members F depends on (in this pass)
     Expr F = nullptr;                  ///< simplified body over x atoms and δ symbols
     std::vector<Expr> delta_syms;      ///< δ_i symbols
     std::vector<Expr> delta_exprs;     ///< δ_i := expression over member loads (simplified)
 
     // Multiplicative: F = G(x) · H(δ); H = H_run · H_def where H_run holds the exp factors that keep
-    // the running state in range and H_def is applied once in the epilogue (brief §1.1 forms 1, 5).
+    // the running state in range and H_def is applied once in the epilogue (docs/design.md §3).
     Expr G = nullptr, H = nullptr, H_run = nullptr, H_def = nullptr;
     Expr U = nullptr;      ///< update term G · H_run(δ), simplified (exps merged: exp(S - m) · V)
     Expr alpha = nullptr;  ///< H_run(δ_new) / H_run(δ_old), simplified, over delta_syms and old_syms

@@ -1,8 +1,9 @@
 /** \file Multiplicative.cpp
- * Form 1 (with form 5, deferred factors) of brief §1.1: a sum or product member whose body factors
- * as F(x, δ) = G(x) · H(δ). The running state is s = H_run(δ_cur) · Σ G; when δ moves from δ_old to
- * δ_new, s ← s · H_run(δ_new) / H_run(δ_old). Only the exp factors of H (those that keep exp(x) in
- * range) stay in the running state; the other factors of H are applied once in the epilogue.
+ * The multiplicative form with deferred factors (docs/design.md §3): a sum or product member
+ * whose body factors as F(x, δ) = G(x) · H(δ). The running state is s = H_run(δ_cur) · Σ G; when
+ * δ moves from δ_old to δ_new, s ← s · H_run(δ_new) / H_run(δ_old). Only the exp factors of H
+ * (those that keep exp(x) in range) stay in the running state; the other factors of H are applied
+ * once in the epilogue.
  */
 #include <cmath>
 

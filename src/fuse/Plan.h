@@ -63,7 +63,7 @@ struct PlanOptions {
 
 Plan make_plan(const Program &p, const PlanOptions &opts = {});
 
-/** Human-readable formulas of a member's derivation (brief §5.2: G, H, update, merge). */
+/** Human-readable formulas of a member's derivation (docs/cli.md: G, H, update, merge). */
 struct MemberText {
     std::string G, H, phi, init, update, merge, epilogue, deferred;
     std::vector<std::string> basis;

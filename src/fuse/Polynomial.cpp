@@ -1,7 +1,8 @@
 /** \file Polynomial.cpp
- * Form 4 of brief §1.1, the shift form: a sum member whose body is a polynomial of degree p in the
- * δ atoms. The state keeps S_α(c) = Σ_j ∂^α F(x_j, c) / α! for |α| <= p, relative to a reference
- * point c near the data, and moves it exactly with the multivariate binomial shift
+ * The polynomial form of docs/design.md §3, the shift form: a sum member whose body is a
+ * polynomial of degree p in the δ atoms. The state keeps S_α(c) = Σ_j ∂^α F(x_j, c) / α! for
+ * |α| <= p, relative to a reference point c near the data, and moves it exactly with the
+ * multivariate binomial shift
  *     S_β(c') = Σ_{α >= β} Π_i C(α_i, β_i) (c'_i - c_i)^(α_i - β_i) · S_α(c),
  * so any c is exact in real arithmetic; the running estimate of δ is the numerically good one
  * (Welford/Chan for variance). The result is S_0 shifted to the final δ.

@@ -1,8 +1,8 @@
 /** \file Selection.cpp
- * Forms 2 and 3 of brief §1.1 for max, min, argmax, argmin and top-k: F(x, δ) = φ_δ(G(x)) with φ_δ
- * strictly monotone in G for every valid δ. Then ⊕_j F = φ_δ(⊕_j G) with the same indices (a
- * decreasing φ swaps max and min), so nothing is rescaled: the state is the selection over G and φ
- * is applied in the epilogue. The additive form is the special case φ(u) = u + H(δ).
+ * The additive and monotone forms (docs/design.md §3) for max, min, argmax, argmin and top-k:
+ * F(x, δ) = φ_δ(G(x)) with φ_δ strictly monotone in G for every valid δ. Then ⊕_j F = φ_δ(⊕_j G)
+ * with the same indices (a decreasing φ swaps max and min), so nothing is rescaled: the state is the
+ * selection over G and φ is applied in the epilogue. The additive form is the special case φ(u) = u + H(δ).
  */
 #include <cmath>
 #include <functional>

@@ -1,7 +1,7 @@
 /** \file Compare.h
  * Comparison of a computed output with the reference, and the tolerance a comparison is allowed by
- * output dtype, compute precision and reduction length (brief §4), scaled up where the reference's
- * terms cancel (interp/Magnitude.h).
+ * output dtype, compute precision and reduction length (docs/design.md §4, "The check"), scaled
+ * up where the reference's terms cancel (interp/Magnitude.h).
  */
 #pragma once
 

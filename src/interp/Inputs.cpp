@@ -137,7 +137,7 @@ std::map<std::string, Tensor> make_random_inputs(const Program &p, const SizeBin
                 v = round_to_dtype(x * scale, in.dtype);
             }
         }
-        // All zeros would hide every bug (brief §4): a one-element tensor drawn as 0, a tiny scale
+        // All zeros would hide every bug (docs/design.md §6): a one-element tensor drawn as 0, a tiny scale
         // that rounds away in fp8. Labels confined to {0} stay: there 0 is the only valid value.
         if (std::all_of(t.data.begin(), t.data.end(), [](double v) { return v == 0; })) {
             if (!is_int(in.dtype)) {

@@ -1,6 +1,6 @@
 /** \file Inputs.h
- * Deterministic random inputs for a spec, rounded to each input's dtype (brief §4: never test on
- * zeros, feed exactly what a kernel would see).
+ * Deterministic random inputs for a spec, rounded to each input's dtype (docs/design.md §6: never test
+ * on zeros, feed exactly what a kernel would see).
  */
 #pragma once
 

@@ -1,8 +1,8 @@
 /** \file PlanInterp.h
- * The plan interpreter (brief §4): executes the derived init / update / merge / epilogue of every
- * cascade, with random tile sizes, random segment counts and random merge trees, in float64 or
- * float32. It tests the algebra independently of any backend: it must equal the reference
- * interpreter to ~1e-12 relative in float64.
+ * The plan interpreter (docs/design.md §4 and §6): executes the derived init / update / merge /
+ * epilogue of every cascade, with random tile sizes, random segment counts and random merge trees,
+ * in float64 or float32. It tests the algebra independently of any backend: it must equal the
+ * reference interpreter to ~1e-12 relative in float64.
  */
 #pragma once
 

@@ -1,7 +1,7 @@
 /** \file Reference.h
  * The float64 reference interpreter: runs a spec literally and unfused, one definition after the
  * other, with the scalar semantics of ir/Eval.h. It is the oracle every plan and backend is
- * checked against (brief §4).
+ * checked against (docs/design.md §6).
  */
 #pragma once
 

@@ -103,7 +103,7 @@ double round_to_dtype(double v, DType t) {
     case DType::f32:
         if (std::isnan(v) || std::isinf(v)) return v;
         if (std::fabs(v) > std::numeric_limits<float>::max()) {
-            // Values that would round to infinity saturate (brief: casts saturate).
+            // Values that would round to infinity saturate (docs/language.md §4: casts saturate).
             double r = static_cast<double>(static_cast<float>(v));
             if (std::isinf(r)) return std::copysign(std::numeric_limits<float>::max(), v);
             return r;

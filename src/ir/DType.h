@@ -1,6 +1,6 @@
 /** \file DType.h
  * Storage types of tensors and casts, and exact rounding of a double to each of them
- * (round-to-nearest-even with saturation, brief §5.1).
+ * (round-to-nearest-even with saturation, docs/language.md §4, "Casts").
  */
 #pragma once
 

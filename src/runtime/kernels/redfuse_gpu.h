@@ -1,7 +1,7 @@
 /* redfuse_gpu.h — the language's semantics for generated GPU kernels, one text for OpenCL C 1.2
  * and CUDA C++ (the GPU printer pastes it first).
  *
- * Every helper works in float: GPU running states are fp32 (brief §2). The semantics are those of
+ * Every helper works in float: GPU running states are fp32 (docs/design.md §4). The semantics are those of
  * src/runtime/kernels/redfuse_cpu.h and rf::Evaluator: (-inf) - (-inf) = -inf, 0 / 0 = 0, NaN-
  * propagating max/min, floor division, round-to-nearest-even casts with saturation. No pointers
  * cross a helper boundary (OpenCL 1.2 has no generic address space): list and shift-state updates are

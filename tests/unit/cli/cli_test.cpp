@@ -1,5 +1,5 @@
 /** \file cli_test.cpp
- * The command line end to end (brief §5.2): `analyze --json` prints the contract's fields, `run
+ * The command line end to end (docs/cli.md): `analyze --json` prints the contract's fields, `run
  * --target interp --check` passes on every example with no --size, --save/--load round-trip through
  * .npy files, and bad specs or bad usage give the documented messages and exit statuses.
  */

@@ -220,7 +220,7 @@ std::string check(const Problem &p, const std::vector<float> &c, bool tensor, in
             const double want = c0 + p.alpha * s;
             const double tol = exact ? 0.0 : rel * std::fabs(p.alpha) * mag + 4e-7 * std::fabs(want) + 1e-30;
             const double err = std::fabs(c[idx] - want);
-            // The brief's looser check against the unrounded inputs (1e-2 of sum |a||b|) must hold too.
+            // A looser check against the unrounded inputs (1e-2 of sum |a||b|) must hold too.
             const double err_unrounded = std::fabs(c[idx] - (c0 + p.alpha * s_unrounded));
             const bool ok = exact ? (static_cast<double>(c[idx]) == want)
                                   : (err <= tol && err_unrounded <= 1e-2 * std::fabs(p.alpha) * mag + 4e-7 * std::fabs(want) + 1e-30);

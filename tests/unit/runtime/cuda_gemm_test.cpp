@@ -140,8 +140,8 @@ std::string emulate_case(const EmuCase &ec, bool simt_only, uint32_t seed, bool 
     });
     std::string out;
     for (auto &e : errors) out += "  emulator: " + e + "\n";
-    // Float SIMT: 1e-5 of sum |a||b| (the brief); tensor path: inputs rounded alike, so only fp32
-    // accumulation differs: 2e-4 (and the brief's 1e-2 against the unrounded inputs). The fp8 routes
+    // Float SIMT: 1e-5 of sum |a||b|; tensor path: inputs rounded alike, so only fp32
+    // accumulation differs: 2e-4 (and 1e-2 against the unrounded inputs). The fp8 routes
     // round nothing (fp8 is a subset of f16 and bf16), so the bf16 staging model is exact for them.
     out += check(p, c, tensor, Sel::ct, exact, tensor ? 2e-4 : 1e-5);
     if (out.empty()) return "";

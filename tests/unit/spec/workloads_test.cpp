@@ -1,5 +1,5 @@
 /** \file workloads_test.cpp
- * Every workload of workloads.md (and the variants it names) parses and binds; golden dumps show
+ * Every workload of docs/workloads.md (and the variants it names) parses and binds; golden dumps show
  * lifting and inlining; the IR carries the documented types (division rule, Int results, dtypes).
  */
 #include <gtest/gtest.h>
