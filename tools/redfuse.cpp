@@ -206,16 +206,16 @@ int cmd_bench_or_tune(const Args &a, bool tune) {
     rf::BenchOptions bo = bench_options(a, kind);
     rf::Options o;
     o.sizes = bo.sizes;
-    auto c = rf::analyze_file(a.spec, rf::make_target(rf::TargetRequest{kind, a.arch, ""}), o);
+    std::shared_ptr<const rf::Compilation> c = rf::analyze_file(a.spec, rf::make_target(rf::TargetRequest{kind, a.arch, ""}), o);
     rf::BenchReport r;
     if (tune) {
         rf::TuneOptions to;
         to.bench = bo;
         to.retune = a.retune;
         to.progress = [](const std::string &line) { std::cerr << line << std::endl; };
-        r = rf::tune_compiled(*c, to);
+        r = rf::tune_compiled(c, to);
     } else {
-        r = rf::bench_compiled(*c, bo);
+        r = rf::bench_compiled(c, bo);
     }
     if (a.json) std::cout << r.json.dump(2) << "\n";
     else std::cout << r.text;

@@ -37,14 +37,14 @@ GpuLaunch GpuKernelPrinter::print(std::ostringstream &out) {
     // running state private to the thread, no barriers; segments meet in the second launch
     // with the derived merge. Needs every array of the body to have a constant size.
     bool per_thread = private_arrays_ok(loop_) &&
-                      (o_.fusion_level == "thread" ||
-                       (o_.fusion_level == "auto" && o_.longest_axis <= 256 && place_.estimate(iterations) >= 4.0 * T_));
+                      (o_.fusion_level == FusionLevel::Thread ||
+                       (o_.fusion_level == FusionLevel::Auto && o_.longest_axis <= 256 && place_.estimate(iterations) >= 4.0 * T_));
     // Fusion level "warp": one iteration per warp of 32 threads, the block level's mapping with
     // the warp as the group (warp barriers, shuffle reductions whose result every lane holds).
     // Not with a cooperative GEMM (the block GEMM needs the whole work-group). OpenCL 1.2 has
     // no sub-groups: there the warp is a work-group of 32.
     bool warp = !per_thread && !access_of(loop_).gemm &&
-                (o_.fusion_level == "warp" || (o_.fusion_level == "auto" && cuda && o_.longest_axis <= 8192 &&
+                (o_.fusion_level == FusionLevel::Warp || (o_.fusion_level == FusionLevel::Auto && cuda && o_.longest_axis <= 8192 &&
                                                place_.estimate(iterations) >= 1024));
     if (per_thread) {
         groups = make_idiv(make_add(iterations, make_int(T_ - 1)), make_int(T_));
@@ -558,6 +558,27 @@ GpuModule generate_gpu(const Module &m, const GpuCodegenOptions &o) {
     }
     g.source = os.str();
     return g;
+}
+
+const char *to_string(FusionLevel level) {
+    switch (level) {
+    case FusionLevel::Auto: return "auto";
+    case FusionLevel::Block: return "block";
+    case FusionLevel::Warp: return "warp";
+    case FusionLevel::Thread: return "thread";
+    }
+    return "?";
+}
+
+FusionLevel parse_fusion_level(const std::string &name) {
+    std::vector<std::string> valid;
+    for (FusionLevel l : {FusionLevel::Auto, FusionLevel::Block, FusionLevel::Warp, FusionLevel::Thread}) {
+        if (name == to_string(l)) return l;
+        valid.push_back(to_string(l));
+    }
+    std::string list;
+    for (const std::string &v : valid) list += (list.empty() ? "" : ", ") + v;
+    throw UserError({}, "unknown fusion level '" + name + "' (valid: " + list + ")");
 }
 
 }  // namespace rf

@@ -24,22 +24,28 @@
 
 namespace rf {
 
+/** Where a GPU kernel's running states live and meet (see GpuCodegenOptions::fusion_level). */
+enum class FusionLevel : uint8_t { Auto, Block, Warp, Thread };
+const char *to_string(FusionLevel level);
+/** "auto", "block", "warp", "thread"; UserError listing them otherwise. */
+FusionLevel parse_fusion_level(const std::string &name);
+
 struct GpuCodegenOptions {
     Dialect dialect = Dialect::OpenCL;
     int threads = 128;          ///< work-group size: a power of two, 32..1024
     SizeBinding sizes;          ///< sizes the mapping is chosen for (kernels accept any sizes)
     bool tensor_cores = true;   ///< CUDA: tile GEMMs on mma.sync where the operand types allow
-    /** Where running states live and meet: "block" (one work-group per row / row block, vector
-     *  loops spread over its threads), "warp" (one row per warp of 32 threads: warp barriers and
+    /** Where running states live and meet: Block (one work-group per row / row block, vector
+     *  loops spread over its threads), Warp (one row per warp of 32 threads: warp barriers and
      *  shuffle reductions; OpenCL: a work-group of 32; launches with a cooperative GEMM stay at
-     *  block level) or "thread" (one row or (row, segment) pair per thread, states private,
+     *  block level) or Thread (one row or (row, segment) pair per thread, states private,
      *  segments merged by the derived merge in a second launch; kernels whose arrays have
      *  run-time sizes stay at block level). */
-    std::string fusion_level = "block";
-    /** "auto" picks "thread" for a launch when its arrays allow it, it has at least 4 x threads
+    FusionLevel fusion_level = FusionLevel::Block;
+    /** Auto picks Thread for a launch when its arrays allow it, it has at least 4 x threads
      *  iterations at the bound sizes, and no cascade axis is longer than 256 (many short rows: MoE
-     *  routing, per-token statistics); on CUDA "warp" for at least 1024 rows whose cascade axes
-     *  are at most 8192 long; else "block". The longest cascade axis at the bound sizes: */
+     *  routing, per-token statistics); on CUDA Warp for at least 1024 rows whose cascade axes
+     *  are at most 8192 long; else Block. The longest cascade axis at the bound sizes: */
     double longest_axis = 0;
 };
 

@@ -16,7 +16,9 @@
 #include "interp/Inputs.h"
 #include "interp/Npy.h"
 #include "interp/Reference.h"
+#include "driver/Run.h"
 #include "runtime/CpuBackend.h"
+#include "tile/StmtVisitor.h"
 #include "runtime/Sha256.h"
 #include "support/Error.h"
 
@@ -182,7 +184,7 @@ double kernel_bytes(const tile::Module &m, const SizeBinding &sizes, int threads
         bytes += 8 * n;
     }
     bool gemm = false;
-    std::function<void(const tile::StmtP &)> walk = [&](const tile::StmtP &s) {
+    auto count = [&](const tile::StmtP &s) {
         if (s->kind == tile::StmtKind::Gemm) gemm = true;
         if (s->kind == tile::StmtKind::Decl && !s->dims.empty()) {
             double n = 1;
@@ -190,10 +192,8 @@ double kernel_bytes(const tile::Module &m, const SizeBinding &sizes, int threads
             int width = s->cls == tile::LocalClass::State || s->cls == tile::LocalClass::Index ? 8 : s->cls == tile::LocalClass::Int8 ? 1 : 4;
             bytes += n * width * threads;
         }
-        for (const tile::StmtP &c : s->body) walk(c);
-        for (const tile::StmtP &c : s->else_body) walk(c);
     };
-    for (const tile::Kernel &k : m.kernels) walk(k.body);
+    for (const tile::Kernel &k : m.kernels) tile::for_each_stmt(k.body, count);
     if (gemm) bytes += 640.0 * 1024 * threads;
     return bytes;
 }
@@ -203,13 +203,15 @@ struct Timing {
     int reps = 0;
 };
 
-Timing time_program(const CpuProgram &prog, CpuBuffers &bufs, int threads, double budget_s, int min_reps) {
-    bufs.run(prog, threads);  // warm-up: page faults, thread pool start
+/** Median and best of repeated calls of the kernel on the same buffers (the calls a user makes). */
+Timing time_kernel(const Kernel &k, CpuBuffers &bufs, double budget_s, int min_reps) {
+    auto [ins, outs] = buffer_views(bufs, k.compilation().program);
+    k(ins, outs);  // warm-up: page faults, thread pool start
     std::vector<double> ms;
     auto start = Clock::now();
     while (static_cast<int>(ms.size()) < min_reps || seconds_since(start) < budget_s) {
         auto t0 = Clock::now();
-        bufs.run(prog, threads);
+        k(ins, outs);
         ms.push_back(seconds_since(t0) * 1e3);
         if (ms.size() > 10000) break;
     }
@@ -260,10 +262,9 @@ Options variant_options(const Compilation &c, const BenchOptions &o, const Varia
     return co;
 }
 
-/** generate → build, for one variant of the compilation's schedule. */
-std::unique_ptr<CpuProgram> build_variant(const Compilation &c, const BenchOptions &o, const Variant &v) {
-    Options vo = variant_options(c, o, v);
-    return build_cpu(generate(c, vo), c, vo);
+/** The Kernel of one variant of the compilation's schedule. */
+Kernel build_variant(const std::shared_ptr<const Compilation> &c, const BenchOptions &o, const Variant &v) {
+    return compile_kernel(c, variant_options(*c, o, v));
 }
 
 /** The compilation must be for this target, with its plan made for the sizes it is run at. */
@@ -274,7 +275,8 @@ void require_compiled_for(const Compilation &c, TargetKind kind, const BenchOpti
 
 }  // namespace
 
-BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
+BenchReport bench_compiled(const std::shared_ptr<const Compilation> &shared, const BenchOptions &o) {
+    const Compilation &c = *shared;
     if (is_gpu(c.target.kind)) return bench_gpu(c, o);
     require_compiled_for(c, TargetKind::Cpu, o);
     const Program &p = c.program;
@@ -300,8 +302,8 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
             }
         }
     }
-    auto prog = build_variant(c, o, fused);
-    Timing tf = time_program(*prog, bufs, o.threads, o.budget_s, o.min_reps);
+    Kernel prog = build_variant(shared, o, fused);
+    Timing tf = time_kernel(prog, bufs, o.budget_s, o.min_reps);
     nlohmann::json j;
     j["spec"] = c.file;
     j["sizes"] = sizes;
@@ -311,9 +313,9 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     j["reps"] = tf.reps;
     j["variant"] = fused.label();
     std::string strategy;
-    for (const tile::Kernel &k : prog->module.kernels) strategy += (strategy.empty() ? "" : "+") + std::string(to_string(k.schedule.strategy));
+    for (const tile::Kernel &k : prog.module().kernels) strategy += (strategy.empty() ? "" : "+") + std::string(to_string(k.schedule.strategy));
     j["strategy"] = strategy;
-    j["kernels"] = prog->module.kernels.size();
+    j["kernels"] = prog.module().kernels.size();
     if (!tuned_from.empty()) j["tuned"] = tuned_from;
     j["bytes"] = cost.bytes;
     j["flops"] = cost.flops;
@@ -325,8 +327,8 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     j["fraction_of_floor"] = floor_ms / tf.median_ms;
     j["fraction_of_bandwidth"] = j["gbps"].get<double>() / lim.bandwidth_gbs;
     j["fraction_of_fp32_peak"] = j["gflops"].get<double>() / lim.fp32_gflops;
-    j["compile_ms"] = prog->compile_ms;
-    j["peak_bytes"] = kernel_bytes(prog->module, sizes, threads);  // allocated by the program beyond inputs/outputs
+    j["compile_ms"] = prog.compile_ms();
+    j["peak_bytes"] = kernel_bytes(prog.module(), sizes, threads);  // allocated by the program beyond inputs/outputs
     std::ostringstream text;
     text.setf(std::ios::fixed);
     text.precision(3);
@@ -339,12 +341,12 @@ BenchReport bench_compiled(const Compilation &c, const BenchOptions &o) {
     text << "  fused   " << tf.median_ms << " ms  " << j["gbps"].get<double>() << " GB/s  " << j["gflops"].get<double>()
          << " GFLOP/s  " << 100 * floor_ms / tf.median_ms << "% of floor  [" << fused.label() << "; " << strategy << "]\n";
     if (o.unfused_too) {
-        auto un = build_variant(c, o, {std::nullopt, 0, 0, 0, true});
-        Timing tu = time_program(*un, bufs, o.threads, o.budget_s, o.min_reps);
+        Kernel un = build_variant(shared, o, {std::nullopt, 0, 0, 0, true});
+        Timing tu = time_kernel(un, bufs, o.budget_s, o.min_reps);
         j["unfused_time_ms"] = tu.median_ms;
-        j["unfused"] = {{"time_ms", tu.median_ms}, {"reps", tu.reps}, {"kernels", un->module.kernels.size()}};
+        j["unfused"] = {{"time_ms", tu.median_ms}, {"reps", tu.reps}, {"kernels", un.module().kernels.size()}};
         j["speedup_vs_unfused"] = tu.median_ms / tf.median_ms;
-        text << "  unfused " << tu.median_ms << " ms  (" << un->module.kernels.size() << " kernels)  fused is "
+        text << "  unfused " << tu.median_ms << " ms  (" << un.module().kernels.size() << " kernels)  fused is "
              << tu.median_ms / tf.median_ms << "x faster\n";
     }
     return {j, text.str()};
@@ -371,7 +373,8 @@ void save_tuning(const std::filesystem::path &path, nlohmann::json &j) {
     j["saved"] = path.string();
 }
 
-BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
+BenchReport tune_compiled(const std::shared_ptr<const Compilation> &shared, const TuneOptions &o) {
+    const Compilation &c = *shared;
     if (is_gpu(c.target.kind)) return tune_gpu(c, o);
     require_compiled_for(c, TargetKind::Cpu, o.bench);
     const Program &p = c.program;
@@ -393,8 +396,8 @@ BenchReport tune_compiled(const Compilation &c, const TuneOptions &o) {
     double best = 1e300;
     Variant best_v;
     for (const Variant &v : variants) {
-        auto prog = build_variant(c, o.bench, v);
-        Timing t = time_program(*prog, bufs, o.bench.threads, std::min(o.bench.budget_s, 0.3), 3);
+        Kernel prog = build_variant(shared, o.bench, v);
+        Timing t = time_kernel(prog, bufs, std::min(o.bench.budget_s, 0.3), 3);
         tried.push_back({{"label", v.label()}, {"time_ms", t.median_ms}});
         if (o.progress) {
             std::ostringstream line;

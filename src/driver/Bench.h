@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -59,7 +60,7 @@ struct BenchReport {
     std::string text;
 };
 /** `c` is analyzed for the bench's target (cpu, cuda or opencl) at the bench's sizes. */
-BenchReport bench_compiled(const Compilation &c, const BenchOptions &o);
+BenchReport bench_compiled(const std::shared_ptr<const Compilation> &c, const BenchOptions &o);
 /** bench on a GPU target (BenchGpu.cpp): device-timed runs (CUDA events; the L2 flushed before
  *  each), the nominal memory bandwidth of the device as the floor. */
 BenchReport bench_gpu(const Compilation &c, const BenchOptions &o);
@@ -69,7 +70,7 @@ struct TuneOptions {
     bool retune = false;  ///< ignore a cached result
     std::function<void(const std::string &)> progress;  ///< one line per tried variant
 };
-BenchReport tune_compiled(const Compilation &c, const TuneOptions &o);
+BenchReport tune_compiled(const std::shared_ptr<const Compilation> &c, const TuneOptions &o);
 /** tune on a GPU target: fusion level x work-group size x tile/row block, device-timed; the best is
  *  kept in the cache and used by `bench --target` on the same device and sizes. */
 BenchReport tune_gpu(const Compilation &c, const TuneOptions &o);

@@ -127,7 +127,7 @@ int64_t TensorView::numel() const {
 }
 
 struct Kernel::Impl {
-    std::unique_ptr<Compilation> c;
+    std::shared_ptr<const Compilation> c;
     Options schedule;
     std::vector<TensorInfo> inputs, outputs;
     std::unique_ptr<CpuProgram> cpu;
@@ -153,6 +153,7 @@ const std::vector<TensorInfo> &Kernel::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo> &Kernel::outputs() const { return impl_->outputs; }
 const Target &Kernel::target() const { return impl_->c->target; }
 const Compilation &Kernel::compilation() const { return *impl_->c; }
+std::shared_ptr<const Compilation> Kernel::shared_compilation() const { return impl_->c; }
 const std::string &Kernel::source() const { return impl_->source; }
 const tile::Module &Kernel::module() const { return impl_->module; }
 nlohmann::json Kernel::analysis() const { return analysis_json(*impl_->c); }
@@ -298,7 +299,7 @@ void Kernel::operator()(const std::vector<TensorView> &ins, const std::vector<Te
     bufs.scatter_outputs(ins.size(), outs);
 }
 
-Kernel compile_kernel(std::unique_ptr<Compilation> c, const Options &schedule) {
+Kernel compile_kernel(std::shared_ptr<const Compilation> c, const Options &schedule) {
     auto t0 = std::chrono::steady_clock::now();
     auto impl = std::make_unique<Kernel::Impl>();
     const Program &p = c->program;

@@ -95,6 +95,8 @@ public:
     /** The `analyze --json` object and text of the spec for this target. */
     nlohmann::json analysis() const;
     std::string explain() const;
+    /** The analyzed compilation, shared (bench builds several kernels of one). */
+    std::shared_ptr<const Compilation> shared_compilation() const;
     /** Wall milliseconds of analysis + generation + build (0 build work when the JIT cache had it). */
     double compile_ms() const;
     bool from_cache() const;
@@ -104,7 +106,7 @@ public:
 private:
     explicit Kernel(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
-    friend Kernel compile_kernel(std::unique_ptr<Compilation> c, const Options &schedule);
+    friend Kernel compile_kernel(std::shared_ptr<const Compilation> c, const Options &schedule);
 };
 
 /** parse → ... → build. `spec` is a path to a .rf file, or the spec's text itself (text has a
@@ -112,7 +114,7 @@ private:
 Kernel compile(const std::string &spec, const Target &target, const Options &options = {});
 /** A kernel from an analyzed compilation with the options of `schedule` (the compilation's own, or a
  *  variant of them: bench's unfused plan, tune's candidates); the environment is not read again. */
-Kernel compile_kernel(std::unique_ptr<Compilation> c, const Options &schedule);
+Kernel compile_kernel(std::shared_ptr<const Compilation> c, const Options &schedule);
 
 /** How many kernels this process has built (JIT or device compiles, cached or not): a program can
  *  check that calls at new sizes reuse what was built. */

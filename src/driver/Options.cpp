@@ -25,27 +25,7 @@ std::vector<std::string> split_commas(const std::string &list) {
     return out;
 }
 
-constexpr FusionLevel kFusionLevels[] = {FusionLevel::Auto, FusionLevel::Block, FusionLevel::Warp, FusionLevel::Thread};
 }  // namespace
-
-const char *to_string(FusionLevel level) {
-    switch (level) {
-    case FusionLevel::Auto: return "auto";
-    case FusionLevel::Block: return "block";
-    case FusionLevel::Warp: return "warp";
-    case FusionLevel::Thread: return "thread";
-    }
-    return "?";
-}
-
-FusionLevel parse_fusion_level(const std::string &name) {
-    std::vector<std::string> valid;
-    for (FusionLevel l : kFusionLevels) {
-        if (name == to_string(l)) return l;
-        valid.push_back(to_string(l));
-    }
-    throw UserError({}, "unknown fusion level '" + name + "' (valid: " + joined(valid) + ")");
-}
 
 std::vector<std::string> tile_pass_names() {
     std::vector<std::string> names;

@@ -13,16 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "codegen/CodeGen_GPU.h"
 #include "fuse/Strategy.h"
 #include "tile/TileIR.h"
 
 namespace rf {
 
-/** Where a GPU kernel's running states live and meet (CodeGen_GPU.h, GpuCodegenOptions). */
-enum class FusionLevel : uint8_t { Auto, Block, Warp, Thread };
-const char *to_string(FusionLevel level);
-/** "auto", "block", "warp", "thread"; UserError listing them otherwise. */
-FusionLevel parse_fusion_level(const std::string &name);
 
 /** The stages of the pipeline that can be dumped (`analyze --emit STAGE`, REDFUSE_DUMP=STAGE,...). */
 enum class Stage : uint8_t {

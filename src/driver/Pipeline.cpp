@@ -92,7 +92,7 @@ GpuCodegenOptions gpu_codegen_options(const Compilation &c, const Options &o) {
     go.threads = o.gpu_threads > 0 ? o.gpu_threads : (c.target.kind == TargetKind::Cuda ? 128 : 64);
     go.sizes = c.sizes;
     go.tensor_cores = o.tensor_cores;
-    go.fusion_level = to_string(o.fusion_level);
+    go.fusion_level = o.fusion_level;
     for (const ChainPlan &ch : c.plan.chains) {
         double n = 1;
         for (Expr e : ch.axis_extents) n *= static_cast<double>(eval_int(e, c.sizes));

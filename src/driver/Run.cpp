@@ -95,11 +95,7 @@ struct Execution {
 Execution execute(const Kernel &k, const SizeBinding &sizes, const std::map<std::string, Tensor> &inputs) {
     const Program &p = k.compilation().program;
     CpuBuffers bufs(p, sizes, inputs);
-    std::vector<TensorView> ins, outs;
-    for (size_t i = 0; i < bufs.count(); i++) {
-        TensorView v{bufs.data(i), bufs.dtype_of(i), bufs.shape_of(i)};
-        (i < p.inputs.size() ? ins : outs).push_back(v);
-    }
+    auto [ins, outs] = buffer_views(bufs, p);
     auto t0 = std::chrono::steady_clock::now();
     k(ins, outs);
     Execution e;
@@ -213,6 +209,13 @@ std::string how_it_ran(TargetKind kind, bool unfused) {
 }
 
 }  // namespace
+
+std::pair<std::vector<TensorView>, std::vector<TensorView>> buffer_views(CpuBuffers &bufs, const Program &p) {
+    std::vector<TensorView> ins, outs;
+    for (size_t i = 0; i < bufs.count(); i++)
+        (i < p.inputs.size() ? ins : outs).emplace_back(bufs.data(i), bufs.dtype_of(i), bufs.shape_of(i));
+    return {ins, outs};
+}
 
 Options RunOptions::compile_options() const {
     Options co;

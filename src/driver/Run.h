@@ -15,6 +15,8 @@
 
 namespace rf {
 
+class CpuBuffers;
+
 struct RunOptions {
     TargetKind target = TargetKind::Interp;
     std::map<std::string, int64_t> sizes;  ///< the sizes to run at (defaults from the spec)
@@ -45,6 +47,9 @@ struct RunReport {
 
 /** The inputs of a run: loaded from o.load_dir, or random (seed, distribution, scale). */
 std::map<std::string, Tensor> run_inputs(const Program &p, const SizeBinding &sizes, const RunOptions &o);
+
+/** Views of a CpuBuffers' storage: the inputs and the outputs, in spec order. */
+std::pair<std::vector<TensorView>, std::vector<TensorView>> buffer_views(CpuBuffers &bufs, const Program &p);
 
 /** execute → check → report, on a built kernel at o.sizes. */
 RunReport run_kernel(const Kernel &k, const RunOptions &o);

@@ -264,3 +264,36 @@ TEST(Cli, TuneOnOpenCLKeepsItsResultAndBenchUsesIt) {
     EXPECT_EQ(b["fusion_level"], t1["best"]["level"]);
     std::filesystem::remove_all(cache);
 }
+
+TEST(Cli, StagesAreDumpedByNameAndTheDumpIsWhatRunBuilds) {
+    // --emit STAGE prints one stage; REDFUSE_DUMP prints them on stderr during any command.
+    Result lowered = sh("analyze " + ex("attention") + " --emit tile:lowered");
+    Result exp2 = sh("analyze " + ex("attention") + " --emit tile:after-exp2");
+    ASSERT_EQ(lowered.status, 0) << lowered.out;
+    ASSERT_EQ(exp2.status, 0) << exp2.out;
+    EXPECT_EQ(lowered.out.find("exp2("), std::string::npos);
+    EXPECT_NE(exp2.out.find("exp2("), std::string::npos);
+    Result bad = sh("analyze " + ex("attention") + " --emit tile:after-nothing");
+    EXPECT_EQ(bad.status, 2);
+    EXPECT_NE(bad.out.find("tile:after-hoist"), std::string::npos) << "the error lists the stages: " << bad.out;
+    Result wrong_target = sh("analyze " + ex("softmax") + " --emit cpp --target cuda");
+    EXPECT_EQ(wrong_target.status, 2) << wrong_target.out;
+    // The C++ that `run --target cpu` builds is what `analyze --emit cpp` shows, at the same sizes.
+    std::string sizes = " --size R=300,C=5000";
+    std::string shown = stdout_of(std::string(REDFUSE_BINARY) + " analyze " + ex("softmax") + " --emit cpp" + sizes);
+    std::string dump_cmd = "REDFUSE_DUMP=cpp " + std::string(REDFUSE_BINARY) + " run " + ex("softmax") + " --target cpu" + sizes + " 2>&1 >/dev/null";
+    std::string dumped;
+    {
+        FILE *p = popen(dump_cmd.c_str(), "r");
+        std::array<char, 4096> buf;
+        size_t n;
+        while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) dumped.append(buf.data(), n);
+        pclose(p);
+    }
+    EXPECT_FALSE(shown.empty());
+    EXPECT_EQ(shown, dumped);
+    Result env_bad = sh("analyze " + ex("softmax") + " >/dev/null; REDFUSE_DUMP=nonsense " + std::string(REDFUSE_BINARY) + " analyze " + ex("softmax"));
+    EXPECT_NE(env_bad.out.find("REDFUSE_DUMP: unknown stage 'nonsense'"), std::string::npos) << env_bad.out;
+    EXPECT_EQ(sh("analyze " + ex("softmax") + " --emit cuda --arch sm_80").status, 0);
+    EXPECT_EQ(sh("analyze " + ex("softmax") + " --emit cuda --arch 80").status, 1);
+}

@@ -19,8 +19,6 @@
 #include <vector>
 
 #include "TempDir.h"
-#include "driver/Environment.h"
-#include "runtime/RuntimeSettings.h"
 #include "runtime/CudaRuntime.h"
 #include "support/Error.h"
 
@@ -334,7 +332,6 @@ TEST(CudaDriver, ProbeReportsStubAndMissingLibraries) {
 // Run by EnvOverrideSelectsTheLibrary in a fresh process, so that REDFUSE_LIBCUDA is read first.
 TEST(CudaDriverChild, ReportReason) {
     if (!std::getenv("REDFUSE_CUDA_TEST_CHILD")) GTEST_SKIP() << "only run as a child process";
-    install_environment_once();  // as rf::compile does: the environment is the driver's to read
     std::cout << "REASON<<" << cuda::driver_unavailable_reason() << ">>\n";
     try {
         cuda::device();

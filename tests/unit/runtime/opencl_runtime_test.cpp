@@ -16,8 +16,6 @@
 #include <regex>
 #include <thread>
 
-#include "driver/Environment.h"
-#include "runtime/RuntimeSettings.h"
 #include "runtime/OpenCLRuntime.h"
 #include "support/Error.h"
 
@@ -268,7 +266,6 @@ TEST(OpenCLProbe, ProbeLibrary) {
 TEST(OpenCLChild, ReasonFromEnvironment) {
     const char *expect = std::getenv("REDFUSE_TEST_EXPECT_REASON");
     if (!expect) GTEST_SKIP() << "only run by OpenCLAbsent.* in a child process";
-    install_environment_once();  // as rf::compile does: the environment is the driver's to read
     EXPECT_NE(unavailable_reason().find(expect), std::string::npos) << unavailable_reason();
     try {
         device();
