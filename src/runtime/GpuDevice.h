@@ -48,7 +48,7 @@ struct CudaDeviceOverride {
     std::function<std::shared_ptr<GpuDevice>(const GpuModule &)> build;
 };
 
-/** Installs `o` for every later compile_gpu with target "cuda" (nullptr: the real driver again).
+/** Installs `o` for every later GPU build (build_gpu_program) and device query (gpu_device_spec) with target "cuda" (nullptr: the real driver again).
  *  A test hook: set it before compiling, not while another thread compiles. */
 void set_cuda_device_override(std::shared_ptr<const CudaDeviceOverride> o);
 

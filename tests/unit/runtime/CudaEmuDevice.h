@@ -1,7 +1,7 @@
 /** \file CudaEmuDevice.h
  * An emulated CUDA device for tests: generated CUDA modules compiled by the host C++ compiler over
  * the emulator of CudaEmu.h and run block by block on the CPU, installed for target "cuda" through
- * rf::set_cuda_device_override, so that compile_gpu, GpuBuffers and run_compiled work unchanged.
+ * rf::set_cuda_device_override, so that the pipeline, GpuBuffers and run_compiled work unchanged.
  */
 #pragma once
 
