@@ -191,10 +191,22 @@ void Kernel::Impl::check_views(const std::vector<TensorView> &views, const std::
                                               " (size " + t.shape[d] + ") is " + std::to_string(v.shape[d]) +
                                               "; every extent must be at least 1");
         if (!v.data) throw AE(AE::Kind::Device, std::string(what) + " '" + t.name + "' has no data (a null pointer)");
-        if (v.memory != MemorySpace::Host)
-            throw AE(AE::Kind::Device, std::string(what) + " '" + t.name +
-                                           "' is in CUDA device memory; this kernel takes host buffers");
+        if (v.memory == MemorySpace::Cuda && c->target.kind != TargetKind::Cuda)
+            throw AE(AE::Kind::Device, std::string(what) + " '" + t.name + "' is in CUDA device memory; a " +
+                                           to_string(c->target.kind) + " kernel takes host buffers");
+        if (v.memory == MemorySpace::Cuda && !v.contiguous())
+            throw AE(AE::Kind::Shape, std::string(what) + " '" + t.name + "' is a strided view of device memory; device buffers must be dense");
     }
+}
+
+/** Host or CUDA memory for every buffer of a call (one space for all). */
+static MemorySpace call_memory(const std::vector<TensorView> &ins, const std::vector<TensorView> &outs) {
+    MemorySpace space = ins.empty() ? (outs.empty() ? MemorySpace::Host : outs[0].memory) : ins[0].memory;
+    for (const auto *list : {&ins, &outs})
+        for (const TensorView &v : *list)
+            if (v.memory != space)
+                throw AE(AE::Kind::Device, "the buffers of a call are in different memories (host and CUDA device): give all of one");
+    return space;
 }
 
 void Kernel::Impl::bind_from(const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos,
@@ -278,20 +290,30 @@ void Kernel::Impl::run_interp(const SizeBinding &sizes, const std::vector<Tensor
 
 void Kernel::operator()(const std::vector<TensorView> &ins, const std::vector<TensorView> &outs, void *stream) const {
     const Impl &I = *impl_;
-    if (stream) throw AE(AE::Kind::Device, "a CUDA stream was given, but this kernel takes host buffers");
     if (outs.size() != I.outputs.size())
         throw AE(AE::Kind::Count, "the kernel writes " + std::to_string(I.outputs.size()) + " outputs, got " +
                                       std::to_string(outs.size()) + " output buffers");
     SizeBinding sizes = bind_sizes(ins, outs);
+    MemorySpace memory = call_memory(ins, outs);
+    if (stream && memory != MemorySpace::Cuda)
+        throw AE(AE::Kind::Device, "a CUDA stream was given with host buffers; a stream orders device work only");
     if (is_interpreter(I.c->target.kind)) return I.run_interp(sizes, ins, outs);
     std::vector<int64_t> size_values;
     for (const SizeDecl &s : I.c->program.sizes) size_values.push_back(sizes.at(s.name));
+    if (memory == MemorySpace::Cuda) {  // dense device buffers, used in place, on the caller's stream
+        std::vector<BufferRef> device;
+        for (const auto *list : {&ins, &outs})
+            for (const TensorView &v : *list)
+                device.push_back({v.data, static_cast<size_t>(v.numel()) * static_cast<size_t>(dtype_bytes(v.dtype))});
+        std::lock_guard<std::mutex> lock(I.device_mutex);
+        return run_gpu_on_device(*I.gpu, sizes, size_values, device, stream);
+    }
     CallBuffers bufs(ins, outs);
     if (I.cpu) {
         int rc = I.cpu->entry(size_values.data(), bufs.ptrs.data(), I.schedule.threads);
         if (rc != 0) throw UserError({}, "the generated kernel could not allocate its temporaries (out of memory)");
     } else {
-        std::vector<HostBuffer> host;
+        std::vector<BufferRef> host;
         for (size_t i = 0; i < bufs.ptrs.size(); i++) host.push_back({bufs.ptrs[i], bufs.bytes[i]});
         std::lock_guard<std::mutex> lock(I.device_mutex);
         run_gpu_on_host(*I.gpu, sizes, size_values, host);

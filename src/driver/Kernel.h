@@ -81,8 +81,11 @@ public:
 
     /** Runs on `inputs` (in input order) writing `outputs` (in output order; allocated by the
      *  caller with output_shapes). Contiguous host buffers are used in place; strided ones go
-     *  through a dense copy. CUDA and OpenCL targets copy host buffers to the device and back.
-     *  `stream`: reserved for CUDA streams (must be null until device views are supported). */
+     *  through a dense copy. CUDA and OpenCL targets copy host buffers to the device and back
+     *  (and wait). A CUDA kernel also takes dense views of CUDA device memory (all buffers of a
+     *  call in one memory): used in place, the launches queued on `stream` (a CUstream; null: the
+     *  default stream) without waiting, unless the kernel needs temporaries (then it waits before
+     *  freeing them). A stream with host buffers is an ArgumentError. */
     void operator()(const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs,
                     void *stream = nullptr) const;
 

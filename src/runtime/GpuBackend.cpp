@@ -59,11 +59,23 @@ private:
 };
 
 // ---- CUDA.
-struct CudaBuf : DevBuf {
+/** Device memory by address: owned (cuMemAlloc) or the caller's. */
+struct CudaMem : DevBuf {
+    virtual uint64_t address() const = 0;
+};
+struct CudaBuf : CudaMem {
     explicit CudaBuf(size_t n) : b(n) {}
     void write(const void *src, size_t bytes) override { b.write(src, bytes); }
     void read(void *dst, size_t bytes) override { b.read(dst, bytes); }
+    uint64_t address() const override { return b.ptr(); }
     cuda::Buffer b;
+};
+struct CudaView : CudaMem {
+    explicit CudaView(uint64_t p) : ptr(p) {}
+    void write(const void *, size_t) override { throw InternalError("a caller's device buffer is not copied to"); }
+    void read(void *, size_t) override { throw InternalError("a caller's device buffer is not copied from"); }
+    uint64_t address() const override { return ptr; }
+    uint64_t ptr;
 };
 
 class CudaDevice : public GpuDevice {
@@ -73,12 +85,16 @@ public:
     void launch(const GpuLaunch &l, int64_t groups, int64_t smem, const std::vector<DevBuf *> &bufs,
                 const std::vector<int64_t> &sizes) override {
         std::vector<cuda::KernelArg> args;
-        for (DevBuf *b : bufs) args.push_back(cuda::KernelArg::buffer(static_cast<CudaBuf *>(b)->b));
+        for (DevBuf *b : bufs) args.push_back(cuda::KernelArg::ptr(static_cast<CudaMem *>(b)->address()));
         for (int64_t s : sizes) args.push_back(cuda::KernelArg::i64(s));
         if (groups > 0x7fffffff) throw UserError({}, "a launch needs " + std::to_string(groups) + " blocks: more than CUDA's grid allows");
         mod_.launch(l.kernel, static_cast<unsigned>(groups), static_cast<unsigned>(l.threads), static_cast<size_t>(smem), args);
     }
     void sync() override { cuda::synchronize(); }
+    std::unique_ptr<DevBuf> wrap(void *device_memory, size_t) override {
+        return std::make_unique<CudaView>(reinterpret_cast<uint64_t>(device_memory));
+    }
+    void set_stream(void *stream) override { mod_.set_stream(reinterpret_cast<uint64_t>(stream)); }
     void flush_caches() override { cuda::flush_l2(); }
     double time(const std::function<void()> &f) override {
         cuda::Event a, b;
@@ -163,6 +179,10 @@ GpuSpec opencl_spec() {
 
 GpuProgram::~GpuProgram() = default;
 
+std::unique_ptr<DevBuf> GpuDevice::wrap(void *, size_t) {
+    throw UserError({}, "this device cannot use the caller's device memory; pass host buffers");
+}
+
 void set_cuda_device_override(std::shared_ptr<const CudaDeviceOverride> o) { cuda_override() = std::move(o); }
 
 std::vector<std::string> cuda_compile_options() { return {"--prec-div=false", "-lineinfo"}; }
@@ -204,26 +224,9 @@ std::unique_ptr<GpuProgram> build_gpu_program(GpuModule module, const GpuBuildOp
     return prog;
 }
 
-void run_gpu_on_host(const GpuProgram &prog, const SizeBinding &sizes, const std::vector<int64_t> &size_values,
-                     const std::vector<HostBuffer> &user) {
-    const tile::Module &m = prog.gpu.module;
-    std::vector<std::unique_ptr<DevBuf>> dev;
-    std::vector<int> user_of;
-    size_t next = 0;
-    for (const tile::Buffer &b : m.buffers) {
-        if (b.role == tile::Buffer::Role::Temp) {
-            double n = 1;
-            for (Expr d : b.dims) n *= eval_sizes(d, sizes);
-            dev.push_back(prog.device->alloc(static_cast<size_t>(std::max(1.0, n)) * 4));
-            user_of.push_back(-1);
-            continue;
-        }
-        RF_INTERNAL_ASSERT(next < user.size()) << "module buffers do not match the kernel's inputs and outputs";
-        const HostBuffer &h = user[next];
-        dev.push_back(prog.device->alloc(std::max<size_t>(h.bytes, 1)));
-        if (b.role == tile::Buffer::Role::Input && h.bytes) dev.back()->write(h.data, h.bytes);
-        user_of.push_back(static_cast<int>(next++));
-    }
+namespace {
+void launch_all(const GpuProgram &prog, const SizeBinding &sizes, const std::vector<int64_t> &size_values,
+                const std::vector<std::unique_ptr<DevBuf>> &dev) {
     std::vector<DevBuf *> bufs;
     for (auto &d : dev) bufs.push_back(d.get());
     for (const GpuLaunch &l : prog.gpu.launches) {
@@ -232,6 +235,59 @@ void run_gpu_on_host(const GpuProgram &prog, const SizeBinding &sizes, const std
         prog.device->launch(l, static_cast<int64_t>(groups), static_cast<int64_t>(eval_sizes(l.shared_bytes, sizes)), bufs,
                             size_values);
     }
+}
+
+std::unique_ptr<DevBuf> temporary(const GpuProgram &prog, const tile::Buffer &b, const SizeBinding &sizes) {
+    double n = 1;
+    for (Expr d : b.dims) n *= eval_sizes(d, sizes);
+    return prog.device->alloc(static_cast<size_t>(std::max(1.0, n)) * 4);
+}
+}  // namespace
+
+void run_gpu_on_device(const GpuProgram &prog, const SizeBinding &sizes, const std::vector<int64_t> &size_values,
+                       const std::vector<BufferRef> &user, void *stream) {
+    const tile::Module &m = prog.gpu.module;
+    std::vector<std::unique_ptr<DevBuf>> dev;
+    bool temporaries = false;
+    size_t next = 0;
+    for (const tile::Buffer &b : m.buffers) {
+        if (b.role == tile::Buffer::Role::Temp) {
+            dev.push_back(temporary(prog, b, sizes));
+            temporaries = true;
+            continue;
+        }
+        RF_INTERNAL_ASSERT(next < user.size()) << "module buffers do not match the kernel's inputs and outputs";
+        dev.push_back(prog.device->wrap(user[next].data, user[next].bytes));
+        next++;
+    }
+    prog.device->set_stream(stream);
+    launch_all(prog, sizes, size_values, dev);
+    // The temporaries are freed on return: the launches that use them must have finished.
+    if (temporaries) prog.device->sync();
+    prog.device->set_stream(nullptr);
+}
+
+void run_gpu_on_host(const GpuProgram &prog, const SizeBinding &sizes, const std::vector<int64_t> &size_values,
+                     const std::vector<BufferRef> &user) {
+    const tile::Module &m = prog.gpu.module;
+    std::vector<std::unique_ptr<DevBuf>> dev;
+    std::vector<int> user_of;
+    size_t next = 0;
+    for (const tile::Buffer &b : m.buffers) {
+        if (b.role == tile::Buffer::Role::Temp) {
+            dev.push_back(temporary(prog, b, sizes));
+            user_of.push_back(-1);
+            continue;
+        }
+        RF_INTERNAL_ASSERT(next < user.size()) << "module buffers do not match the kernel's inputs and outputs";
+        const BufferRef &h = user[next];
+        dev.push_back(prog.device->alloc(std::max<size_t>(h.bytes, 1)));
+        // Outputs too: an element the kernel does not write keeps the caller's value (a poisoned
+        // output stays poisoned, so a check finds it).
+        if (h.bytes) dev.back()->write(h.data, h.bytes);
+        user_of.push_back(static_cast<int>(next++));
+    }
+    launch_all(prog, sizes, size_values, dev);
     prog.device->sync();
     for (size_t i = 0; i < m.buffers.size(); i++)
         if (m.buffers[i].role == tile::Buffer::Role::Output && user[user_of[i]].bytes)

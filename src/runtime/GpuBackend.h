@@ -52,8 +52,8 @@ struct GpuProgram {
  *  UserError when there is no device ("no CUDA driver/device: ...", "no OpenCL platform/device: ..."). */
 std::unique_ptr<GpuProgram> build_gpu_program(GpuModule module, const GpuBuildOptions &o);
 
-/** One user buffer in host memory, dense, in its storage format (inputs, then outputs). */
-struct HostBuffer {
+/** One user buffer, dense, in its storage format (inputs, then outputs): host or device memory. */
+struct BufferRef {
     void *data = nullptr;
     size_t bytes = 0;
 };
@@ -61,7 +61,14 @@ struct HostBuffer {
 /** Runs every launch of `prog` at `sizes` (size_values: the sizes in spec order) on copies of host
  *  buffers: inputs are copied to the device, outputs back; temporaries are allocated per call. */
 void run_gpu_on_host(const GpuProgram &prog, const SizeBinding &sizes, const std::vector<int64_t> &size_values,
-                     const std::vector<HostBuffer> &user);
+                     const std::vector<BufferRef> &user);
+
+/** Runs every launch of `prog` directly on the caller's device memory (`user`: device pointers, in
+ *  the same order), queued on `stream` (CUDA: a CUstream; nullptr: the default stream) and not
+ *  waited for, except when the module has temporaries (allocated per call and freed on return:
+ *  the launches are waited for first). UserError for a device without caller memory (OpenCL). */
+void run_gpu_on_device(const GpuProgram &prog, const SizeBinding &sizes, const std::vector<int64_t> &size_values,
+                       const std::vector<BufferRef> &user, void *stream);
 
 /** Device copies of a run's inputs, outputs and temporaries. */
 class GpuBuffers {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "support/Error.h"
+
 #include "codegen/CodeGen_GPU.h"
 
 namespace rf {
@@ -33,6 +35,11 @@ public:
     virtual void launch(const GpuLaunch &l, int64_t groups, int64_t smem, const std::vector<DevBuf *> &bufs,
                         const std::vector<int64_t> &sizes) = 0;
     virtual void sync() = 0;
+    /** A buffer over caller-owned device memory (not freed with the DevBuf); UserError where the
+     *  device cannot address the caller's memory (OpenCL). */
+    virtual std::unique_ptr<DevBuf> wrap(void *device_memory, size_t bytes);
+    /** The stream later launches are queued on (CUDA: a CUstream; nullptr: the default stream). */
+    virtual void set_stream(void *stream) { (void)stream; }
     /** Device milliseconds of f() (which enqueues work). */
     virtual double time(const std::function<void()> &f) = 0;
     virtual void flush_caches() {}

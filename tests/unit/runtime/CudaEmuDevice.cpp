@@ -35,11 +35,16 @@ std::string read_file(const std::string &path) {
  *  alignment tests take the vector path exactly where a GPU would. */
 struct EmuBuf : DevBuf {
     explicit EmuBuf(size_t n) : bytes(n), p(static_cast<unsigned char *>(std::aligned_alloc(256, (n + 255) / 256 * 256 + 256))) {}
-    ~EmuBuf() override { std::free(p); }
+    /** The caller's "device" memory (host memory standing in for it): not freed here. */
+    EmuBuf(void *caller, size_t n) : bytes(n), p(static_cast<unsigned char *>(caller)), owned(false) {}
+    ~EmuBuf() override {
+        if (owned) std::free(p);
+    }
     void write(const void *src, size_t n) override { std::memcpy(p, src, n); }
     void read(void *dst, size_t n) override { std::memcpy(dst, p, n); }
     size_t bytes;
     unsigned char *p;
+    bool owned = true;
 };
 
 typedef int (*LaunchFn)(const char *, unsigned, unsigned, size_t, void *const *, const size_t *, size_t, const int64_t *, size_t,
@@ -47,7 +52,7 @@ typedef int (*LaunchFn)(const char *, unsigned, unsigned, size_t, void *const *,
 
 class EmuDevice : public GpuDevice {
 public:
-    EmuDevice(const GpuModule &m, const CudaEmuOptions &o) : seed_(o.seed) {
+    EmuDevice(const GpuModule &m, const CudaEmuOptions &o) : seed_(o.seed), on_set_stream_(o.on_set_stream) {
         std::string source = m.source;
         if (o.mutate_source) o.mutate_source(source);
         std::vector<std::string> kernels;
@@ -62,6 +67,10 @@ public:
         launch_ = so_->function<LaunchFn>("rf_emu_launch");
     }
     std::unique_ptr<DevBuf> alloc(size_t bytes) override { return std::make_unique<EmuBuf>(bytes); }
+    std::unique_ptr<DevBuf> wrap(void *memory, size_t bytes) override { return std::make_unique<EmuBuf>(memory, bytes); }
+    void set_stream(void *stream) override {
+        if (on_set_stream_) on_set_stream_(stream);
+    }
     void launch(const GpuLaunch &l, int64_t groups, int64_t smem, const std::vector<DevBuf *> &bufs,
                 const std::vector<int64_t> &sizes) override {
         std::vector<void *> ptrs;
@@ -86,6 +95,7 @@ public:
 
 private:
     uint32_t seed_;
+    std::function<void(void *)> on_set_stream_;
     std::shared_ptr<SharedObject> so_;
     LaunchFn launch_ = nullptr;
 };

@@ -19,6 +19,8 @@ struct CudaEmuOptions {
     std::vector<std::string> flags{"-O1"};
     /** Applied to each generated source before it is compiled: the tests' injected mistakes. */
     std::function<void(std::string &)> mutate_source;
+    /** Called with each stream launches are queued on (the Kernel's device-memory path). */
+    std::function<void(void *)> on_set_stream;
 };
 
 /** Installs the emulated device for target "cuda" while alive (H200-like limits: 227 KiB of shared

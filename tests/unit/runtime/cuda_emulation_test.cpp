@@ -10,6 +10,7 @@
 #include "../ExampleSizes.h"
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -18,6 +19,7 @@
 
 #include "CudaEmuDevice.h"
 #include "driver/Compiler.h"
+#include "driver/Kernel.h"
 #include "driver/Run.h"
 #include "support/Error.h"
 
@@ -157,3 +159,43 @@ TEST(CudaEmulator, CatchesInjectedMistakes) {
         else EXPECT_EQ(error, "") << "a wrong result was expected, not an emulator error";
     }
 }
+
+namespace rf {
+namespace {
+
+/** The Kernel's device-memory path on the emulated device: dense views of "device" memory (host
+ *  memory standing in for it) used in place, the launches queued on the caller's stream; host
+ *  buffers on the same kernel go through copies; a stream with host buffers is refused. */
+TEST(CudaEmulatedKernel, DeviceViewsRunInPlaceOnTheCallersStream) {
+    std::vector<void *> streams;
+    test::CudaEmuOptions eo;
+    eo.on_set_stream = [&](void *s) { streams.push_back(s); };
+    test::ScopedCudaEmulation emu(eo);
+    ArenaScope arena;
+    Kernel k = compile(std::string(REDFUSE_SOURCE_DIR) + "/examples/softmax.rf", make_target(TargetKind::Cuda));
+    EXPECT_TRUE(k.target().gpu.from_device);
+    const int64_t R = 5, C = 300;
+    std::vector<float> x(R * C), y_dev(R * C, NAN), y_host(R * C, NAN);
+    for (size_t i = 0; i < x.size(); i++) x[i] = std::sin(0.37 * double(i)) * 4;
+    int fake_stream = 0;
+    k({{x.data(), DType::f32, {R, C}, {}, MemorySpace::Cuda}}, {{y_dev.data(), DType::f32, {R, C}, {}, MemorySpace::Cuda}}, &fake_stream);
+    ASSERT_FALSE(streams.empty());
+    EXPECT_EQ(streams.front(), &fake_stream);
+    k({{x.data(), DType::f32, {R, C}}}, {{y_host.data(), DType::f32, {R, C}}});
+    for (int64_t r = 0; r < R; r++) {
+        double m = -INFINITY, s = 0;
+        for (int64_t c = 0; c < C; c++) m = std::max(m, double(x[r * C + c]));
+        for (int64_t c = 0; c < C; c++) s += std::exp(double(x[r * C + c]) - m);
+        for (int64_t c = 0; c < C; c++) {
+            EXPECT_NEAR(y_dev[r * C + c], std::exp(double(x[r * C + c]) - m) / s, 1e-5);
+            EXPECT_EQ(y_dev[r * C + c], y_host[r * C + c]);
+        }
+    }
+    EXPECT_THROW(k({{x.data(), DType::f32, {R, C}}}, {{y_host.data(), DType::f32, {R, C}}}, &fake_stream), ArgumentError);
+    EXPECT_THROW(k({{x.data(), DType::f32, {R, C}, {}, MemorySpace::Cuda}}, {{y_host.data(), DType::f32, {R, C}}}), ArgumentError);
+    EXPECT_THROW(k({{x.data(), DType::f32, {C, R}, {1, C}, MemorySpace::Cuda}}, {{y_dev.data(), DType::f32, {C, R}, {}, MemorySpace::Cuda}}),
+                 ArgumentError);
+}
+
+}  // namespace
+}  // namespace rf
