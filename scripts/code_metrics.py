@@ -52,10 +52,10 @@ def main():
             funcs.append((n, f"{rel}:{line}", name))
         if "getenv(" in text:
             env.append(rel)
-        for m in re.finditer(r"\b(make_plan|lower_plan)\(", text):
+        for m in re.finditer(r"\b(make_plan|lower_plan|lower_without_passes)\(", text):
             line = text.count("\n", 0, m.start()) + 1
             decl = text[text.rfind("\n", 0, m.start()) + 1:text.find("\n", m.start())]
-            if re.match(r"\s*(Plan|Module)\s+(make_plan|lower_plan)\(", decl) or decl.strip().startswith(("//", "*", "/*")):
+            if re.match(r"\s*(Plan|Module)\s+(make_plan|lower_plan|lower_without_passes)\(", decl) or decl.strip().startswith(("//", "*", "/*")):
                 continue  # the definition or declaration itself, or a comment
             plan_sites.append(f"{rel}:{line} {m.group(1)}")
         s = stage_of(p)
