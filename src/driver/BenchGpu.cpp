@@ -87,6 +87,29 @@ Options gpu_options(const Compilation &c, const BenchOptions &o, bool unfused) {
 /** generate → build, for one set of options. */
 std::unique_ptr<GpuProgram> build_with(const Compilation &c, const Options &g) { return build_gpu(generate(c, g), c, g); }
 
+
+/** The bench's options, or where none are forced and `tune` kept a result for this spec, device
+ *  and sizes, that result (its path in `tuned_from`). */
+Options tuned_gpu_options(const Compilation &c, const BenchOptions &o, const SizeBinding &sizes, std::string &tuned_from) {
+    Options fused = gpu_options(c, o, false);
+    if (!o.use_tuned || o.strategy || o.unfused || o.tile || o.segments || o.row_block || o.gpu_threads || o.fusion_level != FusionLevel::Auto)
+        return fused;
+    std::filesystem::path tp = gpu_tune_path(c, sizes, to_string(c.target.kind), device_name(c.target.kind));
+    std::ifstream in(tp);
+    if (!in) return fused;
+    try {
+        nlohmann::json t = nlohmann::json::parse(in).at("best");
+        fused.fusion_level = parse_fusion_level(t.at("level"));
+        fused.gpu_threads = t.at("threads");
+        fused.tile = t.at("tile");
+        fused.row_block = t.at("row_block");
+        tuned_from = tp.string();
+        return fused;
+    } catch (const std::exception &) {
+        return gpu_options(c, o, false);  // an unreadable entry: the bench's own options
+    }
+}
+
 }  // namespace
 
 BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
@@ -96,24 +119,8 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
     std::map<std::string, Tensor> inputs = o.load_dir.empty() ? make_random_inputs(p, sizes, o.seed) : load_dir(o.load_dir, p, sizes);
     WorkloadCost cost = workload_cost(p, sizes);
 
-    Options fused = gpu_options(c, o, false);
     std::string tuned_from;
-    if (o.use_tuned && !o.strategy && !o.unfused && !o.tile && !o.segments && !o.row_block && !o.gpu_threads && o.fusion_level == FusionLevel::Auto) {
-        std::filesystem::path tp = gpu_tune_path(c, sizes, target, device_name(c.target.kind));
-        std::ifstream in(tp);
-        if (in) {
-            try {
-                nlohmann::json t = nlohmann::json::parse(in).at("best");
-                fused.fusion_level = parse_fusion_level(t.at("level"));
-                fused.gpu_threads = t.at("threads");
-                fused.tile = t.at("tile");
-                fused.row_block = t.at("row_block");
-                tuned_from = tp.string();
-            } catch (const std::exception &) {
-                fused = gpu_options(c, o, false);
-            }
-        }
-    }
+    Options fused = tuned_gpu_options(c, o, sizes, tuned_from);
     auto prog = build_with(c, fused);
     GpuBuffers bufs(*prog, p, sizes, inputs);
     GpuTiming tf = time_gpu(bufs, o.budget_s, o.min_reps);
@@ -149,7 +156,7 @@ BenchReport bench_gpu(const Compilation &c, const BenchOptions &o) {
     std::ostringstream text;
     text.setf(std::ios::fixed);
     text.precision(4);
- text << c.file << " on " << target << " (" << device << ") at";
+    text << c.file << " on " << target << " (" << device << ") at";
     for (auto &[n, v] : sizes) text << " " << n << "=" << v;
     text << "\n";
     text << "  fused   " << tf.median_ms << " ms  " << j["gbps"].get<double>() << " GB/s  " << j["tflops"].get<double>() << " TFLOP/s  ["
