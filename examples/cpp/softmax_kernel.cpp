@@ -16,7 +16,6 @@
 int main(int argc, char **argv) {
     const char *spec = argc > 1 ? argv[1] : "examples/softmax.rf";
     try {
-        rf::ArenaScope arena;  // the compiler's expressions live in a per-thread arena
         rf::Kernel k = rf::compile(spec, rf::make_target(rf::TargetKind::Cpu));
         std::printf("%s: %zu input(s), %zu output(s), compiled in %.1f ms%s\n", spec, k.inputs().size(), k.outputs().size(),
                     k.compile_ms(), k.from_cache() ? " (JIT cache)" : "");

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "driver/Environment.h"
@@ -127,6 +128,9 @@ int64_t TensorView::numel() const {
 }
 
 struct Kernel::Impl {
+    // Declared first, destroyed last: the compilation's expressions live in it (null when the
+    // compilation was made in the caller's arena: compile_kernel).
+    std::shared_ptr<Arena> arena;
     std::shared_ptr<const Compilation> c;
     Options schedule;
     std::vector<TensorInfo> inputs, outputs;
@@ -227,6 +231,8 @@ void Kernel::Impl::bind_from(const std::vector<TensorView> &views, const std::ve
 
 SizeBinding Kernel::bind_sizes(const std::vector<TensorView> &ins, const std::vector<TensorView> &outs) const {
     const Impl &I = *impl_;
+    std::optional<ArenaUse> use;
+    if (I.arena) use.emplace(*I.arena);
     I.check_views(ins, I.inputs, "input");
     if (!outs.empty()) I.check_views(outs, I.outputs, "output");
     SizeBinding sizes;
@@ -290,6 +296,8 @@ void Kernel::Impl::run_interp(const SizeBinding &sizes, const std::vector<Tensor
 
 void Kernel::operator()(const std::vector<TensorView> &ins, const std::vector<TensorView> &outs, void *stream) const {
     const Impl &I = *impl_;
+    std::optional<ArenaUse> use;
+    if (I.arena) use.emplace(*I.arena);
     if (outs.size() != I.outputs.size())
         throw AE(AE::Kind::Count, "the kernel writes " + std::to_string(I.outputs.size()) + " outputs, got " +
                                       std::to_string(outs.size()) + " output buffers");
@@ -354,11 +362,16 @@ Kernel compile_kernel(std::shared_ptr<const Compilation> c, const Options &sched
 
 Kernel compile(const std::string &spec, const Target &target, const Options &options) {
     install_environment_once();
+    // The kernel owns the arena its compilation is built in: it outlives every scope of the caller.
+    auto arena = std::make_shared<Arena>();
+    ArenaUse use(*arena);
     std::string file;
     std::string text = read_spec(spec, file);
     std::unique_ptr<Compilation> c = analyze_source(text, file, target, options);
     Options schedule = c->options;
-    return compile_kernel(std::move(c), schedule);
+    Kernel k = compile_kernel(std::move(c), schedule);
+    k.impl_->arena = std::move(arena);
+    return k;
 }
 
 int64_t kernel_builds() { return g_builds.load(); }

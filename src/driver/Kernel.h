@@ -3,7 +3,6 @@
  * many times on its own memory. One build serves every size: the sizes are bound from the shapes of
  * the buffers of each call.
  *
- *     rf::ArenaScope arena;                        // expressions live in a per-thread arena
  *     rf::Kernel k = rf::compile("examples/softmax.rf", rf::make_target(rf::TargetKind::Cpu));
  *     std::vector<int64_t> shape{R, C};
  *     k({{x.data(), rf::DType::f32, shape}}, {{y.data(), rf::DType::f32, shape}});
@@ -110,13 +109,16 @@ private:
     explicit Kernel(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
     friend Kernel compile_kernel(std::shared_ptr<const Compilation> c, const Options &schedule);
+    friend Kernel compile(const std::string &spec, const Target &target, const Options &options);
 };
 
 /** parse → ... → build. `spec` is a path to a .rf file, or the spec's text itself (text has a
- *  newline or a statement; a single line naming an existing file is read as a path). */
+ *  newline or a statement; a single line naming an existing file is read as a path). The Kernel
+ *  owns everything it was built from (no ArenaScope needed); call it from any thread. */
 Kernel compile(const std::string &spec, const Target &target, const Options &options = {});
 /** A kernel from an analyzed compilation with the options of `schedule` (the compilation's own, or a
- *  variant of them: bench's unfused plan, tune's candidates); the environment is not read again. */
+ *  variant of them: bench's unfused plan, tune's candidates); the environment is not read again.
+ *  The compilation's expressions live in the caller's arena, which must outlive the kernel. */
 Kernel compile_kernel(std::shared_ptr<const Compilation> c, const Options &schedule);
 
 /** How many kernels this process has built (JIT or device compiles, cached or not): a program can

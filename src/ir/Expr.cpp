@@ -146,6 +146,8 @@ ArenaMemo &Arena::thread_memo(ArenaMemoFactory make) {
 Arena &current_arena() { return tls_current ? *tls_current : default_arena(); }
 
 ArenaScope::ArenaScope() : previous_(tls_current) { tls_current = &arena_; }
+ArenaUse::ArenaUse(Arena &a) : previous_(tls_current) { tls_current = &a; }
+ArenaUse::~ArenaUse() { tls_current = previous_; }
 ArenaScope::~ArenaScope() { tls_current = previous_; }
 
 // ---------------------------------------------------------------------------------------------

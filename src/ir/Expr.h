@@ -120,6 +120,19 @@ private:
 
 Arena &current_arena();
 
+/** Makes an existing arena current on this thread for its lifetime: a Kernel owns the arena its
+ *  compilation was built in and uses it for each call, whatever thread calls. */
+class ArenaUse {
+public:
+    explicit ArenaUse(Arena &a);
+    ~ArenaUse();
+    ArenaUse(const ArenaUse &) = delete;
+    ArenaUse &operator=(const ArenaUse &) = delete;
+
+private:
+    Arena *previous_;
+};
+
 class ArenaScope {
 public:
     ArenaScope();

@@ -298,3 +298,22 @@ TEST(Target, CrossCompilingForAnArchNeedsNoDevice) {
 
 }  // namespace
 }  // namespace rf
+
+namespace rf {
+namespace {
+
+TEST(Kernel, OwnsItsArenaAndOutlivesTheCallersScopes) {
+    // Compiled inside a scope that ends, called from another thread with no scope at all.
+    std::unique_ptr<Kernel> k;
+    {
+        ArenaScope scope;
+        k = std::make_unique<Kernel>(compile(example("softmax"), make_target(TargetKind::Cpu)));
+    }
+    double err = 0;
+    std::thread t([&] { err = softmax_error(*k, 4, 77, 9); });
+    t.join();
+    EXPECT_LT(err, 1e-5);
+}
+
+}  // namespace
+}  // namespace rf
