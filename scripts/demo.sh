@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+venv=$(scripts/python_setup.sh | tail -1)   # the Python package, in the project's venv
 status=0
 for spec in examples/*.rf; do
   echo "================ $spec"
@@ -14,4 +15,6 @@ for spec in examples/*.rf; do
   build/redfuse run "$spec" --target opencl --check || status=1
   if [ -e /dev/nvidiactl ]; then build/redfuse run "$spec" --target cuda --check || status=1; fi
 done
+echo "================ the Python API (examples/python/softmax_numpy.py)"
+"$venv/bin/python" examples/python/softmax_numpy.py || status=1
 exit $status

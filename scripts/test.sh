@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the unit/property/golden/end-to-end suite, then the same suite
-# once more under AddressSanitizer + UndefinedBehaviorSanitizer (skip it with REDFUSE_NO_SANITIZE=1).
+# Sets up, builds and runs every test: the unit/property/golden/end-to-end suite, the installed
+# library from a program outside the tree (examples/cpp), the Python package (built as a wheel,
+# installed into the project's venv, pytest), then the C++ suite once more under AddressSanitizer +
+# UndefinedBehaviorSanitizer (skip it with REDFUSE_NO_SANITIZE=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -15,6 +17,10 @@ cmake --install build --prefix build/install >/dev/null
 cmake -S examples/cpp -B build/example-cpp -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
 ninja -C build/example-cpp >/dev/null
 build/example-cpp/softmax_kernel examples/softmax.rf
+
+echo "== the Python package: pip wheel ., installed into the project's venv, and its tests (pytest)"
+venv=$(scripts/python_setup.sh | tail -1)
+"$venv/bin/python" -m pytest -q python/tests
 
 if [ "${REDFUSE_NO_SANITIZE:-0}" != "1" ]; then
   echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"

@@ -1,0 +1,162 @@
+"""redfuse: chains of dependent reductions, proved fusible and compiled to single-pass kernels.
+
+    import numpy as np, redfuse
+    k = redfuse.compile("examples/softmax.rf")      # a path to a .rf spec, or its text
+    y = k(np.random.randn(64, 1000).astype(np.float32))
+
+A Kernel is compiled once and called at any sizes (bound from the arguments' shapes, without a
+rebuild: ``redfuse.stats()["builds"]``). This layer is thin and typed over the C++ library
+(docs/library.md); docs/python.md is its contract.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _redfuse
+
+__all__ = ["compile", "Kernel", "TensorSpec", "SpecError", "stats"]
+__version__ = "0.1.0"
+
+
+class SpecError(ValueError):
+    """A bad spec (or a size out of range, an unreadable file): ``file``, ``line`` and ``column``
+    locate it (0 when it has no place in the spec); ``message`` is the text without the place."""
+
+    def __init__(self, message: str, file: str = "", line: int = 0, column: int = 0):
+        where = f"{file}:{line}:{column}: " if line else (f"{file}: " if file else "")
+        super().__init__(where + message)
+        self.message, self.file, self.line, self.column = message, file, line, column
+
+
+def _raise(kind: str, message: str, file: str, line: int, column: int) -> None:
+    if kind == "spec":
+        raise SpecError(message, file, line, column)
+    if kind == "dtype":
+        raise TypeError(message)
+    if kind in ("shape", "device"):
+        raise ValueError(message)
+    raise RuntimeError(message)
+
+
+_redfuse._set_error_factory(_raise)
+
+# NumPy dtypes of the spec's dtypes. NumPy has no bfloat16 or fp8: those tensors are passed as their
+# bits (uint16, uint8), as the spec's storage format says.
+_NUMPY_OF = {
+    "f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.uint16,
+    "f8e4m3": np.uint8, "f8e5m2": np.uint8, "i8": np.int8, "i32": np.int32, "i64": np.int64,
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An input or output of a Kernel: its name, the spec's dtype, and its shape over the sizes."""
+
+    name: str
+    dtype: str
+    shape: Tuple[str, ...]
+    is_index: bool = False
+
+    def __repr__(self) -> str:
+        return f"{self.name}[{', '.join(self.shape)}]: {self.dtype}"
+
+
+def stats() -> Dict[str, int]:
+    """Counters of this process: ``builds`` is the number of kernels built (JIT or device compiles)."""
+    return {"builds": int(_redfuse.builds())}
+
+
+class Kernel:
+    """A compiled spec. Call it with the inputs in the spec's ``input`` order (or by name); it
+    returns the outputs (one: an array; several: a tuple in ``output`` order)."""
+
+    def __init__(self, core: Any, spec: str, target: str):
+        self._core = core
+        self._spec = spec
+        self.target = target
+        self.inputs: Tuple[TensorSpec, ...] = tuple(TensorSpec(n, d, tuple(s), i) for n, d, s, i in core.inputs())
+        self.outputs: Tuple[TensorSpec, ...] = tuple(TensorSpec(n, d, tuple(s), i) for n, d, s, i in core.outputs())
+
+    # ---- calling
+    def _arguments(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]:
+        names = [t.name for t in self.inputs]
+        if args and kwargs:
+            raise TypeError("pass the inputs either by position or by name, not both")
+        if kwargs:
+            unknown = sorted(set(kwargs) - set(names))
+            if unknown:
+                raise TypeError(f"unknown input(s) {', '.join(unknown)}; the spec's inputs are {', '.join(names)}")
+            missing = [n for n in names if n not in kwargs]
+            if missing:
+                raise TypeError(f"missing input(s) {', '.join(missing)}")
+            return [kwargs[n] for n in names]
+        if len(args) != len(names):
+            raise TypeError(f"the kernel takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+        return list(args)
+
+    def _view(self, a: np.ndarray, spec: TensorSpec, what: str) -> tuple:
+        want = np.dtype(_NUMPY_OF[spec.dtype])
+        if a.dtype != want:
+            raise TypeError(f"{what} '{spec.name}' has dtype {a.dtype}; the spec declares {spec.dtype} "
+                            f"(a NumPy array of {want})")
+        strides = [s // a.itemsize for s in a.strides] if a.size else []
+        return (a.ctypes.data if a.size else 0, spec.dtype, list(a.shape), strides, False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Union[np.ndarray, Tuple[np.ndarray, ...]]:
+        arrays = []
+        for a, spec in zip(self._arguments(args, kwargs), self.inputs):
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"input '{spec.name}' is a {type(a).__name__}; pass a NumPy array")
+            arrays.append(a)
+        ins = [self._view(a, s, "input") for a, s in zip(arrays, self.inputs)]
+        shapes = self._core.output_shapes(ins)
+        outs = [np.empty(shape, dtype=_NUMPY_OF[s.dtype]) for shape, s in zip(shapes, self.outputs)]
+        self._core.run(ins, [self._view(o, s, "output") for o, s in zip(outs, self.outputs)], 0)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    # ---- what it is
+    @property
+    def analysis(self) -> Dict[str, Any]:
+        """The ``redfuse analyze --json`` object of the spec (docs/cli.md)."""
+        return json.loads(self._core.analysis_json())
+
+    def explain(self) -> str:
+        """The ``redfuse analyze`` text: which reductions fused, the derived update, merge and epilogue."""
+        return self._core.explain()
+
+    def source(self, target: Optional[str] = None) -> str:
+        """The generated source that was built (``target`` must be the kernel's own, or None)."""
+        if target not in (None, self.target):
+            raise ValueError(f"this kernel was built for {self.target}; compile for {target} to see its source")
+        return self._core.source()
+
+    def __repr__(self) -> str:
+        chains = self.analysis.get("chains", [])
+        verdicts = "; ".join(f"{'+'.join(c['members'])}: {'fused ' + c['strategy'] if c['fused'] else 'not fused'}"
+                             for c in chains)
+        return (f"redfuse.Kernel({', '.join(map(repr, self.inputs))} -> {', '.join(map(repr, self.outputs))}; "
+                f"{self.target}; {verdicts})")
+
+
+def compile(spec: str, target: str = "auto", name: Optional[str] = None,
+            sizes: Optional[Dict[str, int]] = None) -> Kernel:
+    """Compiles a spec (a path to a .rf file, or the spec's text) into a Kernel.
+
+    target: "auto" (the CPU for NumPy arrays), "cpu", "opencl", "cuda", "interp" or "interp-f32".
+    name:   a name for the kernel (reserved for the torch.library op; unused by NumPy calls).
+    sizes:  the sizes the schedule is chosen for (the kernel accepts any sizes at run time).
+
+    Raises SpecError (with file, line and column) for a bad spec.
+    """
+    del name  # the custom-op name comes with the PyTorch integration
+    if target == "auto":
+        target = "cpu"
+    if not isinstance(spec, str):
+        spec = os.fspath(spec)
+    core = _redfuse.compile(spec, target, sorted((sizes or {}).items()))
+    return Kernel(core, spec, target)

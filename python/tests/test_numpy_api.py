@@ -1,0 +1,161 @@
+"""The Python API on NumPy arrays: every example through the CPU kernel against the plan
+interpreter (float64, itself checked against the reference in the C++ tests), sizes bound from
+shapes without rebuilding, strided inputs, names, threads, and every bad input as an exception."""
+from __future__ import annotations
+
+import pathlib
+import threading
+
+import numpy as np
+import pytest
+
+import redfuse
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.rf"))
+SOFTMAX = str(ROOT / "examples" / "softmax.rf")
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits, round to nearest even (the spec's storage format for bf16)."""
+    b = x.astype(np.float32).view(np.uint32)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bits_to_float(t: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bf16":
+        return (t.astype(np.uint32) << 16).view(np.float32)
+    return t.astype(np.float64)
+
+
+def random_input(spec: redfuse.TensorSpec, shape, rng) -> np.ndarray:
+    # U[0.5, 1.5): positive values keep logs, square roots and divisions defined in every example.
+    x = rng.uniform(0.5, 1.5, size=shape)
+    if spec.dtype == "bf16":
+        return bf16_bits(x)
+    if spec.dtype in ("f8e4m3", "f8e5m2"):
+        # Codes of small positive normal values: exponent bits 0b0110..0b0111 (about 0.25 .. 1).
+        return rng.integers(0x30, 0x3F, size=shape, dtype=np.uint8)
+    if spec.dtype.startswith("i"):
+        return rng.integers(0, 2, size=shape).astype(np.dtype({"i8": np.int8, "i32": np.int32, "i64": np.int64}[spec.dtype]))
+    return x.astype({"f64": np.float64, "f32": np.float32, "f16": np.float16}[spec.dtype])
+
+
+def default_shape(spec: redfuse.TensorSpec, sizes: dict) -> tuple:
+    return tuple(int(eval(d, {}, dict(sizes))) for d in spec.shape)  # dims are size names or simple index arithmetic
+
+
+def spec_defaults(path: pathlib.Path) -> dict:
+    sizes = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("size "):
+            for item in line[5:].split(","):
+                if "=" in item:
+                    n, v = item.split("=")
+                    sizes[n.strip()] = int(v)
+    return sizes
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_cpu_matches_the_plan_interpreter(path):
+    cpu = redfuse.compile(str(path), target="cpu")
+    interp = redfuse.compile(str(path), target="interp")
+    sizes = spec_defaults(path)
+    rng = np.random.default_rng(7)
+    try:
+        args = [random_input(s, default_shape(s, sizes), rng) for s in cpu.inputs]
+    except (NameError, SyntaxError):
+        pytest.skip("a dimension that is not a size expression")
+    got, want = cpu(*args), interp(*args)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for out, g, w in zip(cpu.outputs, got, want):
+        assert g.shape == w.shape
+        if out.is_index:
+            np.testing.assert_array_equal(g, w, err_msg=f"{path.stem}: {out.name}")
+            continue
+        gf, wf = bits_to_float(g, out.dtype), bits_to_float(w, out.dtype)
+        scale = max(1.0, float(np.nanmax(np.abs(wf)))) if wf.size else 1.0
+        tol = {"bf16": 2e-2, "f16": 4e-3, "f8e4m3": 0.13, "f8e5m2": 0.26, "i8": 1.0, "i32": 1.0}.get(out.dtype, 2e-4)
+        assert np.nanmax(np.abs(gf - wf)) <= tol * scale, f"{path.stem}: {out.name}"
+
+
+def test_new_sizes_reuse_the_built_kernel():
+    k = redfuse.compile(SOFTMAX)
+    builds = redfuse.stats()["builds"]
+    for r, c in [(1, 1), (3, 7), (33, 4099)]:
+        x = np.random.default_rng(r).standard_normal((r, c)).astype(np.float32)
+        ref = np.exp(x - x.max(1, keepdims=True))
+        np.testing.assert_allclose(k(x), ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    assert redfuse.stats()["builds"] == builds
+
+
+def test_by_name_and_strided_inputs():
+    k = redfuse.compile(SOFTMAX)
+    x = np.random.default_rng(1).standard_normal((40, 9)).astype(np.float32)
+    np.testing.assert_array_equal(k(X=x.T.copy()), k(np.ascontiguousarray(x.T)))
+    np.testing.assert_allclose(k(x.T), k(np.ascontiguousarray(x.T)), rtol=0, atol=0)  # strides {1, 9}
+    np.testing.assert_allclose(k(x[::2]), k(np.ascontiguousarray(x[::2])), rtol=0, atol=0)
+
+
+def test_metadata_and_reports():
+    k = redfuse.compile(str(ROOT / "examples" / "attention.rf"))
+    assert [t.name for t in k.inputs] == ["Q", "K", "V"]
+    assert k.inputs[0].shape == ("B", "H", "M", "D") and k.inputs[0].dtype == "bf16"
+    assert [t.name for t in k.outputs] == ["O"]
+    assert k.analysis["chains"][0]["fused"] is True
+    assert "multiplicative" in k.explain()
+    assert "redfuse_run" in k.source("cpu")
+    assert "fused" in repr(k)
+    with pytest.raises(ValueError):
+        k.source("cuda")
+
+
+def test_two_threads_calling_one_kernel():
+    k = redfuse.compile(SOFTMAX)
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((5 + i, 100 + 31 * i)).astype(np.float32) for i in range(16)]
+    alone = [k(x) for x in xs]
+    together = [None] * len(xs)
+
+    def work(t):
+        for i in range(t, len(xs), 2):
+            together[i] = k(xs[i])
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for a, b in zip(alone, together):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_bad_inputs_are_exceptions():
+    k = redfuse.compile(str(ROOT / "examples" / "attention.rf"))
+    q = np.zeros((1, 2, 5, 4), np.uint16)
+    kv = np.zeros((1, 2, 7, 4), np.uint16)
+    with pytest.raises(TypeError, match="takes 3 input"):
+        k(q, kv)
+    with pytest.raises(TypeError, match="unknown input"):
+        k(Q=q, K=kv, W=kv)
+    with pytest.raises(TypeError, match="input 'Q' has dtype float32; the spec declares bf16"):
+        k(q.astype(np.float32), kv, kv)
+    with pytest.raises(ValueError, match=r"input 'K' dimension 3 \(size D\) is 5"):
+        k(q, np.zeros((1, 2, 7, 5), np.uint16), kv)
+    with pytest.raises(ValueError, match="dimension"):
+        k(q, kv, np.zeros((1, 2, 8, 4), np.uint16))
+    with pytest.raises(TypeError, match="NumPy array"):
+        k([1.0], kv, kv)
+
+
+def test_bad_specs_are_spec_errors_with_their_place():
+    with pytest.raises(redfuse.SpecError) as e:
+        redfuse.compile("size R\ninput X[R] : f32\nY[r] = X[r] +\noutput Y\n")
+    assert (e.value.line, e.value.column) == (3, 14)
+    assert "expected an expression" in e.value.message
+    with pytest.raises(redfuse.SpecError, match="cannot read spec file"):
+        redfuse.compile("no/such/spec.rf")
+    with pytest.raises(redfuse.SpecError, match="unknown target"):
+        redfuse.compile(SOFTMAX, target="tpu")
