@@ -108,7 +108,9 @@ TEST(RecognizeGemms, Table) {
         const StmtP &s = out.kernels[0].body->body.back();
         std::string want = c.after ? c.after : loop;
         EXPECT_EQ(shape(s), want) << c.what << "\n" << to_string(out);
-        if (!c.after) EXPECT_EQ(out.kernels[0].body, in.kernels[0].body) << c.what << ": a refused nest stays the same pointer";
+        if (!c.after) {
+            EXPECT_EQ(out.kernels[0].body, in.kernels[0].body) << c.what << ": a refused nest stays the same pointer";
+        }
     }
 }
 

@@ -114,8 +114,11 @@ TEST(StmtMutator, ADeepRewriteInAnElseBranchRebuildsOnlyThePath) {
     StmtP r = d.mutate(t.root);
     ASSERT_NE(r, t.root);
     // The path root → for → if → (else) for → store is new; every sibling is the same pointer.
-    for (size_t q = 0; q < r->body.size(); q++)
-        if (q != 3) EXPECT_EQ(r->body[q], t.root->body[q]) << q;
+    for (size_t q = 0; q < r->body.size(); q++) {
+        if (q != 3) {
+            EXPECT_EQ(r->body[q], t.root->body[q]) << q;
+        }
+    }
     const StmtP &loop = r->body[3], &old_loop = t.root->body[3];
     ASSERT_NE(loop, old_loop);
     for (size_t q = 1; q < loop->body.size(); q++) EXPECT_EQ(loop->body[q], old_loop->body[q]) << q;
