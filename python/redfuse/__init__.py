@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -53,6 +54,25 @@ _NUMPY_OF = {
 }
 
 
+# torch's dtypes of the spec's dtypes (looked up lazily: torch is optional for NumPy users).
+_TORCH_OF_NAMES = {
+    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f8e4m3": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2", "i8": "int8", "i32": "int32", "i64": "int64",
+}
+_op_counter = [0]
+
+
+def _torch():
+    import torch  # noqa: PLC0415 - optional dependency
+
+    return torch
+
+
+def _is_tensor(x: Any) -> bool:
+    t = type(x)
+    return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter", "FakeTensor", "FunctionalTensor")
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """An input or output of a Kernel: its name, the spec's dtype, and its shape over the sizes."""
@@ -75,10 +95,17 @@ class Kernel:
     """A compiled spec. Call it with the inputs in the spec's ``input`` order (or by name); it
     returns the outputs (one: an array; several: a tuple in ``output`` order)."""
 
-    def __init__(self, core: Any, spec: str, target: str):
+    def __init__(self, core: Any, spec: str, target: str, name: Optional[str] = None):
         self._core = core
         self._spec = spec
+        self._name = name
+        self._op = None
         self.target = target
+        self._device_type = "cuda" if target == "cuda" else "cpu"
+        # The custom op is registered now when torch is in use (torch.compile cannot trace its
+        # registration inside a compiled function), else on the first call with tensors.
+        if "torch" in sys.modules:
+            self._op = self._make_op(name)
         self.inputs: Tuple[TensorSpec, ...] = tuple(TensorSpec(n, d, tuple(s), i) for n, d, s, i in core.inputs())
         self.outputs: Tuple[TensorSpec, ...] = tuple(TensorSpec(n, d, tuple(s), i) for n, d, s, i in core.outputs())
 
@@ -107,11 +134,90 @@ class Kernel:
         strides = [s // a.itemsize for s in a.strides] if a.size else []
         return (a.ctypes.data if a.size else 0, spec.dtype, list(a.shape), strides, False)
 
+    # ---- torch: each Kernel is the custom op redfuse::<name>, with a fake implementation
+    def _torch_view(self, t: Any, spec: TensorSpec, what: str) -> tuple:
+        torch = _torch()
+        want = getattr(torch, _TORCH_OF_NAMES[spec.dtype])
+        if t.dtype != want:
+            raise TypeError(f"{what} '{spec.name}' has dtype {t.dtype}; the spec declares {spec.dtype} ({want})")
+        if t.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{what} '{spec.name}' is on {t.device}; redfuse runs on cpu and cuda tensors")
+        return (t.data_ptr(), spec.dtype, list(t.shape), list(t.stride()), t.device.type == "cuda")
+
+    def _run_torch(self, tensors: List[Any]) -> List[Any]:
+        torch = _torch()
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise ValueError(f"the inputs are on different devices ({', '.join(sorted(map(str, devices)))}); put them on one")
+        device = tensors[0].device if tensors else torch.device("cpu")
+        if device.type != self._device_type:
+            raise ValueError(f"this kernel was compiled for {self.target}; its inputs are on {device} "
+                             f"(compile with target=\"auto\" to follow the inputs)")
+        ins = [self._torch_view(t, s, "input") for t, s in zip(tensors, self.inputs)]
+        shapes = self._core.output_shapes(ins)
+        outs = [torch.empty(shape, dtype=getattr(torch, _TORCH_OF_NAMES[s.dtype]), device=device)
+                for shape, s in zip(shapes, self.outputs)]
+        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        self._core.run(ins, [self._torch_view(o, s, "output") for o, s in zip(outs, self.outputs)], stream)
+        return outs
+
+    def _fake_shapes(self, tensors: List[Any]) -> List[List[Any]]:
+        """Output shapes from the inputs' (possibly symbolic) sizes: every output dimension that is
+        a size some input dimension names; others from the concrete sizes."""
+        sizes: Dict[str, Any] = {}
+        for t, spec in zip(tensors, self.inputs):
+            for d, n in zip(t.shape, spec.shape):
+                sizes.setdefault(n, d)
+        shapes = []
+        for spec in self.outputs:
+            dims = []
+            for n in spec.shape:
+                if n in sizes:
+                    dims.append(sizes[n])
+                elif n.isdigit():
+                    dims.append(int(n))
+                else:
+                    raise ValueError(f"output '{spec.name}' has a dimension '{n}' that is no input's size; "
+                                     "torch.compile cannot trace this kernel's output shape")
+            shapes.append(dims)
+        return shapes
+
+    def _make_op(self, name: Optional[str]) -> Any:
+        torch = _torch()
+        _op_counter[0] += 1
+        op_name = f"redfuse::{name or 'kernel'}_{_op_counter[0]}"
+
+        def run(inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+            return self._run_torch(list(inputs))
+
+        op = torch.library.custom_op(op_name, run, mutates_args=())
+
+        @op.register_fake
+        def _(inputs):
+            return [inputs[0].new_empty(shape, dtype=getattr(torch, _TORCH_OF_NAMES[s.dtype]))
+                    for shape, s in zip(self._fake_shapes(list(inputs)), self.outputs)]
+
+        return op
+
+    @property
+    def op(self) -> Any:
+        """The torch.library custom op of this kernel (``torch.ops.redfuse.<name>_<n>``): takes and
+        returns lists of tensors; traced by torch.compile through its fake implementation."""
+        if self._op is None:
+            self._op = self._make_op(self._name)
+        return self._op
+
     def __call__(self, *args: Any, **kwargs: Any) -> Union[np.ndarray, Tuple[np.ndarray, ...]]:
+        values = self._arguments(args, kwargs)
+        if values and all(_is_tensor(v) for v in values):
+            outs = self.op(list(values))
+            return outs[0] if len(outs) == 1 else tuple(outs)
         arrays = []
-        for a, spec in zip(self._arguments(args, kwargs), self.inputs):
+        for a, spec in zip(values, self.inputs):
+            if _is_tensor(a):
+                raise TypeError("the inputs mix torch tensors and NumPy arrays; give all of one kind")
             if not isinstance(a, np.ndarray):
-                raise TypeError(f"input '{spec.name}' is a {type(a).__name__}; pass a NumPy array")
+                raise TypeError(f"input '{spec.name}' is a {type(a).__name__}; pass a NumPy array or a torch tensor")
             arrays.append(a)
         ins = [self._view(a, s, "input") for a, s in zip(arrays, self.inputs)]
         shapes = self._core.output_shapes(ins)
@@ -148,15 +254,16 @@ def compile(spec: str, target: str = "auto", name: Optional[str] = None,
     """Compiles a spec (a path to a .rf file, or the spec's text) into a Kernel.
 
     target: "auto" (the CPU for NumPy arrays), "cpu", "opencl", "cuda", "interp" or "interp-f32".
-    name:   a name for the kernel (reserved for the torch.library op; unused by NumPy calls).
+    name:   the name of the kernel's torch.library op (torch.ops.redfuse.<name>_<n>).
     sizes:  the sizes the schedule is chosen for (the kernel accepts any sizes at run time).
 
     Raises SpecError (with file, line and column) for a bad spec.
     """
-    del name  # the custom-op name comes with the PyTorch integration
+    if name is not None and not name.isidentifier():
+        raise ValueError(f"name must be an identifier (it names the torch.library op), got {name!r}")
     if target == "auto":
         target = "cpu"
     if not isinstance(spec, str):
         spec = os.fspath(spec)
     core = _redfuse.compile(spec, target, sorted((sizes or {}).items()))
-    return Kernel(core, spec, target)
+    return Kernel(core, spec, target, name)

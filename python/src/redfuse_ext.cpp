@@ -93,6 +93,9 @@ PyKernel compile_spec(const std::string &spec, const std::string &target, const 
 
 NB_MODULE(_redfuse, m) {
     m.doc() = "redfuse's compiled core (use the `redfuse` package)";
+    // Kernels registered as torch.library ops live until the interpreter exits (torch keeps every
+    // op): not leaks, so no report at exit.
+    nb::set_leak_warnings(false);
     m.def("_set_error_factory", [](nb::object f) { g_error_factory = f; });
     m.def("compile", &compile_spec, nb::arg("spec"), nb::arg("target"), nb::arg("sizes"));
     m.def("builds", [] { return rf::kernel_builds(); });
