@@ -11,6 +11,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,9 +51,7 @@ auto translated(const std::string &file, F &&f) -> decltype(f()) {
 }
 
 rf::DType parse_dtype(const std::string &name) {
-    for (rf::DType t : {rf::DType::f64, rf::DType::f32, rf::DType::f16, rf::DType::bf16, rf::DType::f8e4m3, rf::DType::f8e5m2,
-                        rf::DType::i8, rf::DType::i32, rf::DType::i64})
-        if (name == rf::dtype_name(t)) return t;
+    if (std::optional<rf::DType> t = rf::dtype_from_name(name)) return *t;
     throw rf::ArgumentError(rf::ArgumentError::Kind::Dtype, "unknown dtype '" + name + "'");
 }
 

@@ -8,10 +8,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <optional>
-#include <sstream>
 
 #include "driver/Environment.h"
 #include "driver/Report.h"
@@ -93,21 +91,12 @@ struct CallBuffers {
     }
 };
 
-std::string read_spec(const std::string &spec, std::string &file) {
-    bool one_line = spec.find('\n') == std::string::npos;
+/** True when `spec` names a file rather than holding the text: one line that is an existing file,
+ *  or ends in .rf (then analyze_file says it cannot be read). */
+bool names_a_file(const std::string &spec) {
+    if (spec.empty() || spec.find('\n') != std::string::npos) return false;
     std::error_code ec;
-    if (one_line && !spec.empty() && std::filesystem::is_regular_file(spec, ec)) {
-        std::ifstream in(spec, std::ios::binary);
-        if (!in) throw UserError({}, "cannot read spec file '" + spec + "'");
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        file = spec;
-        return ss.str();
-    }
-    if (one_line && spec.size() > 3 && spec.compare(spec.size() - 3, 3, ".rf") == 0)
-        throw UserError({}, "cannot read spec file '" + spec + "'");
-    file = "<spec>";
-    return spec;
+    return std::filesystem::is_regular_file(spec, ec) || (spec.size() > 3 && spec.compare(spec.size() - 3, 3, ".rf") == 0);
 }
 
 }  // namespace
@@ -365,9 +354,8 @@ Kernel compile(const std::string &spec, const Target &target, const Options &opt
     // The kernel owns the arena its compilation is built in: it outlives every scope of the caller.
     auto arena = std::make_shared<Arena>();
     ArenaUse use(*arena);
-    std::string file;
-    std::string text = read_spec(spec, file);
-    std::unique_ptr<Compilation> c = analyze_source(text, file, target, options);
+    std::unique_ptr<Compilation> c =
+        names_a_file(spec) ? analyze_file(spec, target, options) : analyze_source(spec, "<spec>", target, options);
     Options schedule = c->options;
     Kernel k = compile_kernel(std::move(c), schedule);
     k.impl_->arena = std::move(arena);

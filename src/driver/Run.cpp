@@ -60,11 +60,6 @@ Program without_rounding(const Program &p) {
     return q;
 }
 
-bool is_index_output(const Program &p, const std::string &name) {
-    const TensorDef *d = p.find_def(name);
-    return d && ((d->is_topk() && d->index_name == name) || d->stype == SType::Int);
-}
-
 /** The interpreters hold every tensor as doubles: refuse sizes that would not fit in memory rather
  *  than be killed by it. */
 void check_interpretable(const Program &p, const SizeBinding &sizes, bool needed) {
@@ -139,8 +134,9 @@ bool check_outputs(const Kernel &k, const RunOptions &o, const SizeBinding &size
         exact_arith = run_reference(without_rounding(p), sizes, inputs);
     }
     bool ok = true;
-    for (const OutputDecl &out : p.outputs) {
-        bool exact = is_index_output(p, out.name);
+    for (size_t oi = 0; oi < p.outputs.size(); oi++) {
+        const OutputDecl &out = p.outputs[oi];
+        bool exact = k.outputs()[oi].is_index;
         double tol = tolerance(out.dtype, f32, n);
         if (approximate) tol = std::max(tol, 4 * rounding_eps);
         Tensor ref_out = ref.at(out.name);

@@ -314,9 +314,7 @@ GpuBuffers::GpuBuffers(const GpuProgram &prog, const Program &p, const SizeBindi
     size_t user = 0;
     for (const tile::Buffer &b : m.buffers) {
         if (b.role == tile::Buffer::Role::Temp) {
-            double n = 1;
-            for (Expr d : b.dims) n *= eval_sizes(d, sizes);
-            I.dev.push_back(prog.device->alloc(static_cast<size_t>(std::max(1.0, n)) * 4));
+            I.dev.push_back(temporary(prog, b, sizes));
             I.user_of.push_back(-1);
             continue;
         }
@@ -339,14 +337,7 @@ void GpuBuffers::poison() {
 
 void GpuBuffers::run() {
     Impl &I = *impl_;
-    std::vector<DevBuf *> bufs;
-    for (auto &d : I.dev) bufs.push_back(d.get());
-    for (const GpuLaunch &l : I.prog.gpu.launches) {
-        double groups = eval_sizes(l.groups, I.sizes);
-        if (groups < 1) continue;
-        int64_t smem = static_cast<int64_t>(eval_sizes(l.shared_bytes, I.sizes));
-        I.prog.device->launch(l, static_cast<int64_t>(groups), smem, bufs, I.size_values);
-    }
+    launch_all(I.prog, I.sizes, I.size_values, I.dev);
 }
 
 void GpuBuffers::sync() { impl_->prog.device->sync(); }
