@@ -95,7 +95,7 @@ class Kernel:
     """A compiled spec. Call it with the inputs in the spec's ``input`` order (or by name); it
     returns the outputs (one: an array; several: a tuple in ``output`` order)."""
 
-    def __init__(self, core: Any, spec: str, target: str, name: Optional[str] = None):
+    def __init__(self, core: Any, spec: str, target: str, name: Optional[str] = None, custom_op: bool = True):
         self._core = core
         self._spec = spec
         self._name = name
@@ -104,7 +104,7 @@ class Kernel:
         self._device_type = "cuda" if target == "cuda" else "cpu"
         # The custom op is registered now when torch is in use (torch.compile cannot trace its
         # registration inside a compiled function), else on the first call with tensors.
-        if "torch" in sys.modules:
+        if custom_op and "torch" in sys.modules:
             self._op = self._make_op(name)
         self.inputs: Tuple[TensorSpec, ...] = tuple(TensorSpec(n, d, tuple(s), i) for n, d, s, i in core.inputs())
         self.outputs: Tuple[TensorSpec, ...] = tuple(TensorSpec(n, d, tuple(s), i) for n, d, s, i in core.outputs())
@@ -267,3 +267,10 @@ def compile(spec: str, target: str = "auto", name: Optional[str] = None,
         spec = os.fspath(spec)
     core = _redfuse.compile(spec, target, sorted((sizes or {}).items()))
     return Kernel(core, spec, target, name)
+
+
+def _compile_internal(spec: str, target: str, sizes: Optional[Dict[str, int]] = None) -> Kernel:
+    """A Kernel for redfuse's own ops (redfuse.ops): no torch.library op of its own (the functional
+    op that calls it is the custom op); run it with ``kernel._run_torch(tensors)``."""
+    core = _redfuse.compile(spec, target, sorted((sizes or {}).items()))
+    return Kernel(core, spec, target, None, custom_op=False)
