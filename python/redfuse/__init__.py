@@ -69,8 +69,29 @@ def _torch():
 
 
 def _is_tensor(x: Any) -> bool:
-    t = type(x)
-    return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter", "FakeTensor", "FunctionalTensor")
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _numpy_view(a: np.ndarray, dtype: str) -> tuple:
+    """(address, dtype, shape, strides in elements, on CUDA) of an array, as the extension takes it."""
+    if not a.size:
+        return (0, dtype, a.shape, (), False)
+    item = a.itemsize
+    return (a.ctypes.data, dtype, a.shape, tuple(st // item for st in a.strides), False)
+
+
+def _plain_tensors(torch: Any, tensors: Sequence[Any]) -> bool:
+    """True when these tensors can be run directly (outside the custom op): plain tensors that need
+    no gradient."""
+    plain = torch.Tensor
+    for t in tensors:
+        if type(t) is not plain or t.requires_grad:
+            return False
+    return True
+
+
+_torch_registered: List[bool] = []  # torch.Tensor and torch.empty given to the extension
 
 
 @dataclass(frozen=True)
@@ -93,73 +114,158 @@ def stats() -> Dict[str, int]:
 
 class Kernel:
     """A compiled spec. Call it with the inputs in the spec's ``input`` order (or by name); it
-    returns the outputs (one: an array; several: a tuple in ``output`` order)."""
+    returns the outputs (one: an array or tensor; several: a tuple in ``output`` order).
 
-    def __init__(self, core: Any, spec: str, target: str, name: Optional[str] = None, custom_op: bool = True):
-        self._core = core
+    Sizes are bound from the inputs' shapes on every call: a new sequence length reuses the built
+    kernel. ``target="auto"`` kernels run CPU inputs on the CPU kernel and compile the CUDA kernel
+    on the first call with CUDA tensors."""
+
+    def __init__(self, core: Any, spec: str, target: str, name: Optional[str] = None, custom_op: bool = True,
+                 build: Optional[Dict[str, Any]] = None):
         self._spec = spec
         self._name = name
         self._op = None
+        self._build = dict(build or {})
         self.target = target
-        self._device_type = "cuda" if target == "cuda" else "cpu"
+        # The kernel of each device type ("cpu", "cuda"); "auto" compiles the one it lacks on first use.
+        device = "cuda" if target == "cuda" else "cpu"
+        self._cores: Dict[str, Any] = {device: core}
+        self._core = core
+        self.inputs: Tuple[TensorSpec, ...] = tuple(TensorSpec(n, d, tuple(s), i) for n, d, s, i in core.inputs())
+        self.outputs: Tuple[TensorSpec, ...] = tuple(TensorSpec(n, d, tuple(s), i) for n, d, s, i in core.outputs())
+        self._names = tuple(t.name for t in self.inputs)
+        self._in_dtypes = tuple(t.dtype for t in self.inputs)
+        self._out_dtypes = tuple(t.dtype for t in self.outputs)
+        self._np_in = tuple(np.dtype(_NUMPY_OF[d]) for d in self._in_dtypes)
+        self._np_out = tuple(np.dtype(_NUMPY_OF[d]) for d in self._out_dtypes)
+        self._torch_in: Optional[Tuple[Any, ...]] = None   # torch dtypes, looked up on first use
+        self._torch_out: Optional[Tuple[Any, ...]] = None
+        self._fast: Any = None  # the C++ hot path for plain CPU tensors, once torch is met
+        # Prepared calls by (device, input shapes and strides): the hot path passes only addresses.
+        self._calls: Dict[tuple, tuple] = {}
         # The custom op is registered now when torch is in use (torch.compile cannot trace its
         # registration inside a compiled function), else on the first call with tensors.
         if custom_op and "torch" in sys.modules:
             self._op = self._make_op(name)
-        self.inputs: Tuple[TensorSpec, ...] = tuple(TensorSpec(n, d, tuple(s), i) for n, d, s, i in core.inputs())
-        self.outputs: Tuple[TensorSpec, ...] = tuple(TensorSpec(n, d, tuple(s), i) for n, d, s, i in core.outputs())
 
     # ---- calling
-    def _arguments(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]:
-        names = [t.name for t in self.inputs]
-        if args and kwargs:
+    def _arguments(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> Sequence[Any]:
+        names = self._names
+        if not kwargs:
+            if len(args) != len(names):
+                raise TypeError(f"the kernel takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+            return args
+        if args:
             raise TypeError("pass the inputs either by position or by name, not both")
-        if kwargs:
-            unknown = sorted(set(kwargs) - set(names))
-            if unknown:
-                raise TypeError(f"unknown input(s) {', '.join(unknown)}; the spec's inputs are {', '.join(names)}")
-            missing = [n for n in names if n not in kwargs]
-            if missing:
-                raise TypeError(f"missing input(s) {', '.join(missing)}")
-            return [kwargs[n] for n in names]
-        if len(args) != len(names):
-            raise TypeError(f"the kernel takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
-        return list(args)
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise TypeError(f"unknown input(s) {', '.join(unknown)}; the spec's inputs are {', '.join(names)}")
+        missing = [n for n in names if n not in kwargs]
+        if missing:
+            raise TypeError(f"missing input(s) {', '.join(missing)}")
+        return [kwargs[n] for n in names]
 
-    def _view(self, a: np.ndarray, spec: TensorSpec, what: str) -> tuple:
-        want = np.dtype(_NUMPY_OF[spec.dtype])
-        if a.dtype != want:
-            raise TypeError(f"{what} '{spec.name}' has dtype {a.dtype}; the spec declares {spec.dtype} "
-                            f"(a NumPy array of {want})")
-        strides = [s // a.itemsize for s in a.strides] if a.size else []
-        return (a.ctypes.data if a.size else 0, spec.dtype, list(a.shape), strides, False)
+    def _core_for(self, device_type: str) -> Any:
+        core = self._cores.get(device_type)
+        if core is None:
+            if self.target != "auto":
+                raise ValueError(f"this kernel was compiled for {self.target}; its inputs are on {device_type} "
+                                 f"(compile with target=\"auto\" to follow the inputs)")
+            core = _redfuse.compile(self._spec, device_type, **self._build)
+            self._cores[device_type] = core
+        return core
+
+    def _prepare(self, key: tuple, device_type: str, views: List[tuple]) -> tuple:
+        """(core, prepared call, output shapes) for a new key of input shapes and strides: the C++
+        layer checks the inputs once here; calls with the same key then pass only addresses."""
+        core = self._core_for(device_type)
+        prepared = core.prepare(views, device_type == "cuda")
+        entry = (core, prepared, [tuple(s) for s in prepared.output_shapes])
+        if len(self._calls) >= 256:  # a model calls a kernel at few shapes; bound the memory anyway
+            self._calls.clear()
+        self._calls[key] = entry
+        return entry
+
+    def _run_numpy(self, values: Sequence[Any]) -> List[np.ndarray]:
+        key: List[Any] = [False]
+        for a, want, spec in zip(values, self._np_in, self.inputs):
+            if type(a) is not np.ndarray:
+                if _is_tensor(a):
+                    raise TypeError("the inputs mix torch tensors and NumPy arrays; give all of one kind")
+                if not isinstance(a, np.ndarray):
+                    raise TypeError(f"input '{spec.name}' is a {type(a).__name__}; pass a NumPy array or a torch tensor")
+            if a.dtype != want:
+                raise TypeError(f"input '{spec.name}' has dtype {a.dtype}; the spec declares {spec.dtype} "
+                                f"(a NumPy array of {want})")
+            key.append(a.shape)
+            key.append(a.strides)
+        entry = self._calls.get(tuple(key))
+        if entry is None:
+            entry = self._prepare(tuple(key), "cpu", [_numpy_view(a, d) for a, d in zip(values, self._in_dtypes)])
+        core, prepared, shapes = entry
+        outs = [np.empty(shape, dtype=d) for shape, d in zip(shapes, self._np_out)]
+        core.run_prepared(prepared, [a.ctypes.data for a in values] + [o.ctypes.data for o in outs], 0)
+        return outs
 
     # ---- torch: each Kernel is the custom op redfuse::<name>, with a fake implementation
-    def _torch_view(self, t: Any, spec: TensorSpec, what: str) -> tuple:
-        torch = _torch()
-        want = getattr(torch, _TORCH_OF_NAMES[spec.dtype])
-        if t.dtype != want:
-            raise TypeError(f"{what} '{spec.name}' has dtype {t.dtype}; the spec declares {spec.dtype} ({want})")
-        if t.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"{what} '{spec.name}' is on {t.device}; redfuse runs on cpu and cuda tensors")
-        return (t.data_ptr(), spec.dtype, list(t.shape), list(t.stride()), t.device.type == "cuda")
+    def _torch_dtypes(self) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
+        if self._torch_in is None:
+            torch = _torch()
+            if not _torch_registered:
+                _redfuse._set_torch(torch.Tensor, torch.empty)
+                _torch_registered.append(True)
+            self._torch_in = tuple(getattr(torch, _TORCH_OF_NAMES[d]) for d in self._in_dtypes)
+            self._torch_out = tuple(getattr(torch, _TORCH_OF_NAMES[d]) for d in self._out_dtypes)
+            cpu = self._cores.get("cpu")
+            if cpu is not None:  # the C++ hot path for plain CPU tensors (torch_call.cpp)
+                cpu.set_torch_dtypes(list(self._torch_in), list(self._torch_out))
+                self._fast = cpu.call_torch_cpu
+        return self._torch_in, self._torch_out  # type: ignore[return-value]
 
-    def _run_torch(self, tensors: List[Any]) -> List[Any]:
-        torch = _torch()
-        devices = {t.device for t in tensors}
-        if len(devices) > 1:
-            raise ValueError(f"the inputs are on different devices ({', '.join(sorted(map(str, devices)))}); put them on one")
-        device = tensors[0].device if tensors else torch.device("cpu")
-        if device.type != self._device_type:
-            raise ValueError(f"this kernel was compiled for {self.target}; its inputs are on {device} "
-                             f"(compile with target=\"auto\" to follow the inputs)")
-        ins = [self._torch_view(t, s, "input") for t, s in zip(tensors, self.inputs)]
-        shapes = self._core.output_shapes(ins)
-        outs = [torch.empty(shape, dtype=getattr(torch, _TORCH_OF_NAMES[s.dtype]), device=device)
-                for shape, s in zip(shapes, self.outputs)]
-        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-        self._core.run(ins, [self._torch_view(o, s, "output") for o, s in zip(outs, self.outputs)], stream)
+    def _run_torch(self, tensors: Sequence[Any]) -> List[Any]:
+        """Runs on torch tensors eagerly (no custom op): checks, allocates the outputs, calls."""
+        torch = sys.modules["torch"]
+        want_in, want_out = self._torch_dtypes()
+        if not tensors:
+            raise TypeError("the kernel takes no inputs; call it with NumPy arrays")
+        cuda = tensors[0].is_cuda
+        key: List[Any] = [cuda]
+        for t, want in zip(tensors, want_in):
+            if t.dtype is not want or not (t.is_cuda if cuda else t.is_cpu):
+                self._refuse_tensors(tensors)
+            key.append(t.shape)
+            key.append(t.stride())
+        if cuda:  # the device of each input: one call runs on one device
+            key.extend(t.get_device() for t in tensors)
+        entry = self._calls.get(tuple(key))
+        if entry is None:
+            if cuda and len(set(key[1 + 2 * len(tensors):])) > 1:
+                self._refuse_tensors(tensors)
+            views = [(t.data_ptr(), d, t.shape, t.stride(), cuda) for t, d in zip(tensors, self._in_dtypes)]
+            entry = self._prepare(tuple(key), "cuda" if cuda else "cpu", views)
+        core, prepared, shapes = entry
+        empty = torch.empty
+        if cuda:
+            device = tensors[0].device
+            outs = [empty(shape, dtype=d, device=device) for shape, d in zip(shapes, want_out)]
+            stream = torch.cuda.current_stream(device).cuda_stream
+        else:  # ints as positional sizes: torch parses them faster than a tuple
+            outs = [empty(*shape, dtype=d) if shape else empty((), dtype=d) for shape, d in zip(shapes, want_out)]
+            stream = 0
+        core.run_prepared(prepared, [t.data_ptr() for t in tensors] + [o.data_ptr() for o in outs], stream)
         return outs
+
+    def _refuse_tensors(self, tensors: Sequence[Any]) -> None:
+        """Raises the error that explains why these tensors cannot be this kernel's inputs."""
+        want_in, _ = self._torch_dtypes()
+        for t, want, spec in zip(tensors, want_in, self.inputs):
+            if t.dtype != want:
+                raise TypeError(f"input '{spec.name}' has dtype {t.dtype}; the spec declares {spec.dtype} ({want})")
+        for t, spec in zip(tensors, self.inputs):
+            if t.device.type not in ("cpu", "cuda"):
+                raise ValueError(f"input '{spec.name}' is on {t.device}; redfuse runs on cpu and cuda tensors")
+        devices = sorted({str(t.device) for t in tensors})
+        raise ValueError(f"the inputs are on different devices ({', '.join(devices)}); put them on one")
 
     def _fake_shapes(self, tensors: List[Any]) -> List[List[Any]]:
         """Output shapes from the inputs' (possibly symbolic) sizes: every output dimension that is
@@ -187,15 +293,15 @@ class Kernel:
         _op_counter[0] += 1
         op_name = f"redfuse::{name or 'kernel'}_{_op_counter[0]}"
 
-        def run(inputs: List[torch.Tensor]) -> List[torch.Tensor]:
+        def run(inputs):  # the schema is given: annotations are not evaluated
             return self._run_torch(list(inputs))
 
-        op = torch.library.custom_op(op_name, run, mutates_args=())
+        op = torch.library.custom_op(op_name, run, mutates_args=(), schema="(Tensor[] inputs) -> Tensor[]")
 
         @op.register_fake
         def _(inputs):
-            return [inputs[0].new_empty(shape, dtype=getattr(torch, _TORCH_OF_NAMES[s.dtype]))
-                    for shape, s in zip(self._fake_shapes(list(inputs)), self.outputs)]
+            _, want_out = self._torch_dtypes()
+            return [inputs[0].new_empty(shape, dtype=d) for shape, d in zip(self._fake_shapes(list(inputs)), want_out)]
 
         return op
 
@@ -207,22 +313,31 @@ class Kernel:
             self._op = self._make_op(self._name)
         return self._op
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Union[np.ndarray, Tuple[np.ndarray, ...]]:
-        values = self._arguments(args, kwargs)
-        if values and all(_is_tensor(v) for v in values):
-            outs = self.op(list(values))
-            return outs[0] if len(outs) == 1 else tuple(outs)
-        arrays = []
-        for a, spec in zip(values, self.inputs):
-            if _is_tensor(a):
-                raise TypeError("the inputs mix torch tensors and NumPy arrays; give all of one kind")
-            if not isinstance(a, np.ndarray):
-                raise TypeError(f"input '{spec.name}' is a {type(a).__name__}; pass a NumPy array or a torch tensor")
-            arrays.append(a)
-        ins = [self._view(a, s, "input") for a, s in zip(arrays, self.inputs)]
-        shapes = self._core.output_shapes(ins)
-        outs = [np.empty(shape, dtype=_NUMPY_OF[s.dtype]) for shape, s in zip(shapes, self.outputs)]
-        self._core.run(ins, [self._view(o, s, "output") for o, s in zip(outs, self.outputs)], 0)
+    def __call__(self, *args: Any, **kwargs: Any) -> Union[Any, Tuple[Any, ...]]:
+        """Runs the kernel: inputs by position (the spec's ``input`` order) or by name; NumPy
+        arrays in, NumPy arrays out; torch tensors in, torch tensors out."""
+        values = args if not kwargs and len(args) == len(self._names) else tuple(self._arguments(args, kwargs))
+        torch = sys.modules.get("torch")
+        if torch is not None and values and isinstance(values[0], torch.Tensor):
+            C = torch._C
+            if not (torch.compiler.is_compiling() or C._len_torch_dispatch_stack() or C._is_torch_function_mode_enabled()
+                    or C._functorch.peek_interpreter_stack() is not None):
+                # Plain eager calls skip the custom op's dispatch (tens of microseconds): CPU tensors
+                # through the C++ hot path, others here; anything that traces, records or
+                # differentiates goes through the op.
+                if self._torch_in is None:
+                    self._torch_dtypes()
+                outs = self._fast(values) if self._fast is not None else None
+                if outs is None and _plain_tensors(torch, values):
+                    outs = self._run_torch(values)
+            else:
+                outs = None
+            if outs is None:
+                if not all(isinstance(v, torch.Tensor) for v in values):
+                    raise TypeError("the inputs mix torch tensors and NumPy arrays; give all of one kind")
+                outs = self.op(list(values))
+        else:
+            outs = self._run_numpy(values)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     # ---- what it is
@@ -236,10 +351,13 @@ class Kernel:
         return self._core.explain()
 
     def source(self, target: Optional[str] = None) -> str:
-        """The generated source that was built (``target`` must be the kernel's own, or None)."""
-        if target not in (None, self.target):
-            raise ValueError(f"this kernel was built for {self.target}; compile for {target} to see its source")
-        return self._core.source()
+        """The generated source that was built: ``target`` is the kernel's own (or None); a
+        ``target="auto"`` kernel also gives "cpu" and "cuda" (compiling the CUDA kernel if needed)."""
+        if target is None or target == self.target:
+            return self._core.source()
+        if self.target == "auto" and target in ("cpu", "cuda"):
+            return self._core_for(target).source()
+        raise ValueError(f"this kernel was built for {self.target}; compile for {target} to see its source")
 
     def __repr__(self) -> str:
         chains = self.analysis.get("chains", [])
@@ -249,28 +367,44 @@ class Kernel:
                 f"{self.target}; {verdicts})")
 
 
-def compile(spec: str, target: str = "auto", name: Optional[str] = None,
-            sizes: Optional[Dict[str, int]] = None) -> Kernel:
+_TARGETS = ("auto", "cpu", "cuda", "opencl", "interp", "interp-f32")
+
+
+def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Optional[str] = None,
+            sizes: Optional[Dict[str, int]] = None, *, unfused: bool = False, strategy: Optional[str] = None,
+            threads: Optional[int] = None) -> Kernel:
     """Compiles a spec (a path to a .rf file, or the spec's text) into a Kernel.
 
-    target: "auto" (the CPU for NumPy arrays), "cpu", "opencl", "cuda", "interp" or "interp-f32".
-    name:   the name of the kernel's torch.library op (torch.ops.redfuse.<name>_<n>).
-    sizes:  the sizes the schedule is chosen for (the kernel accepts any sizes at run time).
+    target:   "auto" (the CPU kernel for CPU tensors and NumPy arrays; the CUDA kernel, compiled on
+              first use, for CUDA tensors), "cpu", "cuda", "opencl", "interp" (the float64 plan
+              interpreter: the reference) or "interp-f32".
+    name:     the name of the kernel's torch.library op (torch.ops.redfuse.<name>_<n>).
+    sizes:    the sizes the schedule is chosen for (the kernel accepts any sizes at run time), and
+              the values of sizes that no input's dimension names.
+    unfused:  our unfused plan (one kernel per definition), the baseline fusion is measured against.
+    strategy: force a strategy on every chain ("multi_pass", "onchip_multipass", "multi_segment", ...:
+              the names of `redfuse analyze`).
+    threads:  CPU worker threads (None: every usable CPU).
 
-    Raises SpecError (with file, line and column) for a bad spec.
+    Raises SpecError (with file, line and column) for a bad spec, an unknown strategy or target.
     """
-    if name is not None and not name.isidentifier():
+    if name is not None and not (isinstance(name, str) and name.isidentifier()):
         raise ValueError(f"name must be an identifier (it names the torch.library op), got {name!r}")
-    if target == "auto":
-        target = "cpu"
+    if target not in _TARGETS:
+        raise SpecError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
     if not isinstance(spec, str):
         spec = os.fspath(spec)
-    core = _redfuse.compile(spec, target, sorted((sizes or {}).items()))
-    return Kernel(core, spec, target, name)
+    build = {"sizes": sorted((sizes or {}).items()), "unfused": bool(unfused), "strategy": strategy or "",
+             "threads": threads or 0}
+    core = _redfuse.compile(spec, "cpu" if target == "auto" else target, **build)
+    return Kernel(core, spec, target, name, build=build)
 
 
 def _compile_internal(spec: str, target: str, sizes: Optional[Dict[str, int]] = None) -> Kernel:
     """A Kernel for redfuse's own ops (redfuse.ops): no torch.library op of its own (the functional
     op that calls it is the custom op); run it with ``kernel._run_torch(tensors)``."""
-    core = _redfuse.compile(spec, target, sorted((sizes or {}).items()))
-    return Kernel(core, spec, target, None, custom_op=False)
+    build = {"sizes": sorted((sizes or {}).items()), "unfused": False, "strategy": "", "threads": 0}
+    core = _redfuse.compile(spec, "cpu" if target == "auto" else target, **build)
+    return Kernel(core, spec, target, None, custom_op=False, build=build)

@@ -10,6 +10,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,50 +19,24 @@
 
 #include "driver/HostTarget.h"
 #include "driver/Kernel.h"
+#include "py_kernel.h"
+#include "fuse/Strategy.h"
 #include "ir/DType.h"
 #include "support/Error.h"
 
 namespace nb = nanobind;
+using namespace rfpy;
 
 namespace {
 
-/** (address, dtype, shape, strides, on the CUDA device) as the Python layer passes it. */
-using PyView = std::tuple<uintptr_t, std::string, std::vector<int64_t>, std::vector<int64_t>, bool>;
-
-nb::object g_error_factory;  // redfuse._raise(kind, message, file, line, col): raises the Python exception
-
-[[noreturn]] void raise(const char *kind, const std::string &message, const std::string &file = "", int line = 0, int col = 0) {
-    if (!g_error_factory.is_valid()) throw std::runtime_error(message);
-    g_error_factory(kind, message, file, line, col);  // raises; returns only if it did not
-    throw std::runtime_error(message);
-}
-
-/** Runs f, turning redfuse's exceptions into the Python layer's. */
-template <typename F>
-auto translated(const std::string &file, F &&f) -> decltype(f()) {
-    try {
-        return f();
-    } catch (const rf::ArgumentError &e) {
-        raise(e.kind() == rf::ArgumentError::Kind::Dtype ? "dtype" : e.kind() == rf::ArgumentError::Kind::Device ? "device" : "shape",
-              e.what());
-    } catch (const rf::UserError &e) {
-        raise("spec", e.what(), file, e.loc().line, e.loc().col);
-    } catch (const rf::InternalError &e) {
-        raise("internal", std::string("internal error (a bug in redfuse, not in your spec): ") + e.what());
-    }
-}
+// redfuse._raise(kind, message, file, line, col): raises the Python exception. A handle that keeps
+// its reference for the life of the process: an nb::object here would be released by the static
+// destructors, after the interpreter has finalized (a fatal error at exit).
+nb::handle g_error_factory;
 
 rf::DType parse_dtype(const std::string &name) {
     if (std::optional<rf::DType> t = rf::dtype_from_name(name)) return *t;
     throw rf::ArgumentError(rf::ArgumentError::Kind::Dtype, "unknown dtype '" + name + "'");
-}
-
-std::vector<rf::TensorView> views(const std::vector<PyView> &in) {
-    std::vector<rf::TensorView> out;
-    for (const auto &[addr, dtype, shape, strides, cuda] : in)
-        out.emplace_back(reinterpret_cast<void *>(addr), parse_dtype(dtype), shape, strides,
-                         cuda ? rf::MemorySpace::Cuda : rf::MemorySpace::Host);
-    return out;
 }
 
 using Info = std::tuple<std::string, std::string, std::vector<std::string>, bool>;
@@ -71,33 +47,87 @@ std::vector<Info> infos(const std::vector<rf::TensorInfo> &ts) {
     return out;
 }
 
-/** A compiled kernel as Python holds it (shared: calls may outlive a reassignment in Python). */
-struct PyKernel {
-    std::shared_ptr<rf::Kernel> k;
-    std::string file;
+/** The schedule choices Python may make (docs/python.md: redfuse.compile's keywords). */
+struct PyOptions {
+    bool unfused = false;
+    std::string strategy;  // "" : the planner's choice
+    int threads = 0;       // 0 : the target's usable CPUs
 };
 
-PyKernel compile_spec(const std::string &spec, const std::string &target, const std::vector<std::pair<std::string, int64_t>> &sizes) {
+PyKernel compile_spec(const std::string &spec, const std::string &target, const std::vector<std::pair<std::string, int64_t>> &sizes,
+                      const PyOptions &options) {
     std::string file = spec.find('\n') == std::string::npos ? spec : "<spec>";
     return translated(file, [&] {
         rf::Options o;
         for (const auto &[n, v] : sizes) o.sizes[n] = v;
+        o.unfused = options.unfused;
+        if (!options.strategy.empty()) o.strategy = rf::parse_strategy(options.strategy);
+        if (options.threads < 0) throw rf::UserError({}, "threads must be at least 0 (0: every usable CPU), got " + std::to_string(options.threads));
+        o.threads = options.threads;
         rf::Target t = rf::make_target(rf::parse_target_kind(target));
         nb::gil_scoped_release release;  // the JIT may take seconds
-        return PyKernel{std::make_shared<rf::Kernel>(rf::compile(spec, t, o)), file};
+        PyKernel k;
+        k.k = std::make_shared<rf::Kernel>(rf::compile(spec, t, o));
+        k.file = file;
+        return k;
     });
 }
 
 }  // namespace
+
+namespace rfpy {
+
+[[noreturn]] void raise(const char *kind, const std::string &message, const std::string &file, int line, int col) {
+    if (!g_error_factory.is_valid()) throw std::runtime_error(message);
+    g_error_factory(kind, message, file, line, col);  // raises; returns only if it did not
+    throw std::runtime_error(message);
+}
+
+std::vector<rf::TensorView> views(const std::vector<PyView> &in) {
+    std::vector<rf::TensorView> out;
+    for (const auto &[addr, dtype, shape, strides, cuda] : in)
+        out.emplace_back(reinterpret_cast<void *>(addr), parse_dtype(dtype), shape, strides,
+                         cuda ? rf::MemorySpace::Cuda : rf::MemorySpace::Host);
+    return out;
+}
+
+PyCall prepare_call(const rf::Kernel &k, std::vector<rf::TensorView> ins, bool cuda) {
+    PyCall c;
+    c.ins = std::move(ins);
+    c.output_shapes = k.output_shapes(c.ins);
+    for (size_t j = 0; j < c.output_shapes.size(); j++)
+        c.outs.emplace_back(nullptr, k.outputs()[j].dtype, c.output_shapes[j], std::vector<int64_t>{},
+                            cuda ? rf::MemorySpace::Cuda : rf::MemorySpace::Host);
+    return c;
+}
+
+void run_prepared(const std::shared_ptr<rf::Kernel> &k, const PyCall &call, const uintptr_t *addresses, void *stream) {
+    std::vector<rf::TensorView> i = call.ins, o = call.outs;
+    for (size_t n = 0; n < i.size(); n++) i[n].data = reinterpret_cast<void *>(addresses[n]);
+    for (size_t n = 0; n < o.size(); n++) o[n].data = reinterpret_cast<void *>(addresses[i.size() + n]);
+    std::shared_ptr<rf::Kernel> keep = k;
+    nb::gil_scoped_release release;  // other Python threads run while the kernel does
+    (*keep)(i, o, stream);
+}
+
+}  // namespace rfpy
 
 NB_MODULE(_redfuse, m) {
     m.doc() = "redfuse's compiled core (use the `redfuse` package)";
     // Kernels registered as torch.library ops live until the interpreter exits (torch keeps every
     // op): not leaks, so no report at exit.
     nb::set_leak_warnings(false);
-    m.def("_set_error_factory", [](nb::object f) { g_error_factory = f; });
-    m.def("compile", &compile_spec, nb::arg("spec"), nb::arg("target"), nb::arg("sizes"));
+    m.def("_set_error_factory", [](nb::object f) { g_error_factory = f.release(); });
+    m.def("compile",
+          [](const std::string &spec, const std::string &target, const std::vector<std::pair<std::string, int64_t>> &sizes,
+             bool unfused, const std::string &strategy, int threads) {
+              return compile_spec(spec, target, sizes, PyOptions{unfused, strategy, threads});
+          },
+          nb::arg("spec"), nb::arg("target"), nb::arg("sizes"), nb::arg("unfused") = false, nb::arg("strategy") = "",
+          nb::arg("threads") = 0);
     m.def("builds", [] { return rf::kernel_builds(); });
+    m.def("_set_torch", &set_torch);
+    nb::class_<PyCall>(m, "Call").def_prop_ro("output_shapes", [](const PyCall &c) { return c.output_shapes; });
     nb::class_<PyKernel>(m, "Kernel")
         .def("inputs", [](const PyKernel &k) { return infos(k.k->inputs()); })
         .def("outputs", [](const PyKernel &k) { return infos(k.k->outputs()); })
@@ -105,7 +135,7 @@ NB_MODULE(_redfuse, m) {
         .def("target", [](const PyKernel &k) { return std::string(rf::to_string(k.k->target().kind)); })
         .def("output_shapes",
              [](const PyKernel &k, const std::vector<PyView> &ins) {
-                 return translated(k.file, [&] { return k.k->output_shapes(k.k->bind_sizes(views(ins))); });
+                 return translated(k.file, [&] { return k.k->output_shapes(views(ins)); });
              })
         .def("sizes",
              [](const PyKernel &k, const std::vector<PyView> &ins, const std::vector<PyView> &outs) {
@@ -123,6 +153,39 @@ NB_MODULE(_redfuse, m) {
                      nb::gil_scoped_release release;  // other Python threads run while the kernel does
                      (*keep)(i, o, reinterpret_cast<void *>(stream));
                      return 0;
+                 });
+             })
+        .def("prepare",
+             [](const PyKernel &k, const std::vector<PyView> &ins, bool cuda) {
+                 return translated(k.file, [&] { return prepare_call(*k.k, views(ins), cuda); });
+             })
+        .def("run_prepared",
+             [](const PyKernel &k, const PyCall &prepared, const std::vector<uintptr_t> &addresses, uintptr_t stream) {
+                 if (addresses.size() != prepared.ins.size() + prepared.outs.size())
+                     throw std::runtime_error("run_prepared: wrong number of addresses");
+                 translated(k.file, [&] {
+                     run_prepared(k.k, prepared, addresses.data(), reinterpret_cast<void *>(stream));
+                     return 0;
+                 });
+             })
+        .def("set_torch_dtypes",
+             [](PyKernel &k, const std::vector<nb::handle> &in, const std::vector<nb::handle> &out) {
+                 // torch's dtypes live as long as torch: borrowed handles
+                 k.torch_in = in;
+                 k.torch_out = out;
+             })
+        .def("call_torch_cpu", [](PyKernel &k, nb::handle args) { return translated(k.file, [&] { return call_torch_cpu(k, args); }); })
+        .def("time_calls",
+             [](const PyKernel &k, const std::vector<PyView> &ins, const std::vector<PyView> &outs, int reps) {
+                 // Seconds per call of the C++ Kernel (binding + run) on these buffers, timed in C++:
+                 // the call-overhead benchmark subtracts it from the time of a call from Python.
+                 return translated(k.file, [&] {
+                     std::vector<rf::TensorView> i = views(ins), o = views(outs);
+                     std::shared_ptr<rf::Kernel> keep = k.k;
+                     nb::gil_scoped_release release;
+                     auto t0 = std::chrono::steady_clock::now();
+                     for (int r = 0; r < reps; r++) (*keep)(i, o, nullptr);
+                     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / std::max(reps, 1);
                  });
              })
         .def("analysis_json", [](const PyKernel &k) { return k.k->analysis().dump(); })

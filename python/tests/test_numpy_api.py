@@ -108,8 +108,8 @@ def test_metadata_and_reports():
     assert "multiplicative" in k.explain()
     assert "redfuse_run" in k.source("cpu")
     assert "fused" in repr(k)
-    with pytest.raises(ValueError):
-        k.source("cuda")
+    with pytest.raises(ValueError, match="built for cpu"):
+        redfuse.compile(str(ROOT / "examples" / "attention.rf"), target="cpu").source("opencl")
 
 
 def test_two_threads_calling_one_kernel():
@@ -148,6 +148,22 @@ def test_bad_inputs_are_exceptions():
         k(q, kv, np.zeros((1, 2, 8, 4), np.uint16))
     with pytest.raises(TypeError, match="NumPy array"):
         k([1.0], kv, kv)
+
+
+def test_schedule_options():
+    x = np.random.default_rng(5).standard_normal((7, 300)).astype(np.float32)
+    fused = redfuse.compile(SOFTMAX, target="cpu")
+    unfused = redfuse.compile(SOFTMAX, target="cpu", unfused=True)
+    forced = redfuse.compile(SOFTMAX, target="cpu", strategy="multi_pass", threads=1)
+    # The strategy is forced when lowering (the analysis still says what the planner chose).
+    assert fused.analysis["chains"][0]["strategy"] != "multi_pass" and forced.source() != fused.source()
+    assert unfused.source() != fused.source()
+    for k in (unfused, forced):
+        np.testing.assert_allclose(k(x), fused(x), rtol=1e-5, atol=1e-8)
+    with pytest.raises(redfuse.SpecError, match="unknown strategy 'fastest'"):
+        redfuse.compile(SOFTMAX, strategy="fastest")
+    with pytest.raises(ValueError, match="threads must be a positive int"):
+        redfuse.compile(SOFTMAX, threads=0)
 
 
 def test_bad_specs_are_spec_errors_with_their_place():

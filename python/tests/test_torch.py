@@ -4,6 +4,7 @@ recompile or a rebuild, opcheck, and tensor errors."""
 from __future__ import annotations
 
 import pathlib
+import threading
 
 import pytest
 
@@ -72,3 +73,66 @@ def test_tensor_errors():
         k(q, kv, kv.float().numpy())
     with pytest.raises(ValueError, match="identifier"):
         redfuse.compile(SOFTMAX, name="not a name")
+
+
+def test_eager_hot_path_agrees_with_the_custom_op():
+    # Plain CPU tensors take the C++ hot path; the op goes through torch's dispatcher: same results,
+    # for contiguous and strided inputs, by position and by name.
+    k = redfuse.compile(ATTENTION, name="attention_hot")
+    q, kk, v = (torch.randn(2, 3, 9, 8, dtype=torch.bfloat16) for _ in range(3))
+    want = k.op([q, kk, v])[0]
+    torch.testing.assert_close(k(q, kk, v), want, rtol=0, atol=0)
+    torch.testing.assert_close(k(Q=q, K=kk, V=v), want, rtol=0, atol=0)
+    strided = kk.transpose(2, 3).contiguous().transpose(2, 3)  # same values, other strides
+    torch.testing.assert_close(k(q, strided, v), want, rtol=0, atol=0)
+    for m in (1, 5, 17):  # new sizes on the hot path: no rebuild
+        builds = redfuse.stats()["builds"]
+        qm = torch.randn(2, 3, m, 8, dtype=torch.bfloat16)
+        torch.testing.assert_close(k(qm, kk, v), k.op([qm, kk, v])[0], rtol=0, atol=0)
+        assert redfuse.stats()["builds"] == builds
+
+
+def test_two_threads_calling_one_kernel_on_tensors():
+    k = redfuse.compile(SOFTMAX, name="softmax_threads")
+    xs = [torch.randn(3 + i, 50 + 17 * i) for i in range(16)]
+    alone = [k(x) for x in xs]
+    together = [None] * len(xs)
+
+    def work(t):
+        for i in range(t, len(xs), 2):
+            together[i] = k(xs[i])
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for a, b in zip(alone, together):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_tensors_that_need_gradients_go_through_the_op():
+    k = redfuse.compile(SOFTMAX, name="softmax_grad")
+    x = torch.randn(3, 5, requires_grad=True)
+    y = k(x)
+    torch.testing.assert_close(y, torch.softmax(x.detach(), dim=1), rtol=1e-5, atol=1e-7)
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        y.sum().backward()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_auto_target_follows_the_device():
+    k = redfuse.compile(SOFTMAX, name="softmax_auto")
+    x = torch.randn(6, 333)
+    y = k(x.cuda())
+    assert y.is_cuda
+    torch.testing.assert_close(y.cpu(), torch.softmax(x, dim=1), rtol=1e-5, atol=1e-7)
+    cpu_only = redfuse.compile(SOFTMAX, target="cpu")
+    with pytest.raises(ValueError, match="compiled for cpu"):
+        cpu_only(x.cuda())
+
+
+def test_device_errors():
+    k = redfuse.compile(SOFTMAX, target="cpu", name="softmax_dev")
+    with pytest.raises(ValueError, match="is on meta"):
+        k(torch.empty(3, 4, device="meta"))

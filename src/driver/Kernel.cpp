@@ -4,6 +4,7 @@
  */
 #include "driver/Kernel.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -28,12 +29,6 @@ std::atomic<int64_t> g_builds{0};
 using AE = ArgumentError;
 
 std::string shape_text(const std::vector<int64_t> &s) { return shape_to_string(s); }
-
-std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape) {
-    std::vector<int64_t> st(shape.size(), 1);
-    for (size_t i = shape.size(); i-- > 1;) st[i - 1] = st[i] * shape[i];
-    return st;
-}
 
 TensorInfo info_of(const std::string &name, DType dtype, const std::vector<Expr> &dims, bool is_index) {
     TensorInfo t;
@@ -104,9 +99,11 @@ bool names_a_file(const std::string &spec) {
 bool TensorView::contiguous() const {
     if (strides.empty()) return true;
     if (strides.size() != shape.size()) return false;
-    std::vector<int64_t> dense = dense_strides(shape);
-    for (size_t d = 0; d < shape.size(); d++)
-        if (shape[d] > 1 && strides[d] != dense[d]) return false;
+    int64_t dense = 1;  // the row-major stride of dimension d, from the last one back
+    for (size_t d = shape.size(); d-- > 0;) {
+        if (shape[d] > 1 && strides[d] != dense) return false;
+        dense *= shape[d];
+    }
     return true;
 }
 
@@ -115,6 +112,14 @@ int64_t TensorView::numel() const {
     for (int64_t d : shape) n *= d;
     return n;
 }
+
+/** The sizes of a call and what follows from them, computed once per distinct size values (a model
+ *  calls a kernel at few shapes, many times each: binding must not cost more than the call). */
+struct Bound {
+    std::vector<int64_t> values;  ///< every size, in declaration order (the key)
+    SizeBinding sizes;            ///< the same, checked by bind_sizes(Program) (ranges, index bounds)
+    std::vector<std::vector<int64_t>> input_dims, output_dims;  ///< the extents the spec gives every buffer
+};
 
 struct Kernel::Impl {
     // Declared first, destroyed last: the compilation's expressions live in it (null when the
@@ -130,10 +135,17 @@ struct Kernel::Impl {
     mutable std::mutex device_mutex;  // GPU calls share the device's queue
     double compile_ms = 0;
     bool from_cache = false;
+    // Binding: per input/output dimension, the index of the size it names (-1: an expression of
+    // sizes); per size, its value when no buffer names it (the options', else the spec's default).
+    std::vector<std::vector<int>> input_slots, output_slots;
+    std::vector<std::optional<int64_t>> size_fallback;
+    mutable std::mutex bind_mutex;
+    mutable std::vector<std::shared_ptr<const Bound>> recent;  // most recent first
 
+    void prepare_binding();
     void check_views(const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos, const char *what) const;
-    void bind_from(const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos, const char *what,
-                   SizeBinding &sizes, std::map<std::string, std::string> &source_of) const;
+    std::shared_ptr<const Bound> bind(const std::vector<TensorView> &ins, const std::vector<TensorView> &outs) const;
+    std::shared_ptr<const Bound> bound_for(const std::vector<int64_t> &values) const;
     void run_interp(const SizeBinding &sizes, const std::vector<TensorView> &ins, const std::vector<TensorView> &outs) const;
 };
 
@@ -202,55 +214,128 @@ static MemorySpace call_memory(const std::vector<TensorView> &ins, const std::ve
     return space;
 }
 
-void Kernel::Impl::bind_from(const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos,
-                             const char *what, SizeBinding &sizes, std::map<std::string, std::string> &source_of) const {
-    for (size_t i = 0; i < views.size(); i++)
-        for (size_t d = 0; d < infos[i].dims.size(); d++) {
-            Expr e = infos[i].dims[d];
-            if (e->kind != Kind::Var) continue;  // an expression of sizes: checked once all are bound
-            std::string here = std::string(what) + " '" + infos[i].name + "' dimension " + std::to_string(d);
-            auto [it, fresh] = sizes.emplace(e->name, views[i].shape[d]);
-            if (fresh) source_of[e->name] = here;
-            else if (it->second != views[i].shape[d])
-                throw AE(AE::Kind::Shape, here + " (size " + e->name + ") is " + std::to_string(views[i].shape[d]) +
-                                              ", but " + source_of[e->name] + " gives " + e->name + " = " +
-                                              std::to_string(it->second));
+void Kernel::Impl::prepare_binding() {
+    const Program &p = c->program;
+    auto slots_of = [&](const std::vector<TensorInfo> &infos) {
+        std::vector<std::vector<int>> out;
+        for (const TensorInfo &t : infos) {
+            std::vector<int> dims;
+            for (Expr e : t.dims) {
+                int slot = -1;
+                for (size_t k = 0; e->kind == Kind::Var && k < p.sizes.size(); k++)
+                    if (p.sizes[k].name == e->name) slot = static_cast<int>(k);
+                dims.push_back(slot);
+            }
+            out.push_back(std::move(dims));
         }
+        return out;
+    };
+    input_slots = slots_of(inputs);
+    output_slots = slots_of(outputs);
+    for (const SizeDecl &s : p.sizes) {
+        auto it = c->options.sizes.find(s.name);
+        size_fallback.push_back(it != c->options.sizes.end() ? std::optional<int64_t>(it->second) : s.default_value);
+    }
+}
+
+std::shared_ptr<const Bound> Kernel::Impl::bound_for(const std::vector<int64_t> &values) const {
+    {
+        std::lock_guard<std::mutex> lock(bind_mutex);
+        for (size_t i = 0; i < recent.size(); i++)
+            if (recent[i]->values == values) {
+                std::shared_ptr<const Bound> hit = recent[i];
+                std::rotate(recent.begin(), recent.begin() + static_cast<std::ptrdiff_t>(i), recent.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+                return hit;
+            }
+    }
+    const Program &p = c->program;
+    SizeBinding given;
+    for (size_t k = 0; k < p.sizes.size(); k++) given[p.sizes[k].name] = values[k];
+    auto b = std::make_shared<Bound>();
+    b->values = values;
+    b->sizes = rf::bind_sizes(p, given);  // ranges and index bounds, located
+    auto extents = [&](const std::vector<TensorInfo> &infos) {
+        std::vector<std::vector<int64_t>> out;
+        for (const TensorInfo &t : infos) {
+            std::vector<int64_t> dims;
+            for (Expr d : t.dims) dims.push_back(eval_int(d, b->sizes));
+            out.push_back(std::move(dims));
+        }
+        return out;
+    };
+    b->input_dims = extents(inputs);
+    b->output_dims = extents(outputs);
+    std::lock_guard<std::mutex> lock(bind_mutex);
+    constexpr size_t kRecent = 16;
+    recent.insert(recent.begin(), b);
+    if (recent.size() > kRecent) recent.pop_back();
+    return b;
+}
+
+std::shared_ptr<const Bound> Kernel::Impl::bind(const std::vector<TensorView> &ins, const std::vector<TensorView> &outs) const {
+    std::optional<ArenaUse> use;
+    if (arena) use.emplace(*arena);
+    check_views(ins, inputs, "input");
+    if (!outs.empty()) check_views(outs, outputs, "output");
+    const Program &p = c->program;
+    // Each size from the first buffer dimension that names it; the others must agree. Messages are
+    // built only on failure: this runs on every call.
+    struct Origin { const char *what = nullptr; size_t view = 0, dim = 0; };
+    std::vector<int64_t> values(p.sizes.size(), 0);
+    std::vector<Origin> origin(p.sizes.size());
+    auto place = [&](const char *what, const std::vector<TensorInfo> &infos, size_t i, size_t d) {
+        return std::string(what) + " '" + infos[i].name + "' dimension " + std::to_string(d);
+    };
+    auto take = [&](const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos,
+                    const std::vector<std::vector<int>> &slots, const char *what) {
+        for (size_t i = 0; i < views.size(); i++)
+            for (size_t d = 0; d < slots[i].size(); d++) {
+                int k = slots[i][d];
+                if (k < 0) continue;  // an expression of sizes: checked once all are bound
+                int64_t v = views[i].shape[d];
+                Origin &o = origin[static_cast<size_t>(k)];
+                if (!o.what) {
+                    o = {what, i, d};
+                    values[static_cast<size_t>(k)] = v;
+                } else if (values[static_cast<size_t>(k)] != v) {
+                    const std::vector<TensorInfo> &first = o.what == std::string("input") ? inputs : outputs;
+                    const std::string &n = p.sizes[static_cast<size_t>(k)].name;
+                    throw AE(AE::Kind::Shape, place(what, infos, i, d) + " (size " + n + ") is " + std::to_string(v) +
+                                                  ", but " + place(o.what, first, o.view, o.dim) + " gives " + n +
+                                                  " = " + std::to_string(values[static_cast<size_t>(k)]));
+                }
+            }
+    };
+    take(ins, inputs, input_slots, "input");
+    take(outs, outputs, output_slots, "output");
+    for (size_t k = 0; k < p.sizes.size(); k++) {
+        if (origin[k].what) continue;
+        if (!size_fallback[k])
+            throw AE(AE::Kind::Shape, "size '" + p.sizes[k].name + "' is not the extent of any input or output dimension and has no default");
+        values[k] = *size_fallback[k];
+    }
+    std::shared_ptr<const Bound> b = bound_for(values);
+    // Dimensions that are expressions of sizes (e.g. H / G), and every output extent.
+    auto check = [&](const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos,
+                     const std::vector<std::vector<int64_t>> &want, const char *what) {
+        for (size_t i = 0; i < views.size(); i++)
+            for (size_t d = 0; d < want[i].size(); d++)
+                if (views[i].shape[d] != want[i][d])
+                    throw AE(AE::Kind::Shape, place(what, infos, i, d) + " (size " + infos[i].shape[d] + ") is " +
+                                                  std::to_string(views[i].shape[d]) + "; the sizes bound from the buffers give " +
+                                                  std::to_string(want[i][d]));
+    };
+    check(ins, inputs, b->input_dims, "input");
+    check(outs, outputs, b->output_dims, "output");
+    return b;
 }
 
 SizeBinding Kernel::bind_sizes(const std::vector<TensorView> &ins, const std::vector<TensorView> &outs) const {
-    const Impl &I = *impl_;
-    std::optional<ArenaUse> use;
-    if (I.arena) use.emplace(*I.arena);
-    I.check_views(ins, I.inputs, "input");
-    if (!outs.empty()) I.check_views(outs, I.outputs, "output");
-    SizeBinding sizes;
-    std::map<std::string, std::string> source_of;
-    I.bind_from(ins, I.inputs, "input", sizes, source_of);
-    I.bind_from(outs, I.outputs, "output", sizes, source_of);
-    // Sizes no buffer names: the compilation's options, then the spec's defaults.
-    for (const SizeDecl &s : I.c->program.sizes) {
-        if (sizes.count(s.name)) continue;
-        if (auto it = I.c->options.sizes.find(s.name); it != I.c->options.sizes.end()) sizes[s.name] = it->second;
-        else if (s.default_value) sizes[s.name] = *s.default_value;
-        else
-            throw AE(AE::Kind::Shape, "size '" + s.name + "' is not the extent of any input or output dimension and has no default");
-    }
-    SizeBinding bound = rf::bind_sizes(I.c->program, sizes);  // ranges and index bounds, located
-    // Dimensions that are expressions of sizes (e.g. H / G), and every output extent.
-    auto check = [&](const std::vector<TensorView> &views, const std::vector<TensorInfo> &infos, const char *what) {
-        for (size_t i = 0; i < views.size(); i++)
-            for (size_t d = 0; d < infos[i].dims.size(); d++) {
-                int64_t want = eval_int(infos[i].dims[d], bound);
-                if (views[i].shape[d] != want)
-                    throw AE(AE::Kind::Shape, std::string(what) + " '" + infos[i].name + "' dimension " + std::to_string(d) +
-                                                  " (size " + infos[i].shape[d] + ") is " + std::to_string(views[i].shape[d]) +
-                                                  "; the sizes bound from the buffers give " + std::to_string(want));
-            }
-    };
-    check(ins, I.inputs, "input");
-    check(outs, I.outputs, "output");
-    return bound;
+    return impl_->bind(ins, outs)->sizes;
+}
+
+std::vector<std::vector<int64_t>> Kernel::output_shapes(const std::vector<TensorView> &ins) const {
+    return impl_->bind(ins, {})->output_dims;
 }
 
 std::vector<std::vector<int64_t>> Kernel::output_shapes(const SizeBinding &sizes) const {
@@ -290,13 +375,13 @@ void Kernel::operator()(const std::vector<TensorView> &ins, const std::vector<Te
     if (outs.size() != I.outputs.size())
         throw AE(AE::Kind::Count, "the kernel writes " + std::to_string(I.outputs.size()) + " outputs, got " +
                                       std::to_string(outs.size()) + " output buffers");
-    SizeBinding sizes = bind_sizes(ins, outs);
+    std::shared_ptr<const Bound> bound = I.bind(ins, outs);
+    const SizeBinding &sizes = bound->sizes;
+    const std::vector<int64_t> &size_values = bound->values;
     MemorySpace memory = call_memory(ins, outs);
     if (stream && memory != MemorySpace::Cuda)
         throw AE(AE::Kind::Device, "a CUDA stream was given with host buffers; a stream orders device work only");
     if (is_interpreter(I.c->target.kind)) return I.run_interp(sizes, ins, outs);
-    std::vector<int64_t> size_values;
-    for (const SizeDecl &s : I.c->program.sizes) size_values.push_back(sizes.at(s.name));
     if (memory == MemorySpace::Cuda) {  // dense device buffers, used in place, on the caller's stream
         std::vector<BufferRef> device;
         for (const auto *list : {&ins, &outs})
@@ -330,6 +415,8 @@ Kernel compile_kernel(std::shared_ptr<const Compilation> c, const Options &sched
         impl->outputs.push_back(info_of(out.name, out.dtype, d->extents, index));
     }
     impl->schedule = schedule;  // the environment is already applied (analyze_source)
+    impl->c = c;
+    impl->prepare_binding();
     TargetKind kind = c->target.kind;
     if (!is_interpreter(kind)) {
         Generated g = generate(*c, impl->schedule);

@@ -77,6 +77,9 @@ public:
     SizeBinding bind_sizes(const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs = {}) const;
     /** The outputs' shapes at `sizes`, in output order. */
     std::vector<std::vector<int64_t>> output_shapes(const SizeBinding &sizes) const;
+    /** The outputs' shapes for a call on `inputs` (bind_sizes, then the above; the binding of
+     *  recent sizes is kept, so this costs little on a hot path). */
+    std::vector<std::vector<int64_t>> output_shapes(const std::vector<TensorView> &inputs) const;
 
     /** Runs on `inputs` (in input order) writing `outputs` (in output order; allocated by the
      *  caller with output_shapes). Contiguous host buffers are used in place; strided ones go

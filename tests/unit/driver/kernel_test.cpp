@@ -69,6 +69,26 @@ TEST(Kernel, OneBuildServesEverySize) {
     EXPECT_EQ(kernel_builds(), builds) << "a new size rebuilt the kernel";
 }
 
+TEST(Kernel, BindingsOfRecentSizesAreReusedAndStillChecked) {
+    // The kernel keeps the bindings of its 16 most recent sizes: cycling through more than that
+    // (misses, evictions, hits) gives the right answer every time, and a cached binding does not
+    // excuse an output buffer of the wrong extent.
+    ArenaScope arena;
+    Kernel k = compile(example("softmax"), make_target(TargetKind::Cpu));
+    for (int round = 0; round < 3; round++)
+        for (int64_t C = 1; C <= 20; C++) EXPECT_LT(softmax_error(k, 3, C * 7, uint64_t(C + round)), 1e-5) << C;
+    std::vector<float> x(3 * 14, 1.f), y(3 * 15);
+    try {
+        k({{x.data(), DType::f32, {3, 14}}}, {{y.data(), DType::f32, {3, 15}}});
+        FAIL() << "an output of the wrong extent was accepted";
+    } catch (const ArgumentError &e) {
+        EXPECT_NE(std::string(e.what()).find("output 'Y' dimension 1 (size C) is 15, but input 'X' dimension 1 gives C = 14"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(k.output_shapes({{x.data(), DType::f32, {3, 14}}}), (std::vector<std::vector<int64_t>>{{3, 14}}));
+}
+
 TEST(Kernel, KnowsItsInputsAndOutputs) {
     ArenaScope arena;
     Kernel k = compile(example("attention"), make_target(TargetKind::Interp));

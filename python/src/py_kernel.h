@@ -1,0 +1,80 @@
+/** \file py_kernel.h
+ * What the extension's files share: the Python layer's buffer views, a compiled kernel as Python holds
+ * it, its prepared calls, and the translation of redfuse's exceptions into the Python layer's.
+ */
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "driver/Kernel.h"
+#include "support/Error.h"
+
+namespace rfpy {
+
+namespace nb = nanobind;
+
+/** (address, dtype, shape, strides, on the CUDA device) as the Python layer passes it. */
+using PyView = std::tuple<uintptr_t, std::string, std::vector<int64_t>, std::vector<int64_t>, bool>;
+
+/** Raises the Python layer's exception of `kind` ("spec", "dtype", "shape", "device", "internal"). */
+[[noreturn]] void raise(const char *kind, const std::string &message, const std::string &file = "", int line = 0, int col = 0);
+
+/** Runs f, turning redfuse's exceptions into the Python layer's. */
+template <typename F>
+auto translated(const std::string &file, F &&f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const rf::ArgumentError &e) {
+        raise(e.kind() == rf::ArgumentError::Kind::Dtype ? "dtype" : e.kind() == rf::ArgumentError::Kind::Device ? "device" : "shape",
+              e.what());
+    } catch (const rf::UserError &e) {
+        raise("spec", e.what(), file, e.loc().line, e.loc().col);
+    } catch (const rf::InternalError &e) {
+        raise("internal", std::string("internal error (a bug in redfuse, not in your spec): ") + e.what());
+    }
+}
+
+std::vector<rf::TensorView> views(const std::vector<PyView> &in);
+
+/** The buffers of a call without their addresses: what is kept per distinct input shapes and
+ *  strides, so a call passes only addresses (the hot path of a model's forward). */
+struct PyCall {
+    std::vector<rf::TensorView> ins, outs;
+    std::vector<std::vector<int64_t>> output_shapes;
+};
+
+/** Prepares a call on `ins` (checked as a call checks them), with dense outputs of the bound shapes. */
+PyCall prepare_call(const rf::Kernel &k, std::vector<rf::TensorView> ins, bool cuda);
+
+/** Runs a prepared call at these addresses (inputs then outputs), the GIL released. */
+void run_prepared(const std::shared_ptr<rf::Kernel> &k, const PyCall &call, const uintptr_t *addresses, void *stream);
+
+/** A compiled kernel as Python holds it (shared: calls may outlive a reassignment in Python). */
+struct PyKernel {
+    std::shared_ptr<rf::Kernel> k;
+    std::string file;
+    // The torch fast path (torch_call.cpp): the torch dtypes of the inputs and outputs, and the
+    // prepared calls of recent input shapes and strides.
+    std::vector<nb::handle> torch_in, torch_out;
+    std::shared_ptr<std::mutex> calls_mutex = std::make_shared<std::mutex>();
+    std::shared_ptr<std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const PyCall>>>> calls =
+        std::make_shared<std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const PyCall>>>>();
+};
+
+/** Registers torch.Tensor and torch.empty (once, when the Python layer first meets torch). */
+void set_torch(nb::handle tensor_type, nb::handle empty);
+
+/** Runs `args` (a tuple of torch tensors) through the kernel when all are plain CPU tensors of the
+ *  spec's dtypes that need no gradient: returns the list of outputs, or None to let the Python
+ *  layer take the general path (which also explains any error). */
+nb::object call_torch_cpu(PyKernel &k, nb::handle args);
+
+}  // namespace rfpy
