@@ -22,6 +22,12 @@ echo "== the Python package: pip wheel ., installed into the project's venv, and
 venv=$(scripts/python_setup.sh | tail -1)
 "$venv/bin/python" -m pytest -q python/tests
 
+echo "== the wheel in a fresh venv (pip install of build/wheel/redfuse-*.whl and its dependency, numpy)"
+rm -rf build/fresh-venv
+"${PYTHON:-python3}" -m venv build/fresh-venv
+build/fresh-venv/bin/python -m pip install -q --disable-pip-version-check build/wheel/redfuse-*.whl numpy==2.4.6
+(cd build && fresh-venv/bin/python ../examples/python/softmax_numpy.py)
+
 if [ "${REDFUSE_NO_SANITIZE:-0}" != "1" ]; then
   echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
   BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/setup.sh -DREDFUSE_SANITIZE=ON

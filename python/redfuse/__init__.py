@@ -10,7 +10,9 @@ rebuild: ``redfuse.stats()["builds"]``). This layer is thin and typed over the C
 """
 from __future__ import annotations
 
+import ast
 import json
+import operator
 import os
 import sys
 from dataclasses import dataclass
@@ -94,6 +96,28 @@ def _plain_tensors(torch: Any, tensors: Sequence[Any]) -> bool:
 _torch_registered: List[bool] = []  # torch.Tensor and torch.empty given to the extension
 
 
+_DIM_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv,
+            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+
+
+def _eval_dim(text: str, sizes: Dict[str, Any]) -> Any:
+    """A dimension's text (sizes, integers, + - * / %, with / the floor division of the spec's
+    dimensions) evaluated on `sizes` (ints or torch SymInts). KeyError names a size it lacks."""
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            return sizes[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPS:
+            return _DIM_OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        raise ValueError(f"cannot evaluate the dimension '{text}' for torch.compile's fake tensors")
+    return ev(ast.parse(text, mode="eval"))
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """An input or output of a Kernel: its name, the spec's dtype, and its shape over the sizes."""
@@ -141,6 +165,7 @@ class Kernel:
         self._torch_in: Optional[Tuple[Any, ...]] = None   # torch dtypes, looked up on first use
         self._torch_out: Optional[Tuple[Any, ...]] = None
         self._fast: Any = None  # the C++ hot path for plain CPU tensors, once torch is met
+        self._fixed: Optional[Dict[str, int]] = None  # sizes with a value without buffers (fake shapes)
         # Prepared calls by (device, input shapes and strides): the hot path passes only addresses.
         self._calls: Dict[tuple, tuple] = {}
         # The custom op is registered now when torch is in use (torch.compile cannot trace its
@@ -268,24 +293,25 @@ class Kernel:
         raise ValueError(f"the inputs are on different devices ({', '.join(devices)}); put them on one")
 
     def _fake_shapes(self, tensors: List[Any]) -> List[List[Any]]:
-        """Output shapes from the inputs' (possibly symbolic) sizes: every output dimension that is
-        a size some input dimension names; others from the concrete sizes."""
-        sizes: Dict[str, Any] = {}
+        """Output shapes from the inputs' (possibly symbolic) sizes: each output dimension is an
+        expression of sizes (docs/language.md: + - * / % over sizes and integers), evaluated on the
+        sizes the inputs' dimensions name, then on the kernel's fixed sizes."""
+        if self._fixed is None:
+            self._fixed = dict(self._core.fixed_sizes())
+        sizes: Dict[str, Any] = dict(self._fixed)
+        named: Dict[str, Any] = {}
         for t, spec in zip(tensors, self.inputs):
             for d, n in zip(t.shape, spec.shape):
-                sizes.setdefault(n, d)
+                if n.isidentifier():
+                    named.setdefault(n, d)
+        sizes.update(named)
         shapes = []
         for spec in self.outputs:
-            dims = []
-            for n in spec.shape:
-                if n in sizes:
-                    dims.append(sizes[n])
-                elif n.isdigit():
-                    dims.append(int(n))
-                else:
-                    raise ValueError(f"output '{spec.name}' has a dimension '{n}' that is no input's size; "
-                                     "torch.compile cannot trace this kernel's output shape")
-            shapes.append(dims)
+            try:
+                shapes.append([_eval_dim(n, sizes) for n in spec.shape])
+            except KeyError as e:
+                raise ValueError(f"output '{spec.name}' has a dimension that needs size {e.args[0]}, which no input's "
+                                 f"dimension names; pass it to redfuse.compile(sizes=...)") from None
         return shapes
 
     def _make_op(self, name: Optional[str]) -> Any:
@@ -360,11 +386,15 @@ class Kernel:
         raise ValueError(f"this kernel was built for {self.target}; compile for {target} to see its source")
 
     def __repr__(self) -> str:
-        chains = self.analysis.get("chains", [])
-        verdicts = "; ".join(f"{'+'.join(c['members'])}: {'fused ' + c['strategy'] if c['fused'] else 'not fused'}"
-                             for c in chains)
+        """One line: the signature, the target, and per chain the derivation (each member's
+        reduction and its relation to the others) and the verdict."""
+        chains = []
+        for c in self.analysis.get("chains", []):
+            members = ", ".join(f"{m['name']} {m['op']} {m['relation']}" for m in c.get("members_detail", []))
+            verdict = f"fused {c['strategy']}" if c["fused"] else "not fused"
+            chains.append(f"over {','.join(c['axes'])}: {members} -> {verdict}")
         return (f"redfuse.Kernel({', '.join(map(repr, self.inputs))} -> {', '.join(map(repr, self.outputs))}; "
-                f"{self.target}; {verdicts})")
+                f"{self.target}; {'; '.join(chains) or 'no reduction chain'})")
 
 
 _TARGETS = ("auto", "cpu", "cuda", "opencl", "interp", "interp-f32")

@@ -132,6 +132,18 @@ NB_MODULE(_redfuse, m) {
         .def("inputs", [](const PyKernel &k) { return infos(k.k->inputs()); })
         .def("outputs", [](const PyKernel &k) { return infos(k.k->outputs()); })
         .def("size_names", [](const PyKernel &k) { return k.k->size_names(); })
+        .def("fixed_sizes",
+             [](const PyKernel &k) {
+                 // The sizes that have a value without any buffer: the compile options', else the spec's default.
+                 std::vector<std::pair<std::string, int64_t>> out;
+                 const rf::Compilation &c = k.k->compilation();
+                 for (const rf::SizeDecl &s : c.program.sizes) {
+                     auto it = c.options.sizes.find(s.name);
+                     if (it != c.options.sizes.end()) out.emplace_back(s.name, it->second);
+                     else if (s.default_value) out.emplace_back(s.name, *s.default_value);
+                 }
+                 return out;
+             })
         .def("target", [](const PyKernel &k) { return std::string(rf::to_string(k.k->target().kind)); })
         .def("output_shapes",
              [](const PyKernel &k, const std::vector<PyView> &ins) {

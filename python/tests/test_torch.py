@@ -136,3 +136,29 @@ def test_device_errors():
     k = redfuse.compile(SOFTMAX, target="cpu", name="softmax_dev")
     with pytest.raises(ValueError, match="is on meta"):
         k(torch.empty(3, 4, device="meta"))
+
+
+PAIR_SUM = """size R, C
+input X[R, C] : f32
+Y[r, c: C / 2] = X[r, 2 * c] + X[r, 2 * c + 1]
+output Y : f32
+"""
+
+
+def test_fake_shapes_of_output_dimensions_that_are_expressions():
+    # Y's extent is C / 2 (floor): the fake implementation evaluates it on the symbolic C, so a
+    # dynamic graph serves every width without a recompile.
+    k = redfuse.compile(PAIR_SUM, name="pair_sum")
+    frames = []
+
+    def backend(gm, example_inputs):
+        frames.append(gm)
+        return gm.forward
+
+    f = torch.compile(lambda t: k(t), fullgraph=True, dynamic=True, backend=backend)
+    for cols in (8, 10, 7):
+        x = torch.randn(3, cols)
+        want = x[:, 0:2 * (cols // 2):2] + x[:, 1:2 * (cols // 2):2]
+        torch.testing.assert_close(f(x), want)
+    assert len(frames) == 1
+    torch.library.opcheck(k.op, ([torch.randn(2, 6)],))
