@@ -26,6 +26,8 @@ declare -A PKG=(
   [OpenMP]="none (g++'s libgomp)"
   [CUDAToolkit]="none (CUDA 13 is on the device)"
   [OpenCL]="opencl-c-headers ocl-icd-opencl-dev ocl-icd-libopencl1"
+  [Python]="none (the device's python3; only with -DREDFUSE_PYTHON=ON)"
+  [nanobind]="none (the carried wheel, .gpu-carry/wheels)"
 )
 # (the top-level CMakeLists.txt and those under src/ and tools/; tests/ and fuzz/ are not built there)
 mapfile -t names < <(grep -hE '^\s*find_package\(' CMakeLists.txt $(find src tools -name CMakeLists.txt 2>/dev/null) \
@@ -74,12 +76,19 @@ for f in usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake usr/share/cmake
 done
 rm -rf "$chk"
 
+# The Python phase builds the extension on the device: nanobind (pure Python + its C++ sources) as a wheel.
+mkdir -p "$CARRY/wheels"
+if ! python3 -m pip download -q --disable-pip-version-check --no-deps -d "$CARRY/wheels" nanobind==2.4.0 2>&1 | tail -2; then
+  echo "prepare.sh: could not download the nanobind wheel: the device's python phase will need nanobind installed" >&2
+fi
+
 # Manifest: what was carried, and from where.
 {
   echo "# written by bench/gpu/prepare.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ) ($(. /etc/os-release; echo "$PRETTY_NAME"))"
   for d in "$CARRY"/debs/*.deb; do
     echo "$(dpkg-deb -f "$d" Package) $(dpkg-deb -f "$d" Version) $(sha256sum "$d" | cut -c1-16) $(basename "$d")"
   done
+  for w in "$CARRY"/wheels/*.whl; do [ -e "$w" ] && echo "wheel $(sha256sum "$w" | cut -c1-16) $(basename "$w")"; done
 } > "$CARRY/MANIFEST"
 cat "$CARRY/MANIFEST"
 

@@ -11,19 +11,21 @@
 #   b. prints nvidia-smi (clocks, power), nvcc and torch versions
 #   c. check:   redfuse run SPEC --target T --check --json, every examples/*.rf at 3 size sets
 #   d. compare: redfuse run --save at realistic sizes, compared with torch float64 on the saved inputs
+#   f. python:  the extension built against the device's python (nanobind from .gpu-carry/wheels), then
+#               bench/gpu/python_cuda.py: the Python API on CUDA tensors, and its call overhead
 #   e. bench:   measured limits (copy bandwidth, bf16/fp8 matrix rates), then redfuse bench and the
 #               torch peers per case (bench/gpu/gpu_bench.py); then the report
 #   Writes $OUT/{run.log,build.log,gpu_results.json,table.md}; keeps going past failures.
 #
 # Options: --target cuda|cpu (default cuda)  --quick (tiny bench sizes)  --build-dir DIR (default
 #   build-bench)  --no-build  --time-limit S (whole run; default 440 on cuda, 1800 on cpu)
-#   --phases check,compare,bench (default: all)  --only W1,W2 (bench workloads)  --jobs N  --keep-work
+#   --phases check,compare,python,bench (default: all)  --only W1,W2 (bench workloads)  --jobs N  --keep-work
 # Environment: OUT (default out/gpu-<target>), PYTHON (the interpreter with torch).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$(pwd)
 
-TARGET=cuda; QUICK=0; BUILD_DIR=build-bench; BUILD=1; TIME_LIMIT=""; PHASES=check,compare,bench
+TARGET=cuda; QUICK=0; BUILD_DIR=build-bench; BUILD=1; TIME_LIMIT=""; PHASES=check,compare,python,bench
 ONLY=""; JOBS=""; KEEP=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -60,6 +62,27 @@ left() { echo $((DEADLINE - $(now))); }
 PHASE_TIMES=()
 phase_done() { PHASE_TIMES+=("\"$1\": $(( $(now) - $2 ))"); }
 has_phase() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
+
+# Builds redfuse._redfuse for the device's python (nanobind: the carried wheel, or one installed) in
+# the same build folder, then runs bench/gpu/python_cuda.py on the target's tensors.
+python_phase() {
+  local py=$1 deps="$ROOT/$BUILD_DIR/pydeps" wheels=("$ROOT"/.gpu-carry/wheels/*.whl)
+  if ! "$py" -c 'import nanobind' 2>/dev/null && [ -e "${wheels[0]}" ]; then
+    rm -rf "$deps"; "$py" -m pip install -q --no-index --no-deps --target "$deps" "${wheels[@]}" >> "$OUT/build.log" 2>&1 \
+      || log "f. could not install the carried wheels"
+  fi
+  export PYTHONPATH="$ROOT/python:$deps${PYTHONPATH:+:$PYTHONPATH}"
+  log "f. python: building the extension (nanobind $("$py" -c 'import nanobind; print(nanobind.__version__)' 2>&1 | tail -1))"
+  if timeout 120 cmake -S . -B "$BUILD_DIR" -DREDFUSE_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$py" || echo "$py")" >> "$OUT/build.log" 2>&1 \
+     && timeout 240 cmake --build "$BUILD_DIR" --target _redfuse -j "$(nproc)" >> "$OUT/build.log" 2>&1; then
+    cp "$BUILD_DIR"/_redfuse*.so "$ROOT/python/redfuse/"
+    local dev=cuda; [ "$TARGET" = cuda ] || dev=cpu
+    timeout -k 5 $(( $(left) - 90 > 30 ? $(left) - 90 : 30 )) "$py" "$ROOT/bench/gpu/python_cuda.py" --out "$OUT" --device $dev \
+      || log "f. python_cuda.py exited $?"
+  else
+    log "f. python: the extension did not build: $(grep -m1 -iE 'error' "$OUT/build.log" | cut -c1-200)"
+  fi
+}
 
 main() {
   log "== redfuse GPU validation + benchmark: target $TARGET$([ $QUICK = 1 ] && echo ' (quick)'), limit ${TIME_LIMIT}s, out $OUT"
@@ -208,6 +231,15 @@ EOF
     phase_done compare "$t"
   else
     log "d. compare: skipped ($([ $have_rf = 1 ] && echo 'not in --phases' || echo 'no redfuse'))"
+  fi
+
+  # ------------------------------------------------------------------------------ f. python
+  if has_phase python && [ $have_rf = 1 ] && [ $(left) -gt 150 ]; then
+    t=$(now)
+    python_phase "$py"
+    phase_done python "$t"
+  else
+    log "f. python: skipped ($(has_phase python || echo 'not in --phases'; [ $have_rf = 1 ] || echo 'no redfuse'; [ $(left) -gt 150 ] || echo 'no time'))"
   fi
 
   # ------------------------------------------------------------------------------ e. bench
