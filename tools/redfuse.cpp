@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <sstream>
 
 #include "driver/Bench.h"
@@ -343,6 +344,11 @@ int main(int argc, char **argv) {
     } catch (const rf::InternalError &e) {
         std::cerr << "redfuse: internal error (a bug in redfuse, not in your spec): " << e.what() << "\n";
         return 3;
+    } catch (const std::bad_alloc &) {
+        // The sizes asked for more memory than there is (run checks its own buffers first; this is
+        // the kernel's temporaries or the compiler's working set): the user's to change, not a bug.
+        std::cerr << "redfuse: out of memory (an allocation failed): these sizes need more memory than this machine has\n";
+        return 1;
     } catch (const std::exception &e) {
         std::cerr << "redfuse: internal error: " << e.what() << "\n";
         return 3;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 #include "driver/Environment.h"
@@ -79,6 +80,46 @@ void check_interpretable(const Program &p, const SizeBinding &sizes, bool needed
         throw UserError({}, "these sizes need " + std::to_string(static_cast<long long>(elements)) +
                                 " tensor elements; the interpreters are for checking at small sizes (at most " +
                                 std::to_string(static_cast<long long>(kMaxElements)) + ")");
+}
+
+/** Bytes of physical memory the system says are available (MemAvailable), 0 when unknown. */
+double available_memory_bytes() {
+    std::ifstream f("/proc/meminfo");
+    std::string key, unit;
+    double kib = 0;
+    while (f >> key >> kib >> unit)
+        if (key == "MemAvailable:") return kib * 1024;
+    return 0;
+}
+
+std::string gigabytes(double bytes) {
+    std::ostringstream os;
+    os.precision(3);
+    os << bytes / 1e9 << " GB";
+    return os.str();
+}
+
+/** `run` holds every input and output twice (as float64 values and in its storage dtype): refuse
+ *  sizes whose buffers cannot fit in the available memory, before allocating anything, with the
+ *  numbers (an allocation failure later would be an internal error). */
+void check_memory(const Program &p, const SizeBinding &sizes) {
+    double in_bytes = 0, out_bytes = 0;
+    for (const InputDecl &in : p.inputs) {
+        double n = 1;
+        for (int64_t d : input_shape(in, sizes)) n *= static_cast<double>(d);
+        in_bytes += n * (8.0 + dtype_bytes(in.dtype));
+    }
+    for (const OutputDecl &out : p.outputs) {
+        double n = 1;
+        for (int64_t e : def_shape(*p.find_def(out.name), sizes)) n *= static_cast<double>(e);
+        out_bytes += n * (8.0 + dtype_bytes(out.dtype));
+    }
+    double have = available_memory_bytes();
+    if (have > 0 && in_bytes + out_bytes > have)
+        throw UserError({}, "these sizes need about " + gigabytes(in_bytes + out_bytes) + " for the run's buffers (inputs " +
+                                gigabytes(in_bytes) + ", outputs " + gigabytes(out_bytes) +
+                                ", each as float64 values and in its dtype; the kernel's temporaries come on top), but " +
+                                gigabytes(have) + " of memory is available");
 }
 
 struct Execution {
@@ -238,6 +279,7 @@ RunReport run_kernel(const Kernel &k, const RunOptions &o) {
     SizeBinding sizes = bind_sizes(p, o.sizes);
     TargetKind kind = k.target().kind;
     check_interpretable(p, sizes, is_interpreter(kind) || o.check);
+    check_memory(p, sizes);
     std::map<std::string, Tensor> inputs = run_inputs(p, sizes, o);
     Execution e = execute(k, sizes, inputs);                                        // execute
 

@@ -117,7 +117,13 @@ private:
 
     // ---- Literal evaluation of definitions outside cascades.
     void eval_literal(const TensorDef &d) {
-        RF_INTERNAL_ASSERT(!d.is_topk()) << "top-k outside a cascade";
+        if (d.is_topk()) {
+            // A top-k that no chain holds (the plan runs it alone, e.g. when its values feed a
+            // later reduction over its own k axis): selected literally, as the reference does.
+            run_topk(d, sizes_, t_);
+            for (double &v : t_[d.name].data) v = rnd(v);
+            return;
+        }
         Tensor out(def_shape(d, sizes_));
         Evaluator ev(env(nullptr, nullptr, false));
         std::vector<int64_t> idx(d.vars.size(), 0);

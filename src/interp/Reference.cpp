@@ -119,6 +119,8 @@ void run_elementwise(const TensorDef &d, const SizeBinding &sizes, std::map<std:
     results[d.name] = std::move(out);
 }
 
+}  // namespace
+
 void run_topk(const TensorDef &d, const SizeBinding &sizes, std::map<std::string, Tensor> &results) {
     Expr red = d.body;
     RF_INTERNAL_ASSERT(red && red->kind == Kind::Reduce && red->rop == ReduceOp::TopK)
@@ -166,8 +168,6 @@ void run_topk(const TensorDef &d, const SizeBinding &sizes, std::map<std::string
     results[d.name] = std::move(values);
     results[d.index_name] = std::move(indices);
 }
-
-}  // namespace
 
 int64_t eval_extent(Expr e, const SizeBinding &sizes) {
     SizeTable table(sizes);

@@ -44,6 +44,10 @@ std::map<std::string, Tensor> run_reference(const Program &p, const SizeBinding 
 /** Rounds every element to `d` (round_to_dtype) and tags the result with `d`. */
 Tensor round_output(const Tensor &t, DType d);
 
+/** Evaluates one top-k definition on `results` (the tensors it reads), writing its values and its
+ *  indices (larger first, NaN above everything, ties to the lower index). */
+void run_topk(const TensorDef &d, const SizeBinding &sizes, std::map<std::string, Tensor> &results);
+
 /** The declared outputs of `p` taken from the results of run_reference, each rounded to its
  *  declared output dtype: what a kernel must produce. */
 std::map<std::string, Tensor> reference_outputs(const Program &p, const std::map<std::string, Tensor> &results);

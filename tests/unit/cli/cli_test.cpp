@@ -297,3 +297,13 @@ TEST(Cli, StagesAreDumpedByNameAndTheDumpIsWhatRunBuilds) {
     EXPECT_EQ(sh("analyze " + ex("softmax") + " --emit cuda --arch sm_80").status, 0);
     EXPECT_EQ(sh("analyze " + ex("softmax") + " --emit cuda --arch 80").status, 1);
 }
+
+TEST(Cli, SizesTooLargeForMemoryAreAUserErrorWithTheNumbers) {
+    // 1.6e11 elements (3.8 TB of buffers): more than any machine has. Refused before anything is allocated (an
+    // allocation failure would be an internal error), exit 1, with the bytes needed and available.
+    Result r = sh("run " + ex("softmax") + " --target cpu --size R=400000,C=400000");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("for the run's buffers"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("of memory is available"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+}
