@@ -307,3 +307,18 @@ TEST(Cli, SizesTooLargeForMemoryAreAUserErrorWithTheNumbers) {
     EXPECT_NE(r.out.find("of memory is available"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
 }
+
+TEST(Cli, EmitForAGpuWithoutSizesSaysWhatToPass) {
+    // GPU kernels are shaped by the sizes (launch grids, tiles): without defaults or --size, emit
+    // names the size to pass (exit 1, as for every unbound size) instead of an internal error.
+    std::string spec = temp_spec("size R, C\ninput X[R, C] : f32\nm[r] = max(c: X[r,c])\n"
+                                 "s[r] = sum(c: exp(X[r,c] - m[r]))\nY[r,c] = exp(X[r,c] - m[r]) / s[r]\noutput Y : f32\n");
+    auto dir = std::filesystem::temp_directory_path() / ("redfuse_emit_nosizes_" + std::to_string(getpid()));
+    for (const char *target : {"cuda", "opencl"}) {
+        Result r = sh("emit " + spec + " --target " + target + " -o " + dir.string());
+        EXPECT_EQ(r.status, 1) << target << ": " << r.out;
+        EXPECT_NE(r.out.find("pass --size"), std::string::npos) << target << ": " << r.out;
+        EXPECT_EQ(r.out.find("internal error"), std::string::npos) << target << ": " << r.out;
+    }
+    std::filesystem::remove_all(dir);
+}
