@@ -14,6 +14,8 @@
 #include "driver/Compiler.h"
 #include "driver/Run.h"
 #include "fuse/Graph.h"
+#include "grad/Grad.h"
+#include "spec/Frontend.h"
 #include "support/Error.h"
 
 namespace {
@@ -56,10 +58,10 @@ std::string read_source_for_errors(const std::string &path) {
 /** Every command-line value, as parsed by CLI11 (strings for choices, checked against their lists). */
 struct Args {
     std::string spec, emit_stage, target, model_target = "gpu", save_dir, load_dir, dist = "normal", out_file,
-        emit_name = "redfuse", strategy, fusion_level = "auto", arch;
-    std::vector<std::string> size_items;
+        emit_name = "redfuse", strategy, fusion_level = "auto", arch, forward_out;
+    std::vector<std::string> size_items, wrt_items;
     bool json = false, approx = false, check = false, f32 = false, unfused = false, no_tensor_cores = false,
-         no_unfused = false, retune = false, no_tuned = false;
+         no_unfused = false, retune = false, no_tuned = false, straight_through = false;
     uint64_t seed = 1;
     double scale = 1.0, budget = 1.0;
     int threads = 0;
@@ -131,6 +133,42 @@ int cmd_analyze(const Args &a) {
     if (stage) std::cout << stage_text(*c, *stage);
     else if (a.json) std::cout << rf::analysis_json(*c).dump(2) << "\n";
     else std::cout << rf::analysis_text(*c);
+    return 0;
+}
+
+// ---- grad
+
+/** `OUT.rf` -> `OUT.forward.rf`: where the forward-with-residuals goes next to the backward. */
+std::string default_forward_path(const std::string &out) {
+    std::string base = out.size() > 3 && out.compare(out.size() - 3, 3, ".rf") == 0 ? out.substr(0, out.size() - 3) : out;
+    return base + ".forward.rf";
+}
+
+void write_text(const std::string &path, const std::string &text) {
+    std::ofstream f(path, std::ios::binary);
+    f << text;
+    if (!f) throw UsageError("cannot write '" + path + "'");
+}
+
+int cmd_grad(const Args &a) {
+    std::ifstream in(a.spec, std::ios::binary);
+    if (!in) throw rf::UserError({}, "cannot read the spec file");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    rf::Program forward = rf::parse_program(ss.str(), a.spec);
+    rf::GradOptions o;
+    o.straight_through = a.straight_through;
+    for (const std::string &group : a.wrt_items) {
+        std::stringstream items(group);
+        std::string item;
+        while (std::getline(items, item, ','))
+            if (!item.empty()) o.wrt.push_back(item);
+    }
+    rf::GradResult g = rf::derive_backward(forward, o);
+    std::string forward_path = !a.forward_out.empty() ? a.forward_out : a.out_file.empty() ? "" : default_forward_path(a.out_file);
+    if (a.out_file.empty()) std::cout << g.backward_spec;
+    else write_text(a.out_file, g.backward_spec);
+    if (!forward_path.empty()) write_text(forward_path, g.forward_spec);
     return 0;
 }
 
@@ -302,7 +340,17 @@ void add_bench_and_tune(CLI::App &app, Args &a) {
     tune->add_flag("--retune", a.retune, "Ignore a cached result and search again");
 }
 
+void add_grad(CLI::App &app, Args &a) {
+    auto *cmd = app.add_subcommand("grad", "Derive the backward pass as a spec (and the forward with its residuals)");
+    cmd->add_option("SPEC", a.spec, "Spec file (.rf)")->required();
+    cmd->add_option("--wrt", a.wrt_items, "Inputs to differentiate: A,B (default: every float input)");
+    cmd->add_option("-o", a.out_file, "Write the backward spec here (default: stdout)");
+    cmd->add_option("--forward-out", a.forward_out, "Write the forward-with-residuals spec here (default with -o OUT.rf: OUT.forward.rf)");
+    cmd->add_flag("--straight-through", a.straight_through, "Differentiate rounding casts and round() as the identity");
+}
+
 int dispatch(const CLI::App &app, const Args &a) {
+    if (app.got_subcommand("grad")) return cmd_grad(a);
     if (app.got_subcommand("analyze")) return cmd_analyze(a);
     if (app.got_subcommand("emit")) return cmd_emit(a);
     if (app.got_subcommand("bench")) return cmd_bench_or_tune(a, false);
@@ -323,6 +371,7 @@ int main(int argc, char **argv) {
     add_run(app, a);
     add_emit(app, a);
     add_bench_and_tune(app, a);
+    add_grad(app, a);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {

@@ -89,9 +89,15 @@ public:
     /** An integer expression outside any load: a dimension, an extent or K (`what`). When
      *  vars_ok is false, index variables are rejected (extents depend on sizes only). */
     Expr integer(const AstNode &a, const std::string &what, bool vars_ok) {
+        // The context is this expression's only: the right-hand side lowered next may use index
+        // variables outside loads (`Y[i:N, j:N] = select(j <= i, ...)`).
+        std::string saved_what = what_;
+        bool saved_vars_ok = vars_ok_;
         what_ = what;
         vars_ok_ = vars_ok;
         Expr e = lower(a, true);
+        what_ = saved_what;
+        vars_ok_ = saved_vars_ok;
         RF_INTERNAL_ASSERT(e->stype == SType::Int) << "integer context produced a non-Int expression";
         return e;
     }

@@ -1,0 +1,204 @@
+/** \file grad_test.cpp
+ * The derived backward (grad/Grad.h): for every example the rules cover, the backward spec run by
+ * the float64 reference interpreter matches central finite differences of the forward's reference
+ * at random points, at the default sizes, all sizes 1 and small primes; the verdicts of the
+ * backward of softmax and attention; the refusals and their messages.
+ */
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "../ExampleSizes.h"
+#include "driver/Compiler.h"
+#include "driver/Pipeline.h"
+#include "driver/Report.h"
+#include "grad/Grad.h"
+#include "interp/Inputs.h"
+#include "interp/Reference.h"
+#include "spec/Frontend.h"
+
+using namespace rf;
+
+namespace {
+
+std::filesystem::path example(const std::string &name) {
+    return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / (name + ".rf");
+}
+
+Program parse_f64(const std::filesystem::path &path) {
+    Program p = parse_program(test::read_text(path), path.string());
+    for (auto &in : p.inputs)
+        if (is_float(in.dtype)) in.dtype = DType::f64;
+    for (auto &o : p.outputs)
+        if (is_float(o.dtype)) o.dtype = DType::f64;
+    return p;
+}
+
+/** φ = Σ_O <dO, O>: its gradient is what the backward computes. */
+double objective(const Program &p, const SizeBinding &s, const std::map<std::string, Tensor> &in,
+                 const GradResult &g, const std::map<std::string, Tensor> &adj) {
+    auto res = run_reference(p, s, in);
+    double phi = 0;
+    for (const auto &[o, d] : g.adjoints) {
+        const Tensor &t = res.at(o), &w = adj.at(d);
+        for (size_t i = 0; i < t.data.size(); i++) phi += t.data[i] * w.data[i];
+    }
+    return phi;
+}
+
+/** The backward at one size binding against central differences at up to 10 elements per input. */
+void check_against_finite_differences(const Program &p, const GradResult &g, const SizeBinding &s, uint64_t seed) {
+    auto inputs = make_random_inputs(p, s, seed);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal;
+    std::map<std::string, Tensor> adj;
+    for (const auto &[o, d] : g.adjoints) {
+        Tensor t(def_shape(*p.find_def(o), s));
+        for (auto &v : t.data) v = normal(rng);
+        adj[d] = t;
+    }
+    auto fwd = run_reference(g.forward, bind_sizes(g.forward, s), inputs);
+    Program b = g.backward;
+    std::map<std::string, Tensor> bin;
+    for (auto &in : b.inputs) {
+        in.dtype = DType::f64;  // residuals are f32 in the spec; the check is of the math
+        if (inputs.count(in.name)) bin[in.name] = inputs.at(in.name);
+        else if (adj.count(in.name)) bin[in.name] = adj.at(in.name);
+        else bin[in.name] = fwd.at(in.name);
+    }
+    auto res = run_reference(b, bind_sizes(b, s), bin);
+    for (const auto &[x, dx] : g.gradients) {
+        SCOPED_TRACE("gradient " + dx);
+        const Tensor &grad = res.at(dx);
+        double scale = 1;
+        for (double v : grad.data) scale = std::max(scale, std::fabs(v));
+        std::uniform_int_distribution<size_t> pick(0, grad.data.size() - 1);
+        int checked = 0;
+        for (int k = 0; k < 10; k++) {
+            size_t i = pick(rng);
+            auto plus = inputs, minus = inputs;
+            double h = 1e-5 * std::max(1.0, std::fabs(inputs.at(x).data[i]));
+            plus[x].data[i] += h;
+            minus[x].data[i] -= h;
+            double f0 = objective(p, s, inputs, g, adj), fp = objective(p, s, plus, g, adj),
+                   fm = objective(p, s, minus, g, adj);
+            // Where the forward is undefined (log 0) or not differentiable (a kink of max or abs, a
+            // tie that size 1 makes exact) there is no derivative to compare with.
+            if (!std::isfinite(f0) || !std::isfinite(fp) || !std::isfinite(fm)) continue;
+            if (std::fabs((fp - f0) / h - (f0 - fm) / h) > 1e-3 * scale) continue;
+            double fd = (fp - fm) / (2 * h);
+            EXPECT_NEAR(grad.data[i], fd, 1e-6 * scale) << "element " << i;
+            checked++;
+        }
+        if (grad.data.size() > 1) EXPECT_GT(checked, 0) << "no differentiable point";
+    }
+}
+
+class BackwardMatchesFiniteDifferences : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackwardMatchesFiniteDifferences, AtRandomPoints) {
+    ArenaScope scope;
+    Program p = parse_f64(example(GetParam()));
+    GradResult g = derive_backward(p, {});
+    ASSERT_FALSE(g.gradients.empty());
+    std::vector<std::map<std::string, int64_t>> sizes = {
+        test::size_variant(p, [](int64_t v) { return v; }), test::size_variant(p, [](int64_t) { return 1; }),
+        test::size_variant(p, [](int64_t v) { return v > 3 ? int64_t(3) : v; })};
+    uint64_t seed = 11;
+    for (const auto &s : sizes) {
+        SCOPED_TRACE(::testing::PrintToString(s));
+        check_against_finite_differences(p, g, bind_sizes(p, s), seed++);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, BackwardMatchesFiniteDifferences,
+                         ::testing::Values("softmax", "log_softmax", "logsumexp", "layernorm", "variance",
+                                           "rmsnorm_gemm", "attention", "attention_causal", "attention_alibi",
+                                           "attention_sliding_window", "attention_softcap", "attention_sinks",
+                                           "attention_gqa", "decode_gqa", "linear_cross_entropy", "argmax_softmax",
+                                           "moe_routing", "prod_normalized", "nofuse_exp_product", "nofuse_log_shift",
+                                           "nofuse_max_after_mean"));
+
+TEST(Grad, AttentionSavesOnlyTheRowLogSumExp) {
+    ArenaScope scope;
+    Program p = parse_program(test::read_text(example("attention")), "attention.rf");
+    GradResult g = derive_backward(p, {});
+    std::vector<std::string> extra;
+    for (const auto &in : g.backward.inputs)
+        if (!p.find_input(in.name)) extra.push_back(in.name);
+    EXPECT_EQ(extra, (std::vector<std::string>{"dO", "O", "L"}));
+    const InputDecl *l = g.backward.find_input("L");
+    ASSERT_TRUE(l);
+    EXPECT_EQ(l->dims.size(), 3u);  // [B, H, M]: never the M×N probabilities
+    EXPECT_NE(g.forward_spec.find("L[b:B, h:H, i:M] = m[b, h, i] + log(l[b, h, i])"), std::string::npos) << g.forward_spec;
+    EXPECT_NE(g.backward_spec.find("stabilizer 'm' carries no gradient"), std::string::npos);
+    EXPECT_NE(g.backward_spec.find("dV[b:B, h:H, j:N, e:D] = sum(i: "), std::string::npos) << g.backward_spec;
+}
+
+std::string verdicts(const std::string &backward_spec) {
+    auto c = analyze_source(backward_spec, "backward.rf", analysis_target(), Options{});
+    return analysis_text(*c);
+}
+
+TEST(Grad, SoftmaxBackwardFusesInOnePass) {
+    ArenaScope scope;
+    GradResult g = derive_backward(parse_program(test::read_text(example("softmax")), "softmax.rf"), {});
+    std::string v = verdicts(g.backward_spec);
+    EXPECT_NE(v.find("1 chain"), std::string::npos) << v;
+    EXPECT_NE(v.find("fused, strategy single_pass"), std::string::npos) << v;
+    EXPECT_EQ(v.find("not fused"), std::string::npos) << v;
+}
+
+TEST(Grad, AttentionBackwardFusesEachChain) {
+    ArenaScope scope;
+    GradResult g = derive_backward(parse_program(test::read_text(example("attention")), "attention.rf"), {});
+    std::string v = verdicts(g.backward_spec);
+    EXPECT_NE(v.find("3 chains"), std::string::npos) << v;
+    EXPECT_NE(v.find("chain 1 over j < N: fused"), std::string::npos) << v;
+    EXPECT_NE(v.find("prologue (per tile): S_sum"), std::string::npos) << v;
+    EXPECT_NE(v.find("chain 2 over i < M: fused"), std::string::npos) << v;
+    EXPECT_EQ(v.find("not fused"), std::string::npos) << v;
+}
+
+void expect_refused(const std::string &file, const GradOptions &o, const std::string &message, int line) {
+    ArenaScope scope;
+    Program p = parse_program(test::read_text(file), file);
+    try {
+        derive_backward(p, o);
+        ADD_FAILURE() << file << ": no error";
+    } catch (const UserError &e) {
+        EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+        EXPECT_EQ(e.loc().line, line) << e.what();
+    }
+}
+
+TEST(Grad, RefusedCasesSayWhy) {
+    expect_refused(example("quant_gemm_fp8").string(), {}, "cannot differentiate the rounding 'f32(f8e4m3(A[m, k] * 448 / a[m]))'", 10);
+    expect_refused(example("quant_gemm_int8").string(), {}, "pass --straight-through", 11);
+    expect_refused(example("moment_of_inertia").string(), {}, "inside a nested reduction", 10);
+    expect_refused(example("mla_decode").string(), {}, "'KV[b, j, e]' in the definition of 'O_sum': 'e' covers Dv of the Dk", 13);
+    expect_refused((std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests/grad/refuse_index_shift.rf").string(), {},
+                   "the load 'X[(i + 1) % N]' in the definition of 'Z': its index '(i + 1) % N' at dimension 1", 5);
+    expect_refused(example("linear_cross_entropy").string(), {{"y"}, false}, "'y' is an integer input", 7);
+}
+
+TEST(Grad, StraightThroughDifferentiatesQuantization) {
+    ArenaScope scope;
+    Program p = parse_program(test::read_text(example("quant_gemm_int8")), "q.rf");
+    GradResult g = derive_backward(p, {{"A"}, true});
+    ASSERT_EQ(g.gradients.size(), 1u);
+    // d/dA of f32(i8(round(A·127/a)))·Wq·a/127 through the straight-through round: Wq·sw, a cancels.
+    EXPECT_NE(g.backward_spec.find("dA[m:M, k:K] = "), std::string::npos) << g.backward_spec;
+}
+
+TEST(Grad, WrtSelectsTheInputs) {
+    ArenaScope scope;
+    Program p = parse_program(test::read_text(example("attention")), "attention.rf");
+    GradResult g = derive_backward(p, {{"V"}, false});
+    ASSERT_EQ(g.gradients.size(), 1u);
+    EXPECT_EQ(g.gradients[0].second, "dV");
+    EXPECT_EQ(g.backward.outputs.size(), 1u);
+}
+
+}  // namespace
