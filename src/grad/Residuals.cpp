@@ -171,6 +171,9 @@ struct Resolver {
         ch.name = e;
         TensorDef r = d;
         r.body = resolve(d.body);
+        // A recomputed top-k whose indices are a forward output: the backward already takes those
+        // indices as an input (the same values), so the recomputed copy gets a name of its own.
+        if (r.is_topk() && is_output(r.index_name)) r.index_name = names.fresh(r.index_name + "_recomputed");
         recomputed.push_back(r);
         out.notes.push_back("'" + spec_identifier(e) + "' is recomputed in the backward, not saved");
         return ch;
