@@ -166,6 +166,8 @@ class Kernel:
         self._torch_out: Optional[Tuple[Any, ...]] = None
         self._fast: Any = None  # the C++ hot path for plain CPU tensors, once torch is met
         self._fixed: Optional[Dict[str, int]] = None  # sizes with a value without buffers (fake shapes)
+        self._train: Any = None  # the derived backward (_autograd.Training), False when there is none
+        self._no_grad_reason = ""
         # Prepared calls by (device, input shapes and strides): the hot path passes only addresses.
         self._calls: Dict[tuple, tuple] = {}
         # The custom op is registered now when torch is in use (torch.compile cannot trace its
@@ -331,6 +333,26 @@ class Kernel:
 
         return op
 
+    def _training(self) -> Any:
+        """The derived backward's kernels (built on the first call that needs gradients, or at
+        compile with grad=True), or None when the spec has no derived backward (then a backward
+        through the kernel raises, naming the reason)."""
+        if self._train is None:
+            from ._autograd import Training  # noqa: PLC0415 - only with torch and gradients
+
+            try:
+                self._train = Training(self, Kernel)
+            except SpecError as e:
+                self._train = False
+                self._no_grad_reason = str(e)
+        return self._train or None
+
+    @property
+    def grad_notes(self) -> List[str]:
+        """What the derivation of the backward decided (stabilizers, residuals), or why there is none."""
+        t = self._training()
+        return list(t.notes) if t is not None else [f"no derived backward: {self._no_grad_reason}"]
+
     @property
     def op(self) -> Any:
         """The torch.library custom op of this kernel (``torch.ops.redfuse.<name>_<n>``): takes and
@@ -361,7 +383,8 @@ class Kernel:
             if outs is None:
                 if not all(isinstance(v, torch.Tensor) for v in values):
                     raise TypeError("the inputs mix torch tensors and NumPy arrays; give all of one kind")
-                outs = self.op(list(values))
+                training = self._training() if torch.is_grad_enabled() and any(v.requires_grad for v in values) else None
+                outs = training(values) if training is not None else self.op(list(values))
         else:
             outs = self._run_numpy(values)
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -402,7 +425,7 @@ _TARGETS = ("auto", "cpu", "cuda", "opencl", "interp", "interp-f32")
 
 def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Optional[str] = None,
             sizes: Optional[Dict[str, int]] = None, *, unfused: bool = False, strategy: Optional[str] = None,
-            threads: Optional[int] = None) -> Kernel:
+            threads: Optional[int] = None, grad: bool = False) -> Kernel:
     """Compiles a spec (a path to a .rf file, or the spec's text) into a Kernel.
 
     target:   "auto" (the CPU kernel for CPU tensors and NumPy arrays; the CUDA kernel, compiled on
@@ -415,6 +438,9 @@ def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Op
     strategy: force a strategy on every chain ("multi_pass", "onchip_multipass", "multi_segment", ...:
               the names of `redfuse analyze`).
     threads:  CPU worker threads (None: every usable CPU).
+    grad:     derive and build the backward now (docs/grad.md). Calls on tensors that require grad
+              use it (built on the first such call otherwise); training under torch.compile needs
+              it built before tracing. A spec without a derived backward raises SpecError here.
 
     Raises SpecError (with file, line and column) for a bad spec, an unknown strategy or target.
     """
@@ -429,7 +455,12 @@ def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Op
     build = {"sizes": sorted((sizes or {}).items()), "unfused": bool(unfused), "strategy": strategy or "",
              "threads": threads or 0}
     core = _redfuse.compile(spec, "cpu" if target == "auto" else target, **build)
-    return Kernel(core, spec, target, name, build=build)
+    kernel = Kernel(core, spec, target, name, build=build)
+    if grad:
+        _torch()
+        if kernel._training() is None:
+            raise SpecError(f"no derived backward: {kernel._no_grad_reason}")
+    return kernel
 
 
 def _compile_internal(spec: str, target: str, sizes: Optional[Dict[str, int]] = None) -> Kernel:

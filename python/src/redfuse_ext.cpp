@@ -11,6 +11,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -19,6 +21,8 @@
 
 #include "driver/HostTarget.h"
 #include "driver/Kernel.h"
+#include "grad/Grad.h"
+#include "spec/Frontend.h"
 #include "py_kernel.h"
 #include "fuse/Strategy.h"
 #include "ir/DType.h"
@@ -125,6 +129,29 @@ NB_MODULE(_redfuse, m) {
           },
           nb::arg("spec"), nb::arg("target"), nb::arg("sizes"), nb::arg("unfused") = false, nb::arg("strategy") = "",
           nb::arg("threads") = 0);
+    m.def("grad",
+          [](const std::string &spec, const std::vector<std::string> &wrt, bool straight_through) {
+              // The derived backward (docs/grad.md) of a spec's text or file: (forward-with-residuals
+              // spec, backward spec, [(output, adjoint input)], [(input, gradient output)], notes).
+              std::string file = spec.find('\n') == std::string::npos ? spec : "<spec>";
+              return translated(file, [&] {
+                  std::string text = spec;
+                  if (file != "<spec>") {
+                      std::ifstream in(spec, std::ios::binary);
+                      if (!in) throw rf::UserError({}, "cannot read spec file '" + spec + "'");
+                      std::ostringstream ss;
+                      ss << in.rdbuf();
+                      text = ss.str();
+                  }
+                  rf::ArenaScope arena;
+                  rf::GradOptions o;
+                  o.wrt = wrt;
+                  o.straight_through = straight_through;
+                  rf::GradResult g = rf::derive_backward(rf::parse_program(text, file), o);
+                  return std::make_tuple(g.forward_spec, g.backward_spec, g.adjoints, g.gradients, g.notes);
+              });
+          },
+          nb::arg("spec"), nb::arg("wrt"), nb::arg("straight_through"));
     m.def("builds", [] { return rf::kernel_builds(); });
     m.def("_set_torch", &set_torch);
     nb::class_<PyCall>(m, "Call").def_prop_ro("output_shapes", [](const PyCall &c) { return c.output_shapes; });

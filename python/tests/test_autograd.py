@@ -1,0 +1,130 @@
+"""Autograd through Kernels with the derived backward (docs/grad.md): gradcheck in float64 on every
+example with a float output that the rules cover, at the spec's sizes and at primes; bf16 attention
+against torch autograd of SDPA; training under torch.compile(fullgraph=True); and the refusals."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import redfuse  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.rf"))
+# Refused by the rules, with the reason the derivation gives (tests/unit/grad checks the messages).
+REFUSED = {"quant_gemm_fp8": "rounding", "quant_gemm_int8": "rounding", "moment_of_inertia": "nested",
+           "mla_decode": "partial"}
+
+
+def float64_variant(text: str) -> str:
+    """The spec with its float inputs and outputs declared f64 (casts inside bodies untouched)."""
+    out = []
+    for line in text.splitlines():
+        if re.match(r"\s*(input|output)\b", line):
+            line = re.sub(r":\s*(bf16|f16|f32)\b", ": f64", line)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def next_prime(v: int) -> int:
+    n = max(v, 2)
+    while any(n % d == 0 for d in range(2, int(n ** 0.5) + 1)):
+        n += 1
+    return n
+
+
+def spec_sizes(text: str) -> dict:
+    sizes = {}
+    for line in text.splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("size "):
+            for item in line[5:].split(","):
+                if "=" in item:
+                    n, v = item.split("=")
+                    sizes[n.strip()] = int(v)
+    return sizes
+
+
+def inputs_for(k: redfuse.Kernel, sizes: dict, gen: torch.Generator) -> list:
+    env = {**dict(k._core.fixed_sizes()), **sizes}
+    xs = []
+    for spec in k.inputs:
+        shape = [int(eval(d.replace("/", "//"), {}, env)) for d in spec.shape]
+        if spec.dtype.startswith("i"):
+            # Index inputs (labels): valid positions of the axis they index, here the last size.
+            hi = max(1, min(env.values()))
+            xs.append(torch.randint(0, hi, shape, generator=gen, dtype=getattr(torch, {"i32": "int32", "i64": "int64", "i8": "int8"}[spec.dtype])))
+        else:
+            # U[0.5, 1.5): logs, square roots and divisions stay defined in every example.
+            xs.append((torch.rand(shape, generator=gen, dtype=torch.float64) + 0.5).requires_grad_())
+    return xs
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_gradcheck_float64(path):
+    text = float64_variant(path.read_text())
+    if path.stem in REFUSED:
+        with pytest.raises(redfuse.SpecError, match="no derived backward"):
+            redfuse.compile(text, target="interp", grad=True)
+        return
+    # The plan interpreter computes in float64 (the CPU kernels compute f64 specs partly in float32).
+    k = redfuse.compile(text, target="interp", name=f"gc_{path.stem}", grad=True)
+    if not any(t.dtype == "f64" for t in k.outputs):
+        pytest.skip("no float output")
+    defaults = spec_sizes(text)
+    gen = torch.Generator().manual_seed(7)
+    for sizes in (defaults, {n: next_prime(v) for n, v in defaults.items()}):
+        xs = inputs_for(k, sizes, gen)
+
+        def f(*xs):
+            out = k(*xs)
+            outs = out if isinstance(out, tuple) else (out,)
+            return tuple(o for o in outs if o.dtype.is_floating_point)
+
+        assert torch.autograd.gradcheck(f, tuple(xs), eps=1e-6, atol=1e-6, rtol=1e-4), sizes
+
+
+def test_bf16_attention_gradients_against_sdpa():
+    k = redfuse.compile(str(ROOT / "examples" / "attention_causal.rf"), name="attn_grad")
+    gen = torch.Generator().manual_seed(3)
+    q, kk, v = (torch.randn(2, 3, 37, 64, generator=gen).to(torch.bfloat16).requires_grad_() for _ in range(3))
+    o = k(q, kk, v)
+    g = torch.randn(o.shape, generator=gen).to(torch.bfloat16)
+    o.backward(g)
+    ref = [t.detach().float().requires_grad_() for t in (q, kk, v)]
+    torch.nn.functional.scaled_dot_product_attention(*ref, is_causal=True).backward(g.float())
+    for t, r in zip((q, kk, v), ref):
+        assert t.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(t.grad.float(), r.grad, rtol=3e-2, atol=3e-2)
+
+
+def test_training_under_torch_compile():
+    k = redfuse.compile(str(ROOT / "examples" / "log_softmax.rf"), name="lsm_train", grad=True)
+    w = torch.randn(7, 33, requires_grad=True)
+    target = torch.randint(0, 33, (7,))
+
+    def loss(w):
+        return -k(w * 2.0).gather(1, target[:, None]).mean()
+
+    compiled = torch.compile(loss, fullgraph=True)
+    builds = redfuse.stats()["builds"]
+    compiled(w).backward()
+    got = w.grad.clone()
+    w.grad = None
+    torch.nn.functional.cross_entropy(w * 2.0, target).backward()
+    torch.testing.assert_close(got, w.grad, rtol=1e-5, atol=1e-6)
+    assert redfuse.stats()["builds"] == builds, "tracing rebuilt a kernel"
+
+
+def test_a_kernel_without_a_derived_backward():
+    k = redfuse.compile(str(ROOT / "examples" / "quant_gemm_int8.rf"), name="q_nograd")
+    assert "no derived backward" in k.grad_notes[0], k.grad_notes
+    a = torch.rand(4, 37).to(torch.bfloat16).requires_grad_()
+    w = torch.randint(-5, 5, (7, 37), dtype=torch.int8)
+    sw = torch.rand(7)
+    out = k(a, w, sw)
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        out.float().sum().backward()
