@@ -15,6 +15,7 @@ docs/python.md (section redfuse.ops) is the contract.
 import functools
 import importlib.resources
 import math
+import numbers
 import string
 import threading
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -73,17 +74,29 @@ def _py_float(op: str, name: str, x: object, optional: bool = True) -> Optional[
     torch.compile break the graph, and the value is a compile-time constant of the kernel)."""
     if x is None and optional:
         return None
-    if isinstance(x, (bool, torch.Tensor)) or not hasattr(x, "__float__"):
+    # The plain types are tested first: torch.compile traces these isinstance calls, and the
+    # abstract numbers.Real only serves values such as NumPy scalars in eager mode.
+    if isinstance(x, bool) or not (isinstance(x, (int, float, torch.SymInt, torch.SymFloat))
+                                   or isinstance(x, numbers.Real)):
         raise TypeError(f"{op}: {name} must be a real number{' or None' if optional else ''}, got {type(x).__name__}")
     return float(x)
 
 
-def _py_int(op: str, name: str, x: object, optional: bool = True) -> Optional[int]:
+def _py_int(op: str, name: str, x: object, optional: bool = True, symbolic: bool = False) -> Optional[int]:
+    """A Python int from an integer; with ``symbolic`` a torch.SymInt (a traced size) is kept."""
     if x is None and optional:
         return None
-    if isinstance(x, (bool, float, torch.Tensor)) or not hasattr(x, "__index__"):
+    if isinstance(x, bool) or not (isinstance(x, (int, torch.SymInt)) or isinstance(x, numbers.Integral)):
         raise TypeError(f"{op}: {name} must be an integer{' or None' if optional else ''}, got {type(x).__name__}")
-    return int(x)
+    return x if symbolic and isinstance(x, torch.SymInt) else int(x)
+
+
+def _tensors(op: str, optional: Tuple[str, ...] = (), **named: Optional[object]) -> None:
+    """Checks the tensor arguments before dispatch (the dispatcher's own message names no op);
+    the ``optional`` ones may be None."""
+    for name, t in named.items():
+        if t is not None or name not in optional:
+            _tensor(op, name, t)
 
 
 def _py_bool(op: str, name: str, x: object) -> bool:
@@ -131,18 +144,27 @@ def _real(x: float) -> str:
 
 
 _kernels: Dict[tuple, Kernel] = {}
-_kernels_lock = threading.Lock()
+_kernels_lock = threading.Lock()        # guards the two dicts
+_key_locks: Dict[tuple, threading.Lock] = {}
 
 
 def _kernel(key: tuple, device: torch.device, make_spec: Callable[[], str]) -> Kernel:
-    """The Kernel of ``key`` on this device type, compiled on first use. Kernels are kept for the
-    life of the process (they are few: one per distinct dtype / flag / constant combination)."""
+    """The Kernel of ``key`` on this device type, compiled on first use. Each key has its own lock,
+    so different kernels compile concurrently (the JIT releases the GIL) and one kernel once.
+    Kernels are kept for the life of the process: there is one per distinct dtype / flag /
+    constant combination, and dropping one would only mean compiling it again."""
     full = key + (device.type,)
+    kern = _kernels.get(full)
+    if kern is not None:
+        return kern
     with _kernels_lock:
+        lock = _key_locks.setdefault(full, threading.Lock())
+    with lock:
         kern = _kernels.get(full)
         if kern is None:
             kern = _compile_internal(make_spec(), _TARGETS[device.type])
-            _kernels[full] = kern
+            with _kernels_lock:
+                _kernels[full] = kern
     return kern
 
 
@@ -268,6 +290,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     A row with no visible key gives 0 (SDPA gives NaN). Forward only (no autograd).
     """
     op = _ATTN
+    _tensors(op, ("alibi_slopes",), q=q, k=k, v=v, alibi_slopes=alibi_slopes)
     return torch.ops.redfuse.attention(q, k, v, _py_bool(op, "causal", causal), _py_float(op, "scale", scale),
                                        _py_float(op, "softcap", softcap), _py_int(op, "window", window),
                                        alibi_slopes)
@@ -298,8 +321,8 @@ def _check_norm(op: str, input: torch.Tensor, normalized_shape: Sequence[int],
 
 def _normalized_shape(op: str, normalized_shape: Union[int, Sequence[int]]) -> List[int]:
     if isinstance(normalized_shape, (list, tuple, torch.Size)):
-        return [_py_int(op, "normalized_shape", s, optional=False) for s in normalized_shape]
-    return [_py_int(op, "normalized_shape", normalized_shape, optional=False)]
+        return [_py_int(op, "normalized_shape", s, optional=False, symbolic=True) for s in normalized_shape]
+    return [_py_int(op, "normalized_shape", normalized_shape, optional=False, symbolic=True)]
 
 
 def _rows(input: torch.Tensor, n: int) -> torch.Tensor:
@@ -361,6 +384,7 @@ def rms_norm(input: torch.Tensor, normalized_shape: Union[int, Sequence[int]], w
     result has input's dtype; the sum of squares and the scaling are computed in float32 or wider
     and rounded once. Forward only.
     """
+    _tensors(_RMS, ("weight",), input=input, weight=weight)
     return torch.ops.redfuse.rms_norm(input, _normalized_shape(_RMS, normalized_shape), weight,
                                       _py_float(_RMS, "eps", eps))
 
@@ -405,6 +429,7 @@ def layer_norm(input: torch.Tensor, normalized_shape: Union[int, Sequence[int]],
     dtype. The mean and variance fuse into one pass (Welford); the result has input's dtype.
     Forward only.
     """
+    _tensors(_LN, ("weight", "bias"), input=input, weight=weight, bias=bias)
     return torch.ops.redfuse.layer_norm(input, _normalized_shape(_LN, normalized_shape), weight, bias,
                                         _py_float(_LN, "eps", eps, optional=False))
 
@@ -477,6 +502,7 @@ def softmax(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) 
     F.softmax, which casts the input to ``dtype`` first, the input is read in its own dtype and the
     result rounded once to ``dtype``. A row of all -inf gives 0 (F.softmax gives NaN). Forward only.
     """
+    _tensors("softmax", input=input)
     return torch.ops.redfuse.softmax(input, _py_int("softmax", "dim", dim, optional=False), dtype)
 
 
@@ -485,6 +511,7 @@ def log_softmax(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = No
 
     Dtypes as :func:`softmax`. Forward only.
     """
+    _tensors("log_softmax", input=input)
     return torch.ops.redfuse.log_softmax(input, _py_int("log_softmax", "dim", dim, optional=False), dtype)
 
 
@@ -540,6 +567,7 @@ def moe_topk_softmax(logits: torch.Tensor, k: int, renormalize: bool = False,
     logits: bfloat16, float16 or float32; 1 <= k <= number of experts. Forward only.
     """
     op = _MOE
+    _tensors(op, logits=logits)
     return torch.ops.redfuse.moe_topk_softmax(logits, _py_int(op, "k", k, optional=False),
                                               _py_bool(op, "renormalize", renormalize), dtype)
 
@@ -623,6 +651,7 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, labels: torch.Te
     label_smoothing or class weights. Forward only.
     """
     op = _LCE
+    _tensors(op, x=x, weight=weight, labels=labels)
     if not isinstance(reduction, str):
         raise TypeError(f"{op}: reduction must be a str, got {type(reduction).__name__}")
     return torch.ops.redfuse.linear_cross_entropy(x, weight, labels, _py_int(op, "ignore_index", ignore_index,
