@@ -344,5 +344,5 @@ def test_lazy_attribute_and_shipped_specs():
     assert "ops" in redfuse.__all__
     specs = importlib.resources.files("redfuse").joinpath("specs")
     names = {p.name for p in specs.iterdir()}
-    assert {"attention.rf", "rms_norm.rf", "layer_norm.rf", "softmax_rows.rf", "softmax_dim.rf",
+    assert {"attention.rf", "rms_norm.rf", "layer_norm.rf", "softmax_rows.rf",
             "moe_topk_softmax.rf", "linear_cross_entropy.rf"} <= names
