@@ -143,8 +143,10 @@ def _run(model: LlamaBlock, tokens: torch.Tensor, compile_it: bool, repeats: int
 def main(argv: Optional[list] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--redfuse", dest="only", action="store_const", const="redfuse", help="run only the redfuse version")
-    which.add_argument("--torch", dest="only", action="store_const", const="torch", help="run only the PyTorch version")
+    which.add_argument("--redfuse", dest="only", action="store_const", const="redfuse",
+                       help="run only the redfuse version")
+    which.add_argument("--torch", dest="only", action="store_const", const="torch",
+                       help="run only the PyTorch version")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--seq", type=int, default=512)
@@ -165,7 +167,8 @@ def main(argv: Optional[list] = None) -> None:
         print(f"  {name:8s} loss {float(loss):.6f}   forward {seconds * 1e3:8.2f} ms (median of {args.repeats})")
     if len(results) == 2:
         err = (results["redfuse"][0].double() - results["torch"][0].double()).abs().max()
-        print(f"  forward max |redfuse - torch| = {float(err):.3g}; speed-up {results['torch'][2] / results['redfuse'][2]:.2f}x")
+        speedup = results["torch"][2] / results["redfuse"][2]
+        print(f"  forward max |redfuse - torch| = {float(err):.3g}; speed-up {speedup:.2f}x")
 
 
 if __name__ == "__main__":

@@ -117,7 +117,8 @@ def _out_dtype(op: str, dtype: Optional[torch.dtype], default: torch.dtype) -> t
     if dtype is None:
         return default
     if dtype not in _SPEC_DTYPE:
-        raise TypeError(f"{op}: dtype {dtype} is not supported; expected torch.bfloat16, torch.float16 or torch.float32")
+        raise TypeError(f"{op}: dtype {dtype} is not supported; "
+                        "expected torch.bfloat16, torch.float16 or torch.float32")
     return dtype
 
 
@@ -209,9 +210,11 @@ def _check_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     if Dk != D:
         raise ValueError(f"{_ATTN}: q's head dimension is {D} but k's is {Dk}")
     if Hkv < 1 or Hq % Hkv != 0:
-        raise ValueError(f"{_ATTN}: q has {Hq} heads, which is not a multiple of k/v's {Hkv} heads (GQA needs Hq % Hkv == 0)")
+        raise ValueError(f"{_ATTN}: q has {Hq} heads, which is not a multiple of k/v's {Hkv} heads "
+                         "(GQA needs Hq % Hkv == 0)")
     if N < 1 or D < 1 or Dv < 1:
-        raise ValueError(f"{_ATTN}: needs at least one key and a non-empty head dimension (N = {N}, D = {D}, Dv = {Dv})")
+        raise ValueError(f"{_ATTN}: needs at least one key and a non-empty head dimension "
+                         f"(N = {N}, D = {D}, Dv = {Dv})")
     _finite(_ATTN, "scale", scale)
     _finite(_ATTN, "softcap", softcap, positive=True)
     if window is not None and not 1 <= window < 2 ** 31:
@@ -256,7 +259,8 @@ def _attention_spec(dtype: torch.dtype, causal: bool, scale: Optional[float], so
                          schema="(Tensor q, Tensor k, Tensor v, bool causal, float? scale, float? softcap, "
                                 "int? window, Tensor? alibi_slopes) -> Tensor")
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: Optional[float],
-                  softcap: Optional[float], window: Optional[int], alibi_slopes: Optional[torch.Tensor]) -> torch.Tensor:
+                  softcap: Optional[float], window: Optional[int],
+                  alibi_slopes: Optional[torch.Tensor]) -> torch.Tensor:
     shape = _check_attention(q, k, v, causal, scale, softcap, window, alibi_slopes)
     if _numel(shape) == 0:
         return q.new_empty(shape)
@@ -586,7 +590,8 @@ def _check_lce(x: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, igno
     if weight.shape[0] < 1 or weight.shape[1] < 1:
         raise ValueError(f"{_LCE}: weight {list(weight.shape)} must have at least one class and D >= 1")
     if tuple(labels.shape) != tuple(x.shape[:-1]):
-        raise ValueError(f"{_LCE}: labels has shape {list(labels.shape)}; expected x's leading shape {list(x.shape[:-1])}")
+        raise ValueError(f"{_LCE}: labels has shape {list(labels.shape)}; "
+                         f"expected x's leading shape {list(x.shape[:-1])}")
     if reduction not in _REDUCTIONS:
         raise ValueError(f"{_LCE}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     _same_device(_LCE, {"x": x, "weight": weight, "labels": labels})

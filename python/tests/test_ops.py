@@ -64,7 +64,8 @@ ATTN_SHAPES = [  # B, Hq, Hkv, M, N, D, Dv
 @pytest.mark.parametrize("shape", ATTN_SHAPES)
 def test_attention_against_sdpa(dtype, shape):
     B, Hq, Hkv, M, N, D, Dv = shape
-    q, k, v = randn(B, Hq, M, D, dtype=dtype), randn(B, Hkv, N, D, dtype=dtype, seed=1), randn(B, Hkv, N, Dv, dtype=dtype, seed=2)
+    q = randn(B, Hq, M, D, dtype=dtype)
+    k, v = randn(B, Hkv, N, D, dtype=dtype, seed=1), randn(B, Hkv, N, Dv, dtype=dtype, seed=2)
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True)
     close(rops.attention(q, k, v), want, dtype)
 
@@ -291,7 +292,9 @@ def test_opcheck(name):
 # ------------------------------------------------------------------------------------ errors
 
 Q, KV = torch.zeros(1, 4, 5, 8), torch.zeros(1, 2, 6, 8)
-X = torch.zeros(3, 8)
+X, W5 = torch.zeros(3, 8), torch.zeros(5, 8)
+LABELS = torch.zeros(3, dtype=torch.long)
+LCE = rops.linear_cross_entropy
 ERRORS = [
     (lambda: rops.attention(Q.double(), KV.double(), KV.double()), TypeError, "q has dtype torch.float64"),
     (lambda: rops.attention(Q, KV.half(), KV), TypeError, "k has dtype torch.float16 but q has torch.float32"),
@@ -322,11 +325,11 @@ ERRORS = [
     (lambda: rops.softmax(X, -1, dtype=torch.int32), TypeError, "dtype torch.int32 is not supported"),
     (lambda: rops.moe_topk_softmax(X, 9), ValueError, "k = 9 is out of range: there are 8 experts"),
     (lambda: rops.moe_topk_softmax(X, 0), ValueError, "k = 0 is out of range"),
-    (lambda: rops.linear_cross_entropy(X, torch.zeros(5, 8), torch.zeros(3, dtype=torch.int32)), TypeError, "labels has dtype torch.int32"),
-    (lambda: rops.linear_cross_entropy(X, torch.zeros(5, 7), torch.zeros(3, dtype=torch.long)), ValueError, "last dimension is 8"),
-    (lambda: rops.linear_cross_entropy(X, torch.zeros(5, 8), torch.zeros(4, dtype=torch.long)), ValueError, "labels has shape"),
-    (lambda: rops.linear_cross_entropy(X, torch.zeros(5, 8), torch.tensor([0, 5, 1])), ValueError, r"label 5 is out of range \[0, 5\)"),
-    (lambda: rops.linear_cross_entropy(X, torch.zeros(5, 8), torch.zeros(3, dtype=torch.long), reduction="avg"), ValueError, "reduction must be"),
+    (lambda: LCE(X, W5, LABELS.int()), TypeError, "labels has dtype torch.int32"),
+    (lambda: LCE(X, torch.zeros(5, 7), LABELS), ValueError, "last dimension is 8"),
+    (lambda: LCE(X, W5, torch.zeros(4, dtype=torch.long)), ValueError, "labels has shape"),
+    (lambda: LCE(X, W5, torch.tensor([0, 5, 1])), ValueError, r"label 5 is out of range \[0, 5\)"),
+    (lambda: LCE(X, W5, LABELS, reduction="avg"), ValueError, "reduction must be"),
 ]
 
 
