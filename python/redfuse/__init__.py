@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _redfuse
 
-__all__ = ["compile", "Kernel", "TensorSpec", "SpecError", "stats"]
+__all__ = ["compile", "Kernel", "TensorSpec", "SpecError", "stats", "ops"]
 __version__ = "0.1.0"
 
 
@@ -469,3 +469,13 @@ def _compile_internal(spec: str, target: str, sizes: Optional[Dict[str, int]] = 
     build = {"sizes": sorted((sizes or {}).items()), "unfused": False, "strategy": "", "threads": 0}
     core = _redfuse.compile(spec, "cpu" if target == "auto" else target, **build)
     return Kernel(core, spec, target, None, custom_op=False, build=build)
+
+
+def __getattr__(name: str) -> Any:
+    # redfuse.ops imports torch: it is loaded on first use so that `import redfuse` stays torch-free.
+    if name == "ops":
+        # import_module, not `from . import ops`: the latter asks this very hook for `ops` first.
+        import importlib  # noqa: PLC0415
+
+        return importlib.import_module(__name__ + ".ops")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
