@@ -120,6 +120,14 @@ struct Resolver {
         return in;
     }
 
+    /** The dtype of a saved real residual: f32, or f64 when the forward has a float64 input (a
+     *  float64 spec's backward must not lose its precision through a float32 residual). */
+    DType residual_dtype() const {
+        for (const InputDecl &in : p.inputs)
+            if (in.dtype == DType::f64) return DType::f64;
+        return DType::f32;
+    }
+
     Choice decide(const std::string &e) {
         const TensorDef &d = *p.find_def(e);
         double k = 0;
@@ -138,8 +146,8 @@ struct Resolver {
             if (law->k_normalizer != 1) lg = make_div(lg, make_const(law->k_normalizer));
             l.body = make_add(make_load(e, d.vars, DType::f64, SType::Real), lg);
             out.forward.defs.push_back(l);
-            out.forward.outputs.push_back({ch.name, DType::f32, d.loc});
-            out.backward.inputs.push_back(input_for(d, ch.name, DType::f32));
+            out.forward.outputs.push_back({ch.name, residual_dtype(), d.loc});
+            out.backward.inputs.push_back(input_for(d, ch.name, residual_dtype()));
             out.notes.push_back("residual " + ch.name + " = " + print_spec_expr(l.body) + " (the stabilizer '" +
                                 spec_identifier(e) + "' at the point where '" + spec_identifier(law->normalizer) +
                                 "' is 1)");
@@ -162,8 +170,8 @@ struct Resolver {
             // The forward outputs the definition itself; both specs spell its name spec_identifier(e).
             ch.how = How::Input;
             ch.name = spec_identifier(e);
-            out.forward.outputs.push_back({e, d.stype == SType::Int ? DType::i32 : DType::f32, d.loc});
-            out.backward.inputs.push_back(input_for(d, ch.name, d.stype == SType::Int ? DType::i32 : DType::f32));
+            out.forward.outputs.push_back({e, d.stype == SType::Int ? DType::i32 : residual_dtype(), d.loc});
+            out.backward.inputs.push_back(input_for(d, ch.name, d.stype == SType::Int ? DType::i32 : residual_dtype()));
             out.notes.push_back("residual " + ch.name + ": the row statistic '" + spec_identifier(e) + "'");
             return ch;
         }
