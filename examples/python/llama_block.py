@@ -140,6 +140,21 @@ def _run(model: LlamaBlock, tokens: torch.Tensor, compile_it: bool, repeats: int
     return out, loss, seconds
 
 
+def train(model: LlamaBlock, tokens: torch.Tensor, steps: int, lr: float = 0.5) -> list:
+    """Plain SGD on the model's trainable weights for ``steps`` steps; the loss of each step. With
+    redfuse the norms, the attention and the loss run forward and backward as derived kernels."""
+    params = [p.requires_grad_() for p in model.parameters()]  # built for inference: frozen
+    opt = torch.optim.SGD(params, lr=lr)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        _, loss = model(tokens)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
 def main(argv: Optional[list] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = p.add_mutually_exclusive_group()
@@ -152,6 +167,8 @@ def main(argv: Optional[list] = None) -> None:
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True) both versions")
+    p.add_argument("--train", type=int, default=0, metavar="STEPS",
+                   help="also train each version STEPS steps of SGD and print both loss curves")
     args = p.parse_args(argv)
     cfg, dtype = Config(), getattr(torch, args.dtype)
     tokens = random_tokens(cfg, args.batch, args.seq)
@@ -169,6 +186,12 @@ def main(argv: Optional[list] = None) -> None:
         err = (results["redfuse"][0].double() - results["torch"][0].double()).abs().max()
         speedup = results["torch"][2] / results["redfuse"][2]
         print(f"  forward max |redfuse - torch| = {float(err):.3g}; speed-up {speedup:.2f}x")
+    for name in variants if args.train else []:
+        model = LlamaBlock(cfg, use_redfuse=(name == "redfuse"), dtype=dtype)
+        t = time.perf_counter()
+        losses = train(model, tokens, args.train)
+        print(f"  {name:8s} training losses {' '.join(f'{l:.5f}' for l in losses)}   "
+              f"({(time.perf_counter() - t) / args.train * 1e3:.1f} ms per step)")
 
 
 if __name__ == "__main__":

@@ -169,10 +169,38 @@ def _kernel(key: tuple, device: torch.device, make_spec: Callable[[], str]) -> K
     return kern
 
 
+_mode = threading.local()  # .differentiable: the op runs outside its custom op, through Kernel calls
+
+
 def _run(kern: Kernel, tensors: List[torch.Tensor]) -> List[torch.Tensor]:
     # Dense inputs: CUDA kernels refuse strided device views, and on the CPU torch's own copy of a
     # transposed view is about twice as fast as the C++ layer's strided read (a no-op when dense).
-    return kern._run_torch([t.contiguous() for t in tensors])
+    dense = [t.contiguous() for t in tensors]
+    if getattr(_mode, "differentiable", False):
+        # Through the Kernel's own call: tensors that require grad take its derived backward.
+        out = kern(*dense)
+        return list(out) if isinstance(out, tuple) else [out]
+    return kern._run_torch(dense)
+
+
+def _call(op: object, *args: object) -> object:
+    """Runs an op: through its custom op (torch.ops.redfuse.<name>) when torch traces or a mode is
+    active; otherwise its implementation directly, which skips the dispatcher's cost and, when an
+    input requires grad, runs each kernel through its derived backward (docs/grad.md): the custom
+    op itself has no autograd formula, so under torch.compile these ops are forward only."""
+    impl = getattr(op, "_init_fn", None)  # the decorated function (torch keeps it on the op)
+    C = torch._C
+    if impl is None or torch.compiler.is_compiling() or C._len_torch_dispatch_stack() or \
+            C._is_torch_function_mode_enabled() or C._functorch.peek_interpreter_stack() is not None:
+        return op(*args)
+    grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    if not grad:
+        return impl(*args)
+    _mode.differentiable = True
+    try:
+        return impl(*args)
+    finally:
+        _mode.differentiable = False
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -289,11 +317,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     - causal: key j is visible iff j <= i (top-left aligned, SDPA's is_causal);
     - window w >= 1: with causal, the w most recent keys (i - w < j <= i); without causal, the keys
       within distance w on either side (|i - j| < w).
-    A row with no visible key gives 0 (SDPA gives NaN). Forward only (no autograd).
+    A row with no visible key gives 0 (SDPA gives NaN). Differentiable eagerly (derived backward).
     """
     op = _ATTN
     _tensors(op, ("alibi_slopes",), q=q, k=k, v=v, alibi_slopes=alibi_slopes)
-    return torch.ops.redfuse.attention(q, k, v, _py_bool(op, "causal", causal), _py_float(op, "scale", scale),
+    return _call(_attention_op, q, k, v, _py_bool(op, "causal", causal), _py_float(op, "scale", scale),
                                        _py_float(op, "softcap", softcap), _py_int(op, "window", window),
                                        alibi_slopes)
 
@@ -384,10 +412,10 @@ def rms_norm(input: torch.Tensor, normalized_shape: Union[int, Sequence[int]], w
     normalized shape, input's dtype. eps=None follows the installed PyTorch's F.rms_norm
     (finfo(input.dtype).eps in 2.5, finfo(float32).eps for 16-bit inputs in later versions). The
     result has input's dtype; the sum of squares and the scaling are computed in float32 or wider
-    and rounded once. Forward only.
+    and rounded once. Differentiable eagerly (derived backward).
     """
     _tensors(_RMS, ("weight",), input=input, weight=weight)
-    return torch.ops.redfuse.rms_norm(input, _normalized_shape(_RMS, normalized_shape), weight,
+    return _call(_rms_norm_op, input, _normalized_shape(_RMS, normalized_shape), weight,
                                       _py_float(_RMS, "eps", eps))
 
 
@@ -429,10 +457,10 @@ def layer_norm(input: torch.Tensor, normalized_shape: Union[int, Sequence[int]],
 
     input: bfloat16, float16 or float32; weight and bias (optional): the normalized shape, input's
     dtype. The mean and variance fuse into one pass (Welford); the result has input's dtype.
-    Forward only.
+    Differentiable eagerly (derived backward).
     """
     _tensors(_LN, ("weight", "bias"), input=input, weight=weight, bias=bias)
-    return torch.ops.redfuse.layer_norm(input, _normalized_shape(_LN, normalized_shape), weight, bias,
+    return _call(_layer_norm_op, input, _normalized_shape(_LN, normalized_shape), weight, bias,
                                         _py_float(_LN, "eps", eps, optional=False))
 
 
@@ -496,19 +524,19 @@ def softmax(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) 
 
     input: bfloat16, float16 or float32; the result has ``dtype`` (default: input's). Unlike
     F.softmax, which casts the input to ``dtype`` first, the input is read in its own dtype and the
-    result rounded once to ``dtype``. A row of all -inf gives 0 (F.softmax gives NaN). Forward only.
+    result rounded once to ``dtype``. A row of all -inf gives 0 (F.softmax gives NaN). Differentiable eagerly.
     """
     _tensors("softmax", input=input)
-    return torch.ops.redfuse.softmax(input, _py_int("softmax", "dim", dim, optional=False), dtype)
+    return _call(_softmax_op, input, _py_int("softmax", "dim", dim, optional=False), dtype)
 
 
 def log_softmax(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """Log-softmax over ``dim`` (negative allowed), as F.log_softmax: x - max - log(sum(exp(x - max))).
 
-    Dtypes as :func:`softmax`. Forward only.
+    Dtypes as :func:`softmax`. Differentiable eagerly.
     """
     _tensors("log_softmax", input=input)
-    return torch.ops.redfuse.log_softmax(input, _py_int("log_softmax", "dim", dim, optional=False), dtype)
+    return _call(_log_softmax_op, input, _py_int("log_softmax", "dim", dim, optional=False), dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,11 +588,11 @@ def moe_topk_softmax(logits: torch.Tensor, k: int, renormalize: bool = False,
     Returns (weights, indices) of shape [..., k], like torch.topk(torch.softmax(logits, -1), k):
     in decreasing order, ties to the lower expert index, indices int64. renormalize=True divides
     the k weights by their sum (computed in the kernel). weights has ``dtype`` (default: logits').
-    logits: bfloat16, float16 or float32; 1 <= k <= number of experts. Forward only.
+    logits: bfloat16, float16 or float32; 1 <= k <= number of experts. Differentiable eagerly (weights; indices are not).
     """
     op = _MOE
     _tensors(op, logits=logits)
-    return torch.ops.redfuse.moe_topk_softmax(logits, _py_int(op, "k", k, optional=False),
+    return _call(_moe_op, logits, _py_int(op, "k", k, optional=False),
                                               _py_bool(op, "renormalize", renormalize), dtype)
 
 
@@ -645,11 +673,11 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, labels: torch.Te
     int64, in [0, V) or equal to ignore_index (else ValueError). The per-token loss is float32; the
     masking of ignored tokens and the reduction ('mean' over the tokens not ignored, 'sum', 'none')
     run in torch, and the result has x's dtype (as F.cross_entropy of x's-dtype logits). No
-    label_smoothing or class weights. Forward only.
+    label_smoothing or class weights. Differentiable eagerly (x and weight).
     """
     op = _LCE
     _tensors(op, x=x, weight=weight, labels=labels)
     if not isinstance(reduction, str):
         raise TypeError(f"{op}: reduction must be a str, got {type(reduction).__name__}")
-    return torch.ops.redfuse.linear_cross_entropy(x, weight, labels, _py_int(op, "ignore_index", ignore_index,
+    return _call(_lce_op, x, weight, labels, _py_int(op, "ignore_index", ignore_index,
                                                                                  optional=False), reduction)
