@@ -179,6 +179,53 @@ TEST(Grad, AttentionBackwardFusesEachChain) {
     EXPECT_EQ(v.find("not fused"), std::string::npos) << v;
 }
 
+class AttentionVariantBackward : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(AttentionVariantBackward, IsTheFlashAttention2Backward) {
+    // Every variant's backward: each chain fused, the probabilities recomputed from the row
+    // log-sum-exp (the only residual besides O: O(M) extra memory, never M×N), D = Σ_e dO·O as a
+    // row reduction, dQ along the keys.
+    ArenaScope scope;
+    std::string name = GetParam();
+    Program p = parse_program(test::read_text(example(name)), name + ".rf");
+    GradResult g = derive_backward(p, {});
+    std::vector<std::string> extra;
+    for (const auto &in : g.backward.inputs)
+        if (!p.find_input(in.name)) extra.push_back(in.name);
+    EXPECT_EQ(extra, (std::vector<std::string>{"dO", "O", "L"})) << g.backward_spec;
+    ASSERT_TRUE(g.backward.find_input("L"));
+    EXPECT_EQ(g.backward.find_input("L")->dims.size(), 3u);
+    std::string v = verdicts(g.backward_spec);
+    EXPECT_EQ(v.find("not fused"), std::string::npos) << v;
+    EXPECT_NE(v.find("over e < D: fused"), std::string::npos) << v;  // D (here dl) as a row reduction
+    EXPECT_NE(v.find("over j < N: fused"), std::string::npos) << v;  // dQ along the keys
+    EXPECT_NE(v.find("prologue (per tile): S_sum"), std::string::npos) << v;  // S recomputed per tile
+}
+
+INSTANTIATE_TEST_SUITE_P(Grad, AttentionVariantBackward,
+                         ::testing::Values("attention", "attention_causal", "attention_gqa", "attention_softcap",
+                                           "attention_alibi", "attention_sliding_window"));
+
+TEST(Grad, NormAndLossBackwardsFuse) {
+    // LayerNorm, RMSNorm→GEMM and linear + cross-entropy: every chain of the backward fused; the
+    // cross-entropy's backward never takes the T×V logits as an input.
+    for (const char *name : {"layernorm", "rmsnorm_gemm", "linear_cross_entropy", "log_softmax"}) {
+        SCOPED_TRACE(name);
+        ArenaScope scope;
+        Program p = parse_program(test::read_text(example(name)), std::string(name) + ".rf");
+        GradResult g = derive_backward(p, {});
+        std::string v = verdicts(g.backward_spec);
+        EXPECT_EQ(v.find("not fused"), std::string::npos) << v;
+        for (const auto &in : g.backward.inputs) EXPECT_LE(in.dims.size(), 2u) << in.name;
+        if (std::string(name) != "linear_cross_entropy") continue;
+        for (const auto &in : g.backward.inputs) {
+            if (!p.find_input(in.name)) {
+                EXPECT_LE(in.dims.size(), 1u) << in.name << " is bigger than a row statistic";
+            }
+        }
+    }
+}
+
 void expect_refused(const std::string &file, const GradOptions &o, const std::string &message, int line) {
     ArenaScope scope;
     Program p = parse_program(test::read_text(file), file);
