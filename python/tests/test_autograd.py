@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import redfuse  # noqa: E402
+from helpers import spec_sizes  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.rf"))
@@ -35,18 +36,6 @@ def next_prime(v: int) -> int:
     while any(n % d == 0 for d in range(2, int(n ** 0.5) + 1)):
         n += 1
     return n
-
-
-def spec_sizes(text: str) -> dict:
-    sizes = {}
-    for line in text.splitlines():
-        line = line.split("#")[0].strip()
-        if line.startswith("size "):
-            for item in line[5:].split(","):
-                if "=" in item:
-                    n, v = item.split("=")
-                    sizes[n.strip()] = int(v)
-    return sizes
 
 
 def inputs_for(k: redfuse.Kernel, sizes: dict, gen: torch.Generator) -> list:

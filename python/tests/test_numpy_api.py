@@ -4,12 +4,12 @@ shapes without rebuilding, strided inputs, names, threads, and every bad input a
 from __future__ import annotations
 
 import pathlib
-import threading
 
 import numpy as np
 import pytest
 
 import redfuse
+from helpers import in_two_threads, spec_sizes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.rf"))
@@ -46,15 +46,7 @@ def default_shape(spec: redfuse.TensorSpec, sizes: dict) -> tuple:
 
 
 def spec_defaults(path: pathlib.Path) -> dict:
-    sizes = {}
-    for line in path.read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line.startswith("size "):
-            for item in line[5:].split(","):
-                if "=" in item:
-                    n, v = item.split("=")
-                    sizes[n.strip()] = int(v)
-    return sizes
+    return spec_sizes(path.read_text())
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -117,17 +109,7 @@ def test_two_threads_calling_one_kernel():
     rng = np.random.default_rng(3)
     xs = [rng.standard_normal((5 + i, 100 + 31 * i)).astype(np.float32) for i in range(16)]
     alone = [k(x) for x in xs]
-    together = [None] * len(xs)
-
-    def work(t):
-        for i in range(t, len(xs), 2):
-            together[i] = k(xs[i])
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    together = in_two_threads(k, xs)
     for a, b in zip(alone, together):
         np.testing.assert_array_equal(a, b)
 

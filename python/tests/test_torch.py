@@ -4,13 +4,13 @@ recompile or a rebuild, opcheck, and tensor errors."""
 from __future__ import annotations
 
 import pathlib
-import threading
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import redfuse  # noqa: E402
+from helpers import in_two_threads  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOFTMAX = str(ROOT / "examples" / "softmax.rf")
@@ -96,17 +96,7 @@ def test_two_threads_calling_one_kernel_on_tensors():
     k = redfuse.compile(SOFTMAX, name="softmax_threads")
     xs = [torch.randn(3 + i, 50 + 17 * i) for i in range(16)]
     alone = [k(x) for x in xs]
-    together = [None] * len(xs)
-
-    def work(t):
-        for i in range(t, len(xs), 2):
-            together[i] = k(xs[i])
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    together = in_two_threads(k, xs)
     for a, b in zip(alone, together):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
