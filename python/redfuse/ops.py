@@ -180,7 +180,10 @@ def _run(kern: Kernel, tensors: List[torch.Tensor]) -> List[torch.Tensor]:
         # Through the Kernel's own call: tensors that require grad take its derived backward.
         out = kern(*dense)
         return list(out) if isinstance(out, tuple) else [out]
-    return kern._run_torch(dense)
+    if kern._torch_in is None:
+        kern._torch_dtypes()  # also sets up the C++ hot path of CPU kernels
+    outs = kern._fast(tuple(dense)) if kern._fast is not None else None  # None: not plain CPU tensors
+    return outs if outs is not None else kern._run_torch(dense)
 
 
 def _call(op: object, *args: object) -> object:
