@@ -1,6 +1,6 @@
 /** \file AnalyzeMember.cpp
  * Chooses the form (docs/design.md §3) that a reduction fits against the earlier members of its pass,
- * in order of simplicity (independent, multiplicative, polynomial for sums; additive, monotone for
+ * in order of simplicity (independent, multiplicative, polynomial, exponential-polynomial for sums; additive, monotone for
  * selections), certifies it numerically, and otherwise explains why it does not fuse.
  */
 #include "fuse/Forms.h"
@@ -18,6 +18,7 @@ const char *relation_name(Relation r) {
     case Relation::Additive: return "additive";
     case Relation::Monotone: return "monotone";
     case Relation::Polynomial: return "polynomial";
+    case Relation::ExpPolynomial: return "exp-polynomial";
     case Relation::None: return "none";
     }
     return "?";
@@ -88,6 +89,7 @@ MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx) 
     if (!is_selection(m.op)) {
         if (attempt(Relation::Multiplicative, derive_multiplicative)) return m;
         if (m.op == ReduceOp::Sum && !body->inexact && attempt(Relation::Polynomial, derive_polynomial)) return m;
+        if (m.op == ReduceOp::Sum && !body->inexact && attempt(Relation::ExpPolynomial, derive_exp_polynomial)) return m;
     } else {
         if (attempt(Relation::Monotone, derive_selection)) return m;  // sets Additive when φ = u + H
     }
