@@ -34,6 +34,17 @@ namespace {
 constexpr int kCertifyPoints = 128;
 
 bool is_selection(ReduceOp op) { return op != ReduceOp::Sum && op != ReduceOp::Prod; }
+
+/** The name of the form an attempt tried, as it opens that attempt's reason. */
+const char *form_label(Relation r) {
+    switch (r) {
+    case Relation::Multiplicative: return "multiplicative form: ";
+    case Relation::Polynomial: return "polynomial form: ";
+    case Relation::ExpPolynomial: return "exponential-polynomial form: ";
+    case Relation::Monotone: case Relation::Additive: return "monotone form: ";
+    default: return "";
+    }
+}
 }  // namespace
 
 MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx) {
@@ -72,7 +83,7 @@ MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx) 
         trial.relation = r;
         std::string why;
         if (!derive(*body, trial, why)) {
-            reasons.push_back(why);
+            reasons.push_back(form_label(r) + why);
             return false;
         }
         int points = certify(*body, trial, kCertifyPoints);
@@ -90,6 +101,9 @@ MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx) 
         if (attempt(Relation::Multiplicative, derive_multiplicative)) return m;
         if (m.op == ReduceOp::Sum && !body->inexact && attempt(Relation::Polynomial, derive_polynomial)) return m;
         if (m.op == ReduceOp::Sum && !body->inexact && attempt(Relation::ExpPolynomial, derive_exp_polynomial)) return m;
+        if (m.op == ReduceOp::Prod)
+            reasons.push_back("polynomial and exponential-polynomial forms: they apply to sums only (a product of "
+                              "shifted terms is not a linear map of a finite state)");
     } else {
         if (attempt(Relation::Monotone, derive_selection)) return m;  // sets Additive when φ = u + H
     }

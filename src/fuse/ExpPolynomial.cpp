@@ -23,8 +23,6 @@ namespace rf::fuse_detail {
 
 namespace {
 
-const char *kForm = "exponential-polynomial form: ";
-
 /** λ_i = ∂(argument)/∂δ_i for every exp whose argument moves with δ; every such exp must have the
  *  same constant rates. Returns false with a reason otherwise. */
 bool find_rates(const Body &b, std::vector<double> &rates, std::string &reason) {
@@ -33,20 +31,20 @@ bool find_rates(const Body &b, std::vector<double> &rates, std::string &reason) 
         if (n->kind == Kind::Call && n->func == Func::exp && depends_on_d(b, n->args[0])) exps.push_back(n);
     });
     if (exps.empty()) {
-        reason = std::string(kForm) + "F has no exponential of the earlier results";
+        reason = "F has no exponential of the earlier results";
         return false;
     }
     for (size_t k = 0; k < exps.size(); k++) {
         for (size_t i = 0; i < b.delta_syms.size(); i++) {
             Expr r = simplify(derivative(exps[k]->args[0], b.delta_syms[i]));
             if (!r->is_const() || !std::isfinite(r->value)) {
-                reason = std::string(kForm) + "the exponent of " + shown(exps[k]) +
+                reason = "the exponent of " + shown(exps[k]) +
                          " is not linear with constant rates in the earlier results (its rate is " + shown(r) + ")";
                 return false;
             }
             if (k == 0) rates.push_back(r->value);
             else if (rates[i] != r->value) {
-                reason = std::string(kForm) + "exponentials of the earlier results with different rates: " +
+                reason = "exponentials of the earlier results with different rates: " +
                          shown(exps[0]) + " and " + shown(exps[k]);
                 return false;
             }
@@ -67,11 +65,11 @@ Expr rate_times(const std::vector<double> &rates, const std::vector<Expr> &syms)
 
 bool derive_exp_polynomial(const Body &b, MemberAnalysis &m, std::string &reason) {
     if (m.op != ReduceOp::Sum) {
-        reason = std::string(kForm) + "applies to sums only";
+        reason = "applies to sums only";
         return false;
     }
     if (b.inexact) {
-        reason = std::string(kForm) + "a rounding cast mixes the axis data and earlier results";
+        reason = "a rounding cast mixes the axis data and earlier results";
         return false;
     }
     std::vector<double> rates;
@@ -85,12 +83,13 @@ bool derive_exp_polynomial(const Body &b, MemberAnalysis &m, std::string &reason
         if (n->kind == Kind::Call && n->func == Func::exp && depends_on_d(b, n->args[0])) left = true;
     });
     if (left) {
-        reason = std::string(kForm) + "F · exp(-λ·d) still holds an exponential of the earlier results: " + shown(q.F);
+        reason = "terms of F grow with different exponential rates in the earlier results (one rate per member "
+                 "is supported): F · exp(-λ·d) = " + shown(q.F);
         return false;
     }
     std::string why;
     if (!derive_polynomial(q, m, why)) {
-        reason = std::string(kForm) + "F · exp(-λ·d) = " + shown(q.F) + ": " + why;
+        reason = "F · exp(-λ·d) = " + shown(q.F) + ": " + why;
         return false;
     }
     // Stabilised basis: e^{λ·δ} ∂^α Q / α! (exp(X) · exp(-m) becomes exp(X - m)).
