@@ -83,7 +83,8 @@ std::vector<std::string> matrix_text(const MemberAnalysis &m) {
             sum += (sum.empty() ? "" : " + ") + term;
         }
         std::string lhs = "S_" + index_text(m.alphas[be]) + " ← ";
-        lines.push_back(lhs + (g.empty() ? sum : g + " · (" + sum + ")"));
+        bool single = sum.find(" + ") == std::string::npos;
+        lines.push_back(lhs + (g.empty() ? sum : g + " · " + (single ? sum : "(" + sum + ")")));
     }
     return lines;
 }

@@ -61,6 +61,19 @@ Expr rate_times(const std::vector<double> &rates, const std::vector<Expr> &syms)
     return terms.empty() ? make_const(0) : make_add(terms);
 }
 
+/** e · f with f pushed into the branches of selects and the terms of sums, so that
+ *  select(mask, (X - m)·exp(X - m), 0) · exp(m) simplifies to select(mask, (X - m)·exp(X), 0). */
+Expr scale_into(Expr e, Expr f) {
+    if (e->kind == Kind::Select) return make_select(e->args[0], scale_into(e->args[1], f), scale_into(e->args[2], f));
+    if (e->kind == Kind::Add) {
+        std::vector<Expr> terms;
+        for (Expr t : e->args) terms.push_back(scale_into(t, f));
+        return make_add(terms);
+    }
+    if (e->is_const(0)) return e;
+    return simplify(make_mul(e, f));
+}
+
 }  // namespace
 
 bool derive_exp_polynomial(const Body &b, MemberAnalysis &m, std::string &reason) {
@@ -77,7 +90,7 @@ bool derive_exp_polynomial(const Body &b, MemberAnalysis &m, std::string &reason
     // Q = F · e^{-λ·δ}: the simplifier merges exp(X - m) · exp(m) into exp(X).
     Expr growth = make_call(Func::exp, rate_times(rates, b.delta_syms));
     Body q = b;
-    q.F = simplify(make_mul(b.F, make_call(Func::exp, make_neg(rate_times(rates, b.delta_syms)))));
+    q.F = simplify(scale_into(b.F, make_call(Func::exp, make_neg(rate_times(rates, b.delta_syms)))));
     bool left = false;
     visit(q.F, [&](Expr n) {
         if (n->kind == Kind::Call && n->func == Func::exp && depends_on_d(b, n->args[0])) left = true;
@@ -93,7 +106,7 @@ bool derive_exp_polynomial(const Body &b, MemberAnalysis &m, std::string &reason
         return false;
     }
     // Stabilised basis: e^{λ·δ} ∂^α Q / α! (exp(X) · exp(-m) becomes exp(X - m)).
-    for (Expr &B : m.basis) B = simplify(make_mul(growth, B));
+    for (Expr &B : m.basis) B = simplify(scale_into(B, growth));
     m.rates = rates;
     m.H = m.H_run = simplify(growth);
     m.H_def = make_const(1);

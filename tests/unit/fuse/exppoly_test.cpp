@@ -164,3 +164,27 @@ TEST(ExpPolynomial, Float32AtLongRowsAndLargeMagnitudesMatchesTheTwoPassPlan) {
         }
     }
 }
+
+TEST(ExpPolynomial, MaskedEntropyWithAFullyMaskedRowFuses) {
+    // Row 0 is fully masked (m = -inf, s = t = 0): the plan recomputes it literally; the mask is
+    // independent of d, so each branch of the select is scaled on its own and stays in range.
+    ArenaScope arena;
+    auto c = compile(R"(
+size R = 5, C = 37
+input X[R, C] : f32
+m[r] = max(c: select(c < r * 8, X[r,c], -inf))
+s[r] = sum(c: select(c < r * 8, exp(X[r,c] - m[r]), 0))
+t[r] = sum(c: select(c < r * 8, (X[r,c] - m[r]) * exp(X[r,c] - m[r]), 0))
+H[r] = log(s[r]) - t[r] / s[r]
+output H : f32
+)");
+    const MemberAnalysis *t = verdict(*c, "t");
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->relation, Relation::ExpPolynomial) << t->reason;
+    for (const Expr &B : t->basis) EXPECT_EQ(B->kind, Kind::Select) << to_string(B);
+    SizeBinding sizes = bind_sizes(c->program, {});
+    for (uint64_t seed : {1, 2}) {
+        EXPECT_LE(plan_vs_reference(*c, sizes, seed), 1e-12);
+        EXPECT_LE(plan_vs_reference(*c, sizes, seed, /*f32=*/true), 1e-5);
+    }
+}
