@@ -63,6 +63,27 @@ Expr at_old(const MemberAnalysis &m, const std::vector<Expr> &now, const std::ve
     return e;
 }
 
+/** The shift form's identity at a random point c, opaque (fills c_syms and the terms): F(x, δ) =
+ *  Σ_α D_α(x, c) (δ - c)^α, times e^{λ·(δ - c)} for the exponential-polynomial form. */
+Expr taylor_terms(const Body &b, const MemberAnalysis &m, std::vector<Expr> &c_syms, std::vector<Expr> &poly_terms,
+                  Opaque &opaque) {
+    std::vector<Expr> terms;
+    for (Expr d : b.delta_syms) c_syms.push_back(make_symbol(d->name + "@c"));
+    Expr growth = m.relation == Relation::ExpPolynomial ? at_old(m, b.delta_syms, c_syms) : nullptr;
+    for (size_t k = 0; k < m.alphas.size(); k++) {
+        Expr t = m.basis[k];
+        for (size_t i = 0; i < b.delta_syms.size(); i++) t = substitute(t, b.delta_syms[i], c_syms[i]);
+        std::vector<Expr> factors{t};
+        if (growth) factors.push_back(growth);
+        for (size_t i = 0; i < b.delta_syms.size(); i++)
+            for (int p = 0; p < m.alphas[k][i]; p++) factors.push_back(make_sub(b.delta_syms[i], c_syms[i]));
+        terms.push_back(make_mul(factors));
+    }
+    Expr sum = opaque(make_add(terms));
+    for (Expr t : terms) poly_terms.push_back(opaque(t));
+    return sum;
+}
+
 /** The state transform the update and the merge execute, checked at one point: the basis sums of
  *  one term at c, moved to c' by the triangular map T_β(c') = g(c', c) Σ_{α≥β} Π C(α,β)(c' − c)^(α−β)
  *  T_α(c) (g = e^{λ·(c' − c)}, or 1), equal the basis at c'. Returns false when a value is not
@@ -135,25 +156,9 @@ int certify(const Body &b, const MemberAnalysis &m, int min_points) {
     case Relation::Additive:
     case Relation::Monotone: rhs = opaque(substitute(m.phi, m.u_sym, m.Gsel)); break;
     case Relation::Polynomial:
-    case Relation::ExpPolynomial: {
-        // Taylor at a random point c: F(x, δ) = Σ_α D_α(x, c) (δ - c)^α, times e^{λ·(δ - c)} for the
-        // exponential-polynomial form.
-        std::vector<Expr> terms;
-        for (Expr d : b.delta_syms) c_syms.push_back(make_symbol(d->name + "@c"));
-        Expr growth = m.relation == Relation::ExpPolynomial ? at_old(m, b.delta_syms, c_syms) : nullptr;
-        for (size_t k = 0; k < m.alphas.size(); k++) {
-            Expr t = m.basis[k];
-            for (size_t i = 0; i < b.delta_syms.size(); i++) t = substitute(t, b.delta_syms[i], c_syms[i]);
-            std::vector<Expr> factors{t};
-            if (growth) factors.push_back(growth);
-            for (size_t i = 0; i < b.delta_syms.size(); i++)
-                for (int p = 0; p < m.alphas[k][i]; p++) factors.push_back(make_sub(b.delta_syms[i], c_syms[i]));
-            terms.push_back(make_mul(factors));
-        }
-        rhs = opaque(make_add(terms));
-        for (Expr t : terms) poly_terms.push_back(opaque(t));
+    case Relation::ExpPolynomial:
+        rhs = taylor_terms(b, m, c_syms, poly_terms, opaque);
         break;
-    }
     default: return 0;
     }
     if (b.inexact) rhs = strip_rounding(rhs);

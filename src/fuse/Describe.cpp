@@ -140,6 +140,22 @@ std::string init_of(ReduceOp op, const std::string &s) {
     return "";
 }
 
+/** The exponential-polynomial form: its basis sums, the triangular map, update, merge, epilogue. */
+void describe_exp_polynomial(const MemberAnalysis &m, MemberText &t) {
+    const std::string &s = m.name;
+    for (size_t k = 0; k < m.alphas.size(); k++)
+        t.basis.push_back("S_" + index_text(m.alphas[k]) + " = Σ " + text(restore_deltas(m, m.basis[k])));
+    std::string ds;
+    for (size_t i = 0; i < m.delta_exprs.size(); i++) ds += (i ? ", " : "") + text(m.delta_exprs[i]);
+    t.H = text(restore_deltas(m, m.H_run)) + " · (polynomial of degree " + std::to_string(m.degree) + " in (" + ds + "))";
+    t.matrix = matrix_text(m);
+    t.init = "S_α = 0 for every α, ref unset (the first update sets it; an empty state is never rescaled)";
+    t.update = "ref ← running (" + ds + "); S ← the shift above from ref_old to ref; "
+               "S_β ← S_β + Σ_tile (the term of S_β at d = ref)";
+    t.merge = "ref = the merged earlier results; move S_A and S_B to ref by the triangular map, then add";
+    t.epilogue = s + " = " + alpha_text(m, "_ref") + " · Σ_α S_α(ref) (d − d_ref)^α at the final d = (" + ds + ")";
+}
+
 }  // namespace
 
 MemberText describe_member(const MemberAnalysis &m) {
@@ -192,20 +208,7 @@ MemberText describe_member(const MemberAnalysis &m) {
                          : s + " = φ(" + s + ".G) with φ(u) = " + t.phi;
         break;
     }
-    case Relation::ExpPolynomial: {
-        for (size_t k = 0; k < m.alphas.size(); k++)
-            t.basis.push_back("S_" + index_text(m.alphas[k]) + " = Σ " + text(restore_deltas(m, m.basis[k])));
-        std::string ds;
-        for (size_t i = 0; i < m.delta_exprs.size(); i++) ds += (i ? ", " : "") + text(m.delta_exprs[i]);
-        t.H = text(restore_deltas(m, m.H_run)) + " · (polynomial of degree " + std::to_string(m.degree) + " in (" + ds + "))";
-        t.matrix = matrix_text(m);
-        t.init = "S_α = 0 for every α, ref unset (the first update sets it; an empty state is never rescaled)";
-        t.update = "ref ← running (" + ds + "); S ← the shift above from ref_old to ref; "
-                   "S_β ← S_β + Σ_tile (the term of S_β at d = ref)";
-        t.merge = "ref = the merged earlier results; move S_A and S_B to ref by the triangular map, then add";
-        t.epilogue = s + " = " + alpha_text(m, "_ref") + " · Σ_α S_α(ref) (d − d_ref)^α at the final d = (" + ds + ")";
-        break;
-    }
+    case Relation::ExpPolynomial: describe_exp_polynomial(m, t); break;
     case Relation::Polynomial: {
         for (size_t k = 0; k < m.alphas.size(); k++) {
             std::string idx;

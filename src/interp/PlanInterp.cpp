@@ -442,8 +442,7 @@ private:
                     e.seen = true;
                     break;
                 }
-                case Relation::Polynomial:
-                case Relation::ExpPolynomial: {
+                case Relation::Polynomial: case Relation::ExpPolynomial: {
                     std::vector<double> c = deltas(st, mem, k, x, true, true);
                     if (e.seen) e.S = shift(m, x, e.S, e.tag, c);
                     for (size_t i = 0; i < c.size(); i++) ev.bind(a.delta_syms[i], c[i]);
