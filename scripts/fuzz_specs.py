@@ -32,6 +32,9 @@ ROW_DEFS = [
     ("i[r] = argmax(c: X[r,c] * W[c])", ["i"], []),
     ("j[r] = argmin(c: exp(X[r,c] - m[r]) / s[r])", ["j"], ["m", "s"]),
     ("p[r] = max(c: exp(X[r,c] - m[r]) / s[r])", ["p"], ["m", "s"]),
+    # exponential-polynomial: e^{-m} times a polynomial in m (entropy) or in (m, mu) (weighted moments)
+    ("e[r] = sum(c: (X[r,c] - m[r]) * exp(X[r,c] - m[r]))", ["e"], ["m"]),
+    ("w[r] = sum(c: exp(X[r,c] - m[r]) * (X[r,c] - mu[r]) * (X[r,c] - mu[r] + W[c]))", ["w"], ["m", "mu"]),
 ]
 ELEMENTWISE = [
     ("Y[r,c] = exp(X[r,c] - m[r]) / s[r]", ["m", "s"]),

@@ -33,7 +33,8 @@ nlohmann::json member_json(const MemberAnalysis &m, int pass) {
         j["H_deferred"] = t.deferred;
         j["rescale"] = !m.H_run->is_const(1);
     }
-    if (m.relation == Relation::Polynomial) {
+    if (is_shift_form(m.relation)) {
+        if (!t.matrix.empty()) j["shift"] = t.matrix;
         j["degree"] = m.degree;
         j["basis"] = t.basis;
     }
@@ -111,6 +112,10 @@ std::string analysis_text(const Compilation &c) {
             if (m.relation == Relation::Multiplicative && !m.H_def->is_const(1))
                 os << "      deferred to the epilogue: " << t.deferred << "\n";
             for (const std::string &b : t.basis) os << "      " << b << "\n";
+            if (!t.matrix.empty()) {
+                os << "      shift (ref_old → ref, triangular):\n";
+                for (const std::string &l : t.matrix) os << "        " << l << "\n";
+            }
             os << "      init:   " << t.init << "\n";
             os << "      update: " << t.update << "\n";
             os << "      merge:  " << t.merge << "\n";

@@ -1,6 +1,6 @@
 /** \file AnalyzeMember.cpp
  * Chooses the form (docs/design.md §3) that a reduction fits against the earlier members of its pass,
- * in order of simplicity (independent, multiplicative, polynomial for sums; additive, monotone for
+ * in order of simplicity (independent, multiplicative, polynomial, exponential-polynomial for sums; additive, monotone for
  * selections), certifies it numerically, and otherwise explains why it does not fuse.
  */
 #include "fuse/Forms.h"
@@ -18,6 +18,7 @@ const char *relation_name(Relation r) {
     case Relation::Additive: return "additive";
     case Relation::Monotone: return "monotone";
     case Relation::Polynomial: return "polynomial";
+    case Relation::ExpPolynomial: return "exp-polynomial";
     case Relation::None: return "none";
     }
     return "?";
@@ -33,6 +34,17 @@ namespace {
 constexpr int kCertifyPoints = 128;
 
 bool is_selection(ReduceOp op) { return op != ReduceOp::Sum && op != ReduceOp::Prod; }
+
+/** The name of the form an attempt tried, as it opens that attempt's reason. */
+const char *form_label(Relation r) {
+    switch (r) {
+    case Relation::Multiplicative: return "multiplicative form: ";
+    case Relation::Polynomial: return "polynomial form: ";
+    case Relation::ExpPolynomial: return "exponential-polynomial form: ";
+    case Relation::Monotone: case Relation::Additive: return "monotone form: ";
+    default: return "";
+    }
+}
 }  // namespace
 
 MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx) {
@@ -71,7 +83,7 @@ MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx) 
         trial.relation = r;
         std::string why;
         if (!derive(*body, trial, why)) {
-            reasons.push_back(why);
+            reasons.push_back(form_label(r) + why);
             return false;
         }
         int points = certify(*body, trial, kCertifyPoints);
@@ -88,6 +100,10 @@ MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx) 
     if (!is_selection(m.op)) {
         if (attempt(Relation::Multiplicative, derive_multiplicative)) return m;
         if (m.op == ReduceOp::Sum && !body->inexact && attempt(Relation::Polynomial, derive_polynomial)) return m;
+        if (m.op == ReduceOp::Sum && !body->inexact && attempt(Relation::ExpPolynomial, derive_exp_polynomial)) return m;
+        if (m.op == ReduceOp::Prod)
+            reasons.push_back("polynomial and exponential-polynomial forms: they apply to sums only (a product of "
+                              "shifted terms is not a linear map of a finite state)");
     } else {
         if (attempt(Relation::Monotone, derive_selection)) return m;  // sets Additive when φ = u + H
     }

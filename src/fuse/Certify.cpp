@@ -56,6 +56,83 @@ double draw(std::mt19937_64 &rng, const Interval &iv, Expr atom) {
  *  largest magnitude that went into the sums (not of the result, which may cancel to near 0). */
 bool close(double a, double b, double scale) { return std::fabs(a - b) <= 1e-9 * scale + 1e-12; }
 
+/** m.alpha with δ_old := old (the factor e^{λ·(δ - old)} of the exponential-polynomial shift). */
+Expr at_old(const MemberAnalysis &m, const std::vector<Expr> &now, const std::vector<Expr> &old) {
+    Expr e = m.alpha;
+    for (size_t i = 0; i < now.size(); i++) e = substitute(e, m.old_syms[i], old[i]);
+    return e;
+}
+
+/** The shift form's identity at a random point c, opaque (fills c_syms and the terms): F(x, δ) =
+ *  Σ_α D_α(x, c) (δ - c)^α, times e^{λ·(δ - c)} for the exponential-polynomial form. */
+Expr taylor_terms(const Body &b, const MemberAnalysis &m, std::vector<Expr> &c_syms, std::vector<Expr> &poly_terms,
+                  Opaque &opaque) {
+    std::vector<Expr> terms;
+    for (Expr d : b.delta_syms) c_syms.push_back(make_symbol(d->name + "@c"));
+    Expr growth = m.relation == Relation::ExpPolynomial ? at_old(m, b.delta_syms, c_syms) : nullptr;
+    for (size_t k = 0; k < m.alphas.size(); k++) {
+        Expr t = m.basis[k];
+        for (size_t i = 0; i < b.delta_syms.size(); i++) t = substitute(t, b.delta_syms[i], c_syms[i]);
+        std::vector<Expr> factors{t};
+        if (growth) factors.push_back(growth);
+        for (size_t i = 0; i < b.delta_syms.size(); i++)
+            for (int p = 0; p < m.alphas[k][i]; p++) factors.push_back(make_sub(b.delta_syms[i], c_syms[i]));
+        terms.push_back(make_mul(factors));
+    }
+    Expr sum = opaque(make_add(terms));
+    for (Expr t : terms) poly_terms.push_back(opaque(t));
+    return sum;
+}
+
+/** The state transform the update and the merge execute, checked at one point: the basis sums of
+ *  one term at c, moved to c' by the triangular map T_β(c') = g(c', c) Σ_{α≥β} Π C(α,β)(c' − c)^(α−β)
+ *  T_α(c) (g = e^{λ·(c' − c)}, or 1), equal the basis at c'. Returns false when a value is not
+ *  finite (the point is skipped); throws InternalError on a disagreement. */
+bool check_shift(const Body &b, const MemberAnalysis &m, Opaque &opaque, Valuation val, std::mt19937_64 &rng) {
+    size_t q = b.delta_syms.size();
+    std::vector<double> c1(q), c2(q);
+    for (size_t i = 0; i < q; i++) {
+        Interval iv = b.facts.atoms.count(b.delta_syms[i]) ? b.facts.atoms.at(b.delta_syms[i]) : Interval{};
+        c1[i] = draw(rng, iv, b.delta_syms[i]);
+        c2[i] = draw(rng, iv, b.delta_syms[i]);
+    }
+    auto basis_at = [&](const std::vector<double> &c) {
+        std::vector<double> v;
+        for (size_t i = 0; i < q; i++) val.values[b.delta_syms[i]] = c[i];
+        for (Expr B : m.basis) v.push_back(safe_eval(val, opaque(B)));
+        return v;
+    };
+    std::vector<double> T1 = basis_at(c1), T2 = basis_at(c2);
+    double g = 1;
+    if (m.relation == Relation::ExpPolynomial) {
+        for (size_t i = 0; i < q; i++) {
+            val.values[b.delta_syms[i]] = c2[i];
+            val.values[m.old_syms[i]] = c1[i];
+        }
+        g = safe_eval(val, opaque(m.alpha));
+    }
+    for (size_t be = 0; be < m.alphas.size(); be++) {
+        double acc = 0, scale = 0;
+        for (size_t al = 0; al < m.alphas.size(); al++) {
+            double coef = 1;
+            for (size_t i = 0; i < q && coef != 0; i++) {
+                int hi = m.alphas[al][i], lo = m.alphas[be][i];
+                if (hi < lo) coef = 0;
+                double binom = 1;
+                for (int t = 1; t <= lo; t++) binom = binom * (hi - lo + t) / t;
+                coef *= binom * std::pow(c2[i] - c1[i], hi - lo);
+            }
+            acc += g * coef * T1[al];
+            scale += std::fabs(g * coef * T1[al]);
+        }
+        if (!std::isfinite(acc) || !std::isfinite(T2[be]) || !std::isfinite(scale)) return false;
+        if (!close(acc, T2[be], scale + std::fabs(T2[be])))
+            throw InternalError("the derived shift of " + m.name + " (update and merge) disagrees with its basis at a "
+                                "random point: moved = " + std::to_string(acc) + ", basis = " + std::to_string(T2[be]));
+    }
+    return true;
+}
+
 std::string fmt(double v) {
     std::ostringstream os;
     os.precision(6);
@@ -78,22 +155,10 @@ int certify(const Body &b, const MemberAnalysis &m, int min_points) {
     case Relation::Multiplicative: rhs = opaque(make_mul(m.G, m.H)); break;
     case Relation::Additive:
     case Relation::Monotone: rhs = opaque(substitute(m.phi, m.u_sym, m.Gsel)); break;
-    case Relation::Polynomial: {
-        // Taylor at a random point c: F(x, δ) = Σ_α D_α(x, c) (δ - c)^α.
-        std::vector<Expr> terms;
-        for (Expr d : b.delta_syms) c_syms.push_back(make_symbol(d->name + "@c"));
-        for (size_t k = 0; k < m.alphas.size(); k++) {
-            Expr t = m.basis[k];
-            for (size_t i = 0; i < b.delta_syms.size(); i++) t = substitute(t, b.delta_syms[i], c_syms[i]);
-            std::vector<Expr> factors{t};
-            for (size_t i = 0; i < b.delta_syms.size(); i++)
-                for (int p = 0; p < m.alphas[k][i]; p++) factors.push_back(make_sub(b.delta_syms[i], c_syms[i]));
-            terms.push_back(make_mul(factors));
-        }
-        rhs = opaque(make_add(terms));
-        for (Expr t : terms) poly_terms.push_back(opaque(t));
+    case Relation::Polynomial:
+    case Relation::ExpPolynomial:
+        rhs = taylor_terms(b, m, c_syms, poly_terms, opaque);
         break;
-    }
     default: return 0;
     }
     if (b.inexact) rhs = strip_rounding(rhs);
@@ -125,6 +190,7 @@ int certify(const Body &b, const MemberAnalysis &m, int min_points) {
             throw InternalError("derived " + std::string(relation_name(m.relation)) + " form of " + m.name +
                                 " disagrees with F at a random point: F = " + fmt(lhs_v) + ", derived = " + fmt(rhs_v) +
                                 " (F = " + to_string(b.F) + ")");
+        if (m.relation == Relation::ExpPolynomial && !check_shift(b, m, opaque, val, rng)) continue;
         if (m.relation == Relation::Monotone || m.relation == Relation::Additive) {
             // Spot-check strict monotonicity of φ in u at this δ.
             Valuation v2 = val;

@@ -49,6 +49,46 @@ std::string alpha_text(const MemberAnalysis &m, const std::string &suffix) {
     return text(simplify(a));
 }
 
+/** d_i − d_i,old as text (the earlier results each δ stands for, the old ones renamed). */
+std::string step_text(const MemberAnalysis &m, size_t i) {
+    Expr step = make_sub(m.delta_exprs[i], rename_members(m.delta_exprs[i], m.deps, "_old"));
+    return "(" + text(simplify(step)) + ")";
+}
+
+std::string index_text(const std::vector<int> &alpha) {
+    std::string idx;
+    for (int a : alpha) idx += std::to_string(a);
+    return idx;
+}
+
+/** The triangular map of a shift form, one line per β:
+ *  S_β ← [e^{λ·(d − d_old)} ·] Σ_{α≥β} Π_i C(α_i, β_i) (d_i − d_i,old)^(α_i − β_i) S_α. */
+std::vector<std::string> matrix_text(const MemberAnalysis &m) {
+    std::vector<std::string> lines;
+    std::string g = m.relation == Relation::ExpPolynomial ? alpha_text(m, "_old") : "";
+    for (size_t be = 0; be < m.alphas.size(); be++) {
+        std::string sum;
+        for (size_t al = 0; al < m.alphas.size(); al++) {
+            double coef = 1;
+            std::string factors;
+            for (size_t i = 0; i < m.alphas[al].size() && coef != 0; i++) {
+                int hi = m.alphas[al][i], lo = m.alphas[be][i];
+                if (hi < lo) coef = 0;
+                for (int t = 1; t <= lo; t++) coef = coef * (hi - lo + t) / t;
+                if (hi - lo >= 1) factors += "·" + step_text(m, i) + (hi - lo > 1 ? "^" + std::to_string(hi - lo) : "");
+            }
+            if (coef == 0) continue;
+            std::string c = coef == 1 ? "" : to_string(make_const(coef)) + "·";
+            std::string term = c + (factors.empty() ? "" : factors.substr(2) + "·") + "S_" + index_text(m.alphas[al]);
+            sum += (sum.empty() ? "" : " + ") + term;
+        }
+        std::string lhs = "S_" + index_text(m.alphas[be]) + " ← ";
+        bool single = sum.find(" + ") == std::string::npos;
+        lines.push_back(lhs + (g.empty() ? sum : g + " · " + (single ? sum : "(" + sum + ")")));
+    }
+    return lines;
+}
+
 std::string select_op_name(ReduceOp op, bool increasing) {
     if (increasing) return reduce_name(op);
     switch (op) {
@@ -98,6 +138,22 @@ std::string init_of(ReduceOp op, const std::string &s) {
     case ReduceOp::TopK: return s + " = k empty slots";
     }
     return "";
+}
+
+/** The exponential-polynomial form: its basis sums, the triangular map, update, merge, epilogue. */
+void describe_exp_polynomial(const MemberAnalysis &m, MemberText &t) {
+    const std::string &s = m.name;
+    for (size_t k = 0; k < m.alphas.size(); k++)
+        t.basis.push_back("S_" + index_text(m.alphas[k]) + " = Σ " + text(restore_deltas(m, m.basis[k])));
+    std::string ds;
+    for (size_t i = 0; i < m.delta_exprs.size(); i++) ds += (i ? ", " : "") + text(m.delta_exprs[i]);
+    t.H = text(restore_deltas(m, m.H_run)) + " · (polynomial of degree " + std::to_string(m.degree) + " in (" + ds + "))";
+    t.matrix = matrix_text(m);
+    t.init = "S_α = 0 for every α, ref unset (the first update sets it; an empty state is never rescaled)";
+    t.update = "ref ← running (" + ds + "); S ← the shift above from ref_old to ref; "
+               "S_β ← S_β + Σ_tile (the term of S_β at d = ref)";
+    t.merge = "ref = the merged earlier results; move S_A and S_B to ref by the triangular map, then add";
+    t.epilogue = s + " = " + alpha_text(m, "_ref") + " · Σ_α S_α(ref) (d − d_ref)^α at the final d = (" + ds + ")";
 }
 
 }  // namespace
@@ -152,6 +208,7 @@ MemberText describe_member(const MemberAnalysis &m) {
                          : s + " = φ(" + s + ".G) with φ(u) = " + t.phi;
         break;
     }
+    case Relation::ExpPolynomial: describe_exp_polynomial(m, t); break;
     case Relation::Polynomial: {
         for (size_t k = 0; k < m.alphas.size(); k++) {
             std::string idx;

@@ -42,6 +42,8 @@ bool derive_multiplicative(const Body &b, MemberAnalysis &m, std::string &reason
 bool derive_selection(const Body &b, MemberAnalysis &m, std::string &reason);
 /** Form 4: F polynomial of bounded degree in δ; fills degree, alphas, basis. */
 bool derive_polynomial(const Body &b, MemberAnalysis &m, std::string &reason);
+/** Form 6: F = e^{λ·δ} Q(x, δ) with Q polynomial in δ; fills rates, alphas, basis, alpha, old_syms. */
+bool derive_exp_polynomial(const Body &b, MemberAnalysis &m, std::string &reason);
 
 /** Re-checks the derived parts of m against F at >= min_points random points. Returns the number
  *  of points checked; throws InternalError on a disagreement. Returns 0 when too few valid points

@@ -13,8 +13,10 @@
 
 namespace rf {
 
-enum class Relation { Independent, Multiplicative, Additive, Monotone, Polynomial, None };
+enum class Relation { Independent, Multiplicative, Additive, Monotone, Polynomial, ExpPolynomial, None };
 const char *relation_name(Relation r);
+/** The forms whose state is a vector of shifted moments S_α (polynomial, exponential-polynomial). */
+inline bool is_shift_form(Relation r) { return r == Relation::Polynomial || r == Relation::ExpPolynomial; }
 
 /** One reduction r = ⊕_j F(x_j, d) analysed against the earlier members d of its pass.
  *  F is written over "d atoms": symbols δ_i standing for maximal sub-expressions of F that depend
@@ -53,6 +55,9 @@ struct MemberAnalysis {
     int degree = 0;
     std::vector<std::vector<int>> alphas;  ///< multi-indices, alphas[0] = all zeros
     std::vector<Expr> basis;               ///< D_α(x, δ) = ∂^α F / α! evaluated at δ (= c)
+    // Exponential-polynomial: F = e^{λ·δ} Q(x, δ) with Q polynomial; basis = e^{λ·δ} ∂^α Q / α!,
+    // H_run = e^{λ·δ}, alpha = e^{λ·(δ - δ_old)} multiplies the binomial shift (docs/design.md §3).
+    std::vector<double> rates;             ///< λ_i per δ_i (empty for the other forms)
 
     std::vector<std::string> preconditions;  ///< facts the derivation relies on, as text
     std::string reason;                      ///< why not fusible (relation None) or notes

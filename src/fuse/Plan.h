@@ -67,6 +67,7 @@ Plan make_plan(const Program &p, const PlanOptions &opts = {});
 struct MemberText {
     std::string G, H, phi, init, update, merge, epilogue, deferred;
     std::vector<std::string> basis;
+    std::vector<std::string> matrix;  ///< shift forms: S_β(ref) in terms of S_α(ref_old), one line per β
 };
 MemberText describe_member(const MemberAnalysis &m);
 

@@ -219,9 +219,9 @@ private:
         for (const MemberRt &m : mem) {
             std::vector<Elem> elems(static_cast<size_t>(m.extra_count));
             for (Elem &e : elems) {
-                e.acc = reduce_identity(m.a->relation == Relation::Multiplicative || m.a->relation == Relation::Polynomial
+                e.acc = reduce_identity(m.a->relation == Relation::Multiplicative || is_shift_form(m.a->relation)
                                         ? m.a->op : m.sel_op);
-                if (m.a->relation == Relation::Polynomial) e.S.assign(m.a->alphas.size(), 0.0);
+                if (is_shift_form(m.a->relation)) e.S.assign(m.a->alphas.size(), 0.0);
             }
             s.members.push_back(std::move(elems));
         }
@@ -310,10 +310,19 @@ private:
         return ev.eval(m.a->alpha);
     }
 
-    /** S(c) -> S(c') exactly: S_β(c') = Σ_{α≥β} Π_i C(α_i, β_i) (c'_i - c_i)^(α_i - β_i) S_α(c). */
-    std::vector<double> shift(const MemberAnalysis &a, const std::vector<double> &S, const std::vector<double> &c,
-                              const std::vector<double> &c2) {
+    /** S(c) -> S(c') exactly: S_β(c') = g · Σ_{α≥β} Π_i C(α_i, β_i) (c'_i - c_i)^(α_i - β_i) S_α(c), with
+     *  g = e^{λ·(c' - c)} for the exponential-polynomial form (1 for the polynomial form). A state of
+     *  zeros is never rescaled (no 0 · inf when the old reference was a sanitized -inf). */
+    std::vector<double> shift(const MemberRt &m, int64_t extra, const std::vector<double> &S,
+                              const std::vector<double> &c, const std::vector<double> &c2) {
+        const MemberAnalysis &a = *m.a;
         std::vector<double> out(S.size(), 0.0);
+        bool zero = std::all_of(S.begin(), S.end(), [](double v) { return v == 0; });
+        if (zero || c == c2) {
+            if (zero) return out;
+            if (a.relation == Relation::ExpPolynomial) return S;
+        }
+        double g = a.relation == Relation::ExpPolynomial ? alpha(m, extra, c2, c) : 1.0;
         for (size_t b = 0; b < a.alphas.size(); b++) {
             double acc = 0;
             for (size_t al = 0; al < a.alphas.size(); al++) {
@@ -328,7 +337,7 @@ private:
                 }
                 if (ge) acc = rnd(acc + rnd(coef * S[al]));
             }
-            out[b] = acc;
+            out[b] = g == 1.0 ? acc : rnd(acc * g);
         }
         return out;
     }
@@ -433,9 +442,9 @@ private:
                     e.seen = true;
                     break;
                 }
-                case Relation::Polynomial: {
+                case Relation::Polynomial: case Relation::ExpPolynomial: {
                     std::vector<double> c = deltas(st, mem, k, x, true, true);
-                    if (e.seen) e.S = shift(a, e.S, e.tag, c);
+                    if (e.seen) e.S = shift(m, x, e.S, e.tag, c);
                     for (size_t i = 0; i < c.size(); i++) ev.bind(a.delta_syms[i], c[i]);
                     for (int64_t j = from; j < to; j++) {
                         bind_axis(ev, m, j);
@@ -480,11 +489,12 @@ private:
                     ec.tag = d;
                     break;
                 }
-                case Relation::Polynomial: {
+                case Relation::Polynomial:
+                case Relation::ExpPolynomial: {
                     std::vector<double> c = deltas(C, mem, k, x, true, true);
                     for (const auto *side : {&ea, &eb}) {
                         if (!side->seen) continue;
-                        std::vector<double> moved = shift(a, side->S, side->tag, c);
+                        std::vector<double> moved = shift(m, x, side->S, side->tag, c);
                         for (size_t b = 0; b < moved.size(); b++) ec.S[b] = rnd(ec.S[b] + moved[b]);
                     }
                     ec.tag = c;
@@ -565,10 +575,11 @@ private:
             double hdef = ev.eval(a.H_def);
             return rnd(s * (a.op == ReduceOp::Prod ? std::pow(hdef, n) : hdef));
         }
-        case Relation::Polynomial: {
+        case Relation::Polynomial:
+        case Relation::ExpPolynomial: {
             if (!e.seen) return 0;
             std::vector<double> d = deltas(st, mem, k, extra, false, false);
-            return shift(a, e.S, e.tag, d)[0];
+            return shift(m, extra, e.S, e.tag, d)[0];
         }
         default: break;
         }
@@ -611,7 +622,7 @@ private:
             Tensor &out = t_[m.def->name];
             bool relit = false;
             for (const std::string &d : m.a->deps) relit |= literal.count(d) > 0;
-            if (!relit && (m.a->relation == Relation::Multiplicative || m.a->relation == Relation::Polynomial)) {
+            if (!relit && (m.a->relation == Relation::Multiplicative || is_shift_form(m.a->relation))) {
                 for (int64_t x = 0; x < m.extra_count && !relit; x++)
                     for (double v : deltas(st, mem, k, x, false, false)) relit |= !std::isfinite(v);
             }

@@ -95,7 +95,7 @@ MemberInfo PassLowering::info(int k) {
     m.nd = a.delta_syms.size();
     if (m.def->is_topk()) m.K = m.def->extents.back();
     if (a.relation == Relation::Multiplicative) m.form = Form::Mult;
-    else if (a.relation == Relation::Polynomial) m.form = Form::Poly;
+    else if (is_shift_form(a.relation)) m.form = Form::Poly;
     else if (m.op == ReduceOp::TopK) m.form = Form::TopK;
     else if (m.op == ReduceOp::ArgMax || m.op == ReduceOp::ArgMin) m.form = Form::ArgSelect;
     else if (m.op == ReduceOp::Max || m.op == ReduceOp::Min) m.form = Form::Select;
@@ -242,7 +242,10 @@ Expr PassLowering::poly_value(const std::string &P, const MemberInfo &m, Expr x,
             for (int q = 0; q < al[b][i]; q++) f.push_back(make_sub(now[i], t[i]));
         terms.push_back(f.size() == 1 ? f[0] : make_mul(f));
     }
-    return terms.size() == 1 ? terms[0] : make_add(terms);
+    Expr v = terms.size() == 1 ? terms[0] : make_add(terms);
+    // Exponential-polynomial: the value at d is e^{λ·(d - ref)} Σ_α S_α(ref) (d - ref)^α.
+    if (m.a->relation == Relation::ExpPolynomial) v = make_mul(v, alpha(m, x, now, t, Mode{P, false, false}));
+    return v;
 }
 
 Expr PassLowering::current_value(const MemberInfo &m, Expr x, const Mode &mode) {
@@ -380,9 +383,18 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
 StmtP PassLowering::shift_at(const std::string &P, const MemberInfo &m, Expr x, std::vector<Expr> from, std::vector<Expr> to) {
     // PolyShift works on the S slots of one extra point: name + offset carried in args via a
     // Load of the first slot (the printer takes its address).
+    Expr nb = int_c(static_cast<int64_t>(m.a->alphas.size()));
+    Expr g = m.a->relation == Relation::ExpPolynomial ? alpha(m, x, to, from, Mode{P, false, true}) : nullptr;
     auto s = std::const_pointer_cast<Stmt>(poly_shift(field(P, m.k, "_S"), m.a->alphas, std::move(from), std::move(to)));
-    s->target = local_at(field(P, m.k, "_S"), mul_i(sl(m, x), int_c(static_cast<int64_t>(m.a->alphas.size()))));
-    return s;
+    s->target = local_at(field(P, m.k, "_S"), mul_i(sl(m, x), nb));
+    if (!g) return s;
+    // The exponential-polynomial map is the binomial shift times e^{λ·(ref - ref_old)} (<= 1 for a
+    // running max); a zero moment is left as it is, never 0 · inf.
+    std::string gn = "$g" + std::to_string(uid_++);
+    Expr q = make_index("$q" + std::to_string(uid_++));
+    Expr S = local_at(field(P, m.k, "_S"), add_i(mul_i(sl(m, x), nb), q));
+    Expr scaled = make_select(make_cmp(CmpOp::EQ, S, real_c(0)), S, make_mul(S, local_var(gn)));
+    return block({s, decl(gn, LocalClass::State, {}, g), for_loop(q, int_c(0), nb, {assign(S, scaled)})});
 }
 
 std::vector<StmtP> PassLowering::plain_update(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run) {

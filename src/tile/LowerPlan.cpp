@@ -27,7 +27,7 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
     // tiles amortize it (measured, 2 threads: moment of inertia 256 x 65536 18.2 ms at 512, 12.7 at
     // 2048; variance 4096 x 8192 3.72 -> 3.40 ms).
     for (const MemberAnalysis &v : c.verdicts)
-        if (v.relation == Relation::Polynomial) s.tile = 2048;
+        if (is_shift_form(v.relation)) s.tile = 2048;
     // Chains with tile contractions (a per-tile prologue like QKᵀ, or members with an extra axis like
     // the attention output) run as GEMMs over a block of rows: 32 rows x 256 keys keeps the score
     // tile (32 KiB) in L1/L2 and amortizes each K/V tile over the block (measured: 1 thread,
