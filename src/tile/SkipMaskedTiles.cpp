@@ -32,9 +32,9 @@ using namespace loop_facts;
  * `and` / `or` / `not` combine the two answers. Both answers are integer expressions of the values
  * around REST ($tb, $te, $rbase, $nbv), evaluated once per tile before REST:
  *     dead = every mask's c is false everywhere,  full = every mask's c is true everywhere.
- * Causal (j ≤ i, i = $rbase + $rr): full ⇔ $te − 1 ≤ $rbase, dead ⇔ $tb ≥ $rbase + $nbv... i.e.
- * $tb − ($rbase + $nbv − 1) ≥ 1; the sliding window adds i − j < W: dead also when
- * $rbase − ($te − 1) ≥ W.
+ * Causal (j ≤ i, i = $rbase + $rr): full ⇔ $te − 1 ≤ $rbase (the tile's last key is at most the
+ * block's first row), dead ⇔ $tb − ($rbase + $nbv − 1) ≥ 1 (its first key is past the last row);
+ * the sliding window adds i − j < W: dead also when $rbase − ($te − 1) ≥ W.
  *
  * Full tiles run REST with every mask replaced by its `a` branch (the select yields a at every
  * element: exact), in a copy whose locals are renamed (arrays stay unique per parallel region).
@@ -276,9 +276,9 @@ private:
 
     void stmt(const StmtP &s) {
         switch (s->kind) {
-        case StmtKind::Block:
-        case StmtKind::For:
-        case StmtKind::If: list(s->body), list(s->else_body); return;
+        case StmtKind::Block: list(s->body); return;
+        case StmtKind::For: return loop(s);
+        case StmtKind::If: return branch(s);
         case StmtKind::Comment: return;
         case StmtKind::Decl: return decl(s);
         case StmtKind::Accum: {
@@ -290,6 +290,27 @@ private:
         case StmtKind::Gemm: return gemm(*s->gemm);
         default: ok = false; return;  // selections, shift states, stores: not accounted for
         }
+    }
+    /** A loop may run no iteration: a scalar it assigns is unknown after it. Arrays it writes
+     *  element-wise keep what was learned (the lowering's tile loops read what they wrote). */
+    void loop(const StmtP &s) {
+        list(s->body);
+        // (Accumulations keep their target: each was checked to add the neutral element.)
+        for_each_stmt(s, [&](const StmtP &a) {
+            if (a->kind == StmtKind::Assign && a->target->kind == Kind::Var) consts_.erase(a->target->name);
+        });
+    }
+    /** Each branch from what was known before the If; afterwards, what either writes is unknown. */
+    void branch(const StmtP &s) {
+        auto consts = consts_;
+        auto zeros = zeros_;
+        list(s->body);
+        consts_ = consts, zeros_ = zeros;
+        list(s->else_body);
+        consts_ = consts, zeros_ = zeros;
+        std::set<std::string> w;
+        written_in(s, w);
+        for (const std::string &n : w) consts_.erase(n), zeros_.erase(n);
     }
     void decl(const StmtP &s) {
         if (s->dims.empty()) {
@@ -325,7 +346,10 @@ private:
             ok = is_zero_array(g.a_base) || is_zero_array(g.b_base);  // C += 0·B = C (B finite)
             return;
         }
-        if (g.c_base->kind != Kind::Load || g.c_base->name.rfind("$", 0) != 0) { ok = false; return; }
+        if (g.c_base->kind != Kind::Load || g.c_base->name.rfind("$", 0) != 0 || states_.count(g.c_base->name)) {
+            ok = false;  // overwriting a buffer or a running state
+            return;
+        }
         zeros_.erase(g.c_base->name);  // C = A·Bᵀ: a tile array with new (checked where used) values
     }
 };
@@ -335,10 +359,6 @@ bool neutral_tile(const std::vector<StmtP> &rest_b, const std::set<std::string> 
     c.list(rest_b);
     return c.ok;
 }
-
-}  // namespace
-
-namespace {
 
 Expr conj(const std::set<Expr> &xs) {
     Expr r = nullptr;
@@ -357,7 +377,11 @@ StmtP rewrite_tile_loop(const StmtP &loop, const std::set<std::string> &states) 
     if (body.size() < 3 || body[0]->kind != StmtKind::Decl || body[0]->name != "$tb") return loop;
     size_t n = 0;
     while (n < body.size() && prefix_stmt(body[n])) n++;
-    std::vector<StmtP> prefix(body.begin(), body.begin() + n), rest(body.begin() + n, body.end());
+    std::vector<StmtP> prefix(body.begin(), body.begin() + n), rest;
+    // REST's own uninitialized tile arrays are declared before the guard instead, shared by both
+    // copies (on a GPU, shared memory for one); an array holds nothing from one tile to the next.
+    for (size_t q = n; q < body.size(); q++)
+        (body[q]->kind == StmtKind::Decl && !body[q]->dims.empty() && !body[q]->value ? prefix : rest).push_back(body[q]);
     if (rest.empty()) return loop;
     std::set<std::string> written, declared;
     for (const StmtP &s : rest) {
