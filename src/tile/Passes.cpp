@@ -12,6 +12,7 @@ const std::vector<TilePassInfo> &tile_passes() {
         {TilePass::Hoist, "hoist", hoist_invariants, false, false},
         {TilePass::Coalesce, "coalesce", coalesce_tile_arrays, false, false},
         {TilePass::GemmState, "gemm-state", accumulate_gemms_into_states, true, false},
+        {TilePass::SkipMasked, "skip-masked", skip_masked_tiles, false, false},
     };
     return passes;
 }

@@ -33,8 +33,13 @@ Module coalesce_tile_arrays(const Module &m);
  *  the GPU lowering (LowerOptions::float_states); the CPU keeps states in double. */
 Module accumulate_gemms_into_states(const Module &m);
 
+/** Per tile of the axis, from the conditions of the selects that mask its elements: skipped when
+ *  every element is masked and the masked value is neutral for what reduces it, the conditions
+ *  dropped when none is (SkipMaskedTiles.cpp). */
+Module skip_masked_tiles(const Module &m);
+
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, Coalesce, GemmState };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, Coalesce, GemmState, SkipMasked };
 
 struct TilePassInfo {
     TilePass id;
@@ -47,7 +52,8 @@ struct TilePassInfo {
 /** Every pass in the order they run: the GEMMs first (the other passes see them as the backends
  *  will; turning the optional passes off keeps them, as the lowering's choice of kernels); exp2 next, because it puts log2 e next to the invariant
  *  coefficients the hoisting then moves out; the arrays are coalesced last but one, on the final
- *  statements; gemm-state last, on the GEMMs as they will be printed. */
+ *  statements; gemm-state next, on the GEMMs as they will be printed; skip-masked last, so the others
+ *  see one copy of each tile's statements (it duplicates them for the unmasked tiles). */
 const std::vector<TilePassInfo> &tile_passes();
 
 }  // namespace rf::tile

@@ -163,7 +163,7 @@ TEST(StmtMutator, BottomUpRewriteSeesRebuiltChildren) {
 
 TEST(TilePasses, TableListsThePassesInOrder) {
     const auto &p = tile_passes();
-    ASSERT_EQ(p.size(), 5u);
+    ASSERT_EQ(p.size(), 6u);
     EXPECT_EQ(p[0].id, TilePass::Gemm);
     EXPECT_STREQ(p[0].name, "gemm");
     EXPECT_TRUE(p[0].always);
@@ -174,7 +174,10 @@ TEST(TilePasses, TableListsThePassesInOrder) {
     EXPECT_STREQ(p[4].name, "gemm-state");
     EXPECT_EQ(p[4].id, TilePass::GemmState);
     EXPECT_TRUE(p[4].float_states_only);
-    for (size_t i = 0; i < 4; i++) EXPECT_FALSE(p[i].float_states_only) << p[i].name;
+    EXPECT_STREQ(p[5].name, "skip-masked");
+    EXPECT_EQ(p[5].id, TilePass::SkipMasked);
+    for (size_t i = 0; i < p.size(); i++)
+        if (i != 4) EXPECT_FALSE(p[i].float_states_only) << p[i].name;
     for (size_t i = 1; i < p.size(); i++) EXPECT_FALSE(p[i].always) << p[i].name;
     for (const TilePassInfo &i : p) EXPECT_NE(i.run, nullptr);
 }

@@ -1,0 +1,224 @@
+/** \file skip_masked_tiles_test.cpp
+ * The tile pass that skips fully masked tiles and unmasks full ones (src/tile/SkipMaskedTiles.cpp):
+ * the classification it derives for causal, sliding-window and ALiBi attention (evaluated over every
+ * row block and key tile: which are skipped, unmasked, partial), what it refuses (a masked value that
+ * is not neutral, no mask), and checked runs at awkward sizes (N not a multiple of the tile, W = 1,
+ * W ≥ N, M ≠ N, rows with every key masked) on the CPU and, when present, OpenCL.
+ */
+#include <gtest/gtest.h>
+
+#include <array>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "../ExampleRuns.h"
+#include "driver/Compiler.h"
+#include "ir/Eval.h"
+#include "runtime/OpenCLRuntime.h"
+#include "tile/Lower.h"
+#include "tile/Passes.h"
+#include "tile/StmtVisitor.h"
+#include "tile/TileIR.h"
+
+using namespace rf;
+using namespace rf::tile;
+
+namespace {
+
+std::string example(const std::string &name) { return std::string(REDFUSE_SOURCE_DIR) + "/examples/" + name + ".rf"; }
+
+/** The guards the pass puts in the first tile loop of a module: not-dead (null when tiles are never
+ *  skipped) and full (null when the loop was left alone), and the unmasked branch. */
+struct Guards {
+    Expr live = nullptr, full = nullptr;
+    StmtP unmasked;
+};
+
+Guards guards(const Module &m) {
+    Guards g;
+    for (const tile::Kernel &k : m.kernels)
+        for_each_stmt(k.body, [&](const StmtP &s) {
+            if (g.full || s->kind != StmtKind::For || s->var->name != "$tile") return;
+            for (const StmtP &c : s->body) {
+                if (c->kind != StmtKind::If) continue;
+                StmtP inner = c;
+                if (c->body.size() == 1 && c->body[0]->kind == StmtKind::If && c->else_body.empty()) {
+                    g.live = c->cond;
+                    inner = c->body[0];
+                }
+                g.full = inner->cond;
+                g.unmasked = block(inner->body);
+                return;
+            }
+        });
+    return g;
+}
+
+Module lowered(const Compilation &c) { return lower_plan(c.plan, LowerOptions{}); }
+
+/** Counts (dead, full, partial) over the row blocks of nb rows and tiles of T keys of an N × N
+ *  attention (W: the window), evaluating the guards as the kernel does. */
+std::array<int, 3> classify(const Guards &g, int64_t N, int64_t nb, int64_t T, int64_t W) {
+    std::array<int, 3> n{0, 0, 0};
+    for (int64_t rbase = 0; rbase < N; rbase += nb)
+        for (int64_t tb = 0; tb < N; tb += T) {
+            std::map<std::string, double> v{{"$rbase", double(rbase)}, {"$nbv", double(std::min(nb, N - rbase))},
+                                            {"$tb", double(tb)},       {"$te", double(std::min(tb + T, N))},
+                                            {"N", double(N)},          {"W", double(W)}};
+            EvalEnv env;
+            env.var_value = [&](Expr x) { return v.at(x->name); };
+            Evaluator ev(env);
+            if (g.live && ev.eval(g.live) == 0) n[0]++;
+            else if (ev.eval(g.full) != 0) n[1]++;
+            else n[2]++;
+        }
+    return n;
+}
+
+bool mentions_axis_select(const StmtP &s) {
+    bool found = false;
+    for_each_stmt(s, [&](const StmtP &t) {
+        for_each_own_expr(*t, [&](const Expr &e) {
+            rf::visit(e, [&](Expr n) {
+                if (n->kind == Kind::Select && n->args[0]->kind == Kind::Cmp && to_string(n->args[0]).find("$j") != std::string::npos) found = true;
+            });
+        });
+    });
+    return found;
+}
+
+}  // namespace
+
+// Causal at N = 2048, 32-row blocks, 256-key tiles: row block b sees keys ≤ 32b + 31, i.e. tiles
+// 0..⌊b/8⌋: 8·(1 + ... + 8) = 288 of 512 pairs run, 224 (43.75 %) are skipped; of those that run,
+// the 64 on the diagonal are partial and 224 full.
+TEST(SkipMaskedTiles, CausalSkipsTilesAboveTheDiagonalAndUnmasksThoseBelow) {
+    ArenaScope arena;
+    auto c = compile_file(example("attention_causal"), {});
+    Guards g = guards(lowered(*c));
+    ASSERT_TRUE(g.live && g.full);
+    EXPECT_EQ(to_string(g.full), "-$rbase + $te - 1 <= 0");  // the last key of the tile ≤ the first row
+    EXPECT_FALSE(mentions_axis_select(g.unmasked)) << to_string(g.unmasked);
+    auto n = classify(g, 2048, 32, 256, 0);
+    EXPECT_EQ(n[0], 224);
+    EXPECT_EQ(n[1], 224);
+    EXPECT_EQ(n[2], 64);
+    n = classify(g, 37, 4, 8, 0);  // N not a multiple of either
+    EXPECT_EQ(n[0] + n[1] + n[2], 10 * 5);
+    EXPECT_GT(n[0], 0);
+}
+
+TEST(SkipMaskedTiles, SlidingWindowSkipsBothSidesOfTheBand) {
+    ArenaScope arena;
+    auto c = compile_file(example("attention_sliding_window"), {});
+    Guards g = guards(lowered(*c));
+    ASSERT_TRUE(g.live && g.full);
+    EXPECT_FALSE(mentions_axis_select(g.unmasked));
+    // W = 256 at N = 2048: row block b (rows 32b..32b+31) needs keys (32b − 255, 32b + 31]: two
+    // tiles, one where 32b ≡ 0 mod 256 (the diagonal tile only); never full (every tile has a row
+    // that sees all of it and one that does not).
+    auto n = classify(g, 2048, 32, 256, 256);
+    EXPECT_EQ(n[0], 512 - (64 * 2 - 8));
+    EXPECT_EQ(n[1], 0);
+    // W ≥ N: causal again.
+    EXPECT_EQ(classify(g, 2048, 32, 256, 4096), (std::array<int, 3>{224, 224, 64}));
+    // W = 1: only the diagonal; every pair but those holding a diagonal element is skipped.
+    n = classify(g, 37, 4, 8, 1);
+    EXPECT_EQ(n[1], 0);
+    EXPECT_EQ(n[2], 10);
+}
+
+TEST(SkipMaskedTiles, AlibiIsClassifiedLikeCausal) {
+    ArenaScope arena;
+    auto c = compile_file(example("attention_alibi"), {});
+    Guards g = guards(lowered(*c));
+    ASSERT_TRUE(g.live && g.full);
+    EXPECT_EQ(classify(g, 2048, 32, 256, 0), (std::array<int, 3>{224, 224, 64}));
+}
+
+TEST(SkipMaskedTiles, LeavesUnmaskedAttentionAlone) {
+    ArenaScope arena;
+    auto c = compile_file(example("attention"), {});
+    Module m = lowered(*c);
+    EXPECT_FALSE(guards(m).full);
+    EXPECT_EQ(to_string(skip_masked_tiles(m)), to_string(m));
+}
+
+// The masked value 0 is not neutral for max: such a tile still contributes (max(x, 0) ≥ 0), so it
+// runs; the full tiles still drop the condition.
+TEST(SkipMaskedTiles, RefusesToSkipWhenTheMaskedValueIsNotNeutral) {
+    ArenaScope arena;
+    auto c = compile_source("size N = 40, D = 4\ninput Q[N, D] : f32\ninput K[N, D] : f32\n"
+                            "S[i,j] = select(j <= i, sum(d: Q[i,d] * K[j,d]), 0)\nm[i] = max(j: S[i,j])\noutput m : f32\n",
+                            "nonneutral.rf", {});
+    Module m = lowered(*c);
+    Guards g = guards(m);
+    EXPECT_TRUE(g.full) << to_string(m);
+    EXPECT_FALSE(g.live) << to_string(m);
+}
+
+namespace {
+
+const char *kTopLeft = "size B = 1, H = 2, M = 13, N = 37, D = 8\n"
+                       "input Q[B, H, M, D] : f32\ninput K[B, H, N, D] : f32\ninput V[B, H, N, D] : f32\n"
+                       "S[b,h,i,j] = select(j <= i, sum(d: Q[b,h,i,d] * K[b,h,j,d]), -inf)\n"
+                       "m[b,h,i] = max(j: S[b,h,i,j])\nl[b,h,i] = sum(j: exp(S[b,h,i,j] - m[b,h,i]))\n"
+                       "O[b,h,i,e] = sum(j: exp(S[b,h,i,j] - m[b,h,i]) * V[b,h,j,e]) / l[b,h,i]\noutput O : f32\n";
+// Rows i < W see no key: their m is −inf and the finalization recomputes them literally.
+const char *kPastOnly = "size B = 1, H = 2, N = 37, D = 8, W = 5\n"
+                        "input Q[B, H, N, D] : f32\ninput K[B, H, N, D] : f32\ninput V[B, H, N, D] : f32\n"
+                        "S[b,h,i,j] = select(j + W <= i, sum(d: Q[b,h,i,d] * K[b,h,j,d]), -inf)\n"
+                        "m[b,h,i] = max(j: S[b,h,i,j])\nl[b,h,i] = sum(j: exp(S[b,h,i,j] - m[b,h,i]))\n"
+                        "O[b,h,i,e] = sum(j: exp(S[b,h,i,j] - m[b,h,i]) * V[b,h,j,e]) / l[b,h,i]\noutput O : f32\n";
+
+std::string read(const std::string &path) {
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+void runs(const std::string &target) {
+    struct Case {
+        std::string name, source;
+        std::map<std::string, int64_t> sizes;
+    };
+    std::vector<Case> cases;
+    for (int64_t N : {37, 64}) {
+        std::map<std::string, int64_t> s{{"B", 1}, {"H", 2}, {"N", N}, {"D", 8}};
+        cases.push_back({"attention_causal", read(example("attention_causal")), s});
+        cases.push_back({"attention_alibi", read(example("attention_alibi")), s});
+        for (int64_t W : {int64_t{1}, int64_t{5}, N, N + 9}) {
+            auto w = s;
+            w["W"] = W;
+            cases.push_back({"attention_sliding_window", read(example("attention_sliding_window")), w});
+        }
+    }
+    cases.push_back({"top_left_m_lt_n", kTopLeft, {}});
+    cases.push_back({"top_left_m_gt_n", kTopLeft, {{"M", 37}, {"N", 13}}});
+    cases.push_back({"past_only", kPastOnly, {}});
+    cases.push_back({"past_only_all_masked", kPastOnly, {{"W", 40}}});
+    // One schedule (sizes are run-time arguments: one JIT build per spec), the causal one at a second.
+    for (const Case &c : cases)
+        for (auto [tile, rb] : {std::pair<int64_t, int64_t>{8, 4}, {16, 8}}) {
+            if (tile == 16 && c.name != "attention_causal") continue;
+            RunOptions o;
+            o.sizes = c.sizes;
+            o.tile = tile;
+            o.row_block = rb;
+            test::check_run(c.name + ".rf", c.source, o, target, {3});
+        }
+}
+
+}  // namespace
+
+TEST(SkipMaskedTiles, RunsAtAwkwardSizesOnTheCpu) { runs("cpu"); }
+
+TEST(SkipMaskedTiles, RunsAtAwkwardSizesOnOpenCL) {
+    std::string why = ocl::unavailable_reason();
+    if (!why.empty()) GTEST_SKIP() << "OpenCL unavailable: " << why;
+    runs("opencl");
+}
