@@ -146,8 +146,10 @@ def _strategy(kernel, kw):
         return None
     names = []
     for c in chains:
-        s = c.get("strategy") if c.get("fused") else "not fused"
-        if s and s not in names:
+        s = c.get("strategy") or "?"
+        if not c.get("fused"):  # e.g. exact_prepass: the plan computes a rounded result first
+            s = "%s (not fused)" % s if c.get("strategy") else "not fused"
+        if s not in names:
             names.append(s)
     return "+".join(names) or None
 

@@ -33,7 +33,7 @@ class FakeKernel:
         self.spec, self.kw = spec, kw
         self.inputs = [types.SimpleNamespace(name="X")]
         self.analysis = {"chains": [{"fused": True, "strategy": kw.get("strategy", "incremental")},
-                                    {"fused": False}]}
+                                    {"fused": False}, {"fused": False, "strategy": "exact_prepass"}]}
         self.calls = []
 
     def __call__(self, **args):
@@ -135,7 +135,7 @@ class Hook(unittest.TestCase):
         self.assertTrue(spec.startswith(os.path.join(self.tmp, "specs")), spec)  # the f32 variant
         self.assertEqual((target, sizes, kw), ("cpu", {"B": 1, "H": 8, "M": 256, "N": 256, "D": 64}, {"threads": 2}))
         self.assertIn("bf16 -> f32", info["spec"])
-        self.assertEqual(info["strategy"], "incremental+not fused")
+        self.assertEqual(info["strategy"], "incremental+not fused+exact_prepass (not fused)")
         self.assertEqual(info["threads"], 2)
         self.assertIn("compile_s", info)
         self.assertIn("threads=2", info["api_call"])
@@ -144,7 +144,7 @@ class Hook(unittest.TestCase):
         self.assertEqual(info["strategy"], "unfused")
         _, info = redfuse_hook.prepare(self.study, "redfuse[multi_pass]", {"X": x}, self.tmp, None, rf=rf)
         self.assertEqual(rf.compiled[-1][3], {"strategy": "multi_pass"})
-        self.assertEqual(info["strategy"], "multi_pass+not fused")
+        self.assertEqual(info["strategy"], "multi_pass+not fused+exact_prepass (not fused)")
 
     def test_rows_unavailable_before_the_keywords(self):
         rf = fake_redfuse(False)
