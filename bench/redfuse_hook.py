@@ -65,8 +65,9 @@ def probe(rf=None):
     except Exception as e:  # noqa: BLE001
         return {"available": False, "reason": "redfuse does not import (%s): scripts/bench.sh installs it "
                 "with scripts/python_setup.sh, or set PYTHONPATH=python with a built extension" % _short(e)}
+    where = os.path.dirname(os.path.abspath(getattr(rf, "__file__", "") or "."))
     st = {"available": False, "reason": "", "api": "python", "version": getattr(rf, "__version__", "?"),
-          "path": os.path.relpath(os.path.dirname(getattr(rf, "__file__", "") or "."), REPO),
+          "path": os.path.relpath(where, REPO) if where.startswith(REPO + os.sep) else where,
           "keywords": [k for k in ("unfused", "strategy", "threads") if _accepts(rf.compile, k)]}
     try:
         rf.compile(PROBE_SPEC, target="cpu", sizes={"R": 2, "C": 8})
