@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """peers.py — measures every workload of docs/workloads.md against its peers, in one run.
 
-    .venv/bin/python bench/peers.py --out DIR [--machine machine.json] [--quick] [--only W1,W2]
+    $VENV/bin/python bench/peers.py --out DIR [--machine machine.json] [--quick] [--only W1,W2]
                                     [--impls I1,I2] [--skip SUBSTR] [--budget S] [--threads N]
 
-Implementations (columns): redfuse and redfuse-unfused (through `redfuse bench`, see redfuse_hook.py),
+Implementations (columns): redfuse and redfuse-unfused (the Python API in the worker, redfuse_hook.py),
 torch-eager, torch-compile (Inductor), torch-sdpa and torch-flex (attention), torch-dynquant (int8
 quant + GEMM), tvm (Relax, default llvm pipeline); the fusion-level study adds torch-softmax,
 torch-3pass(-compile) and redfuse[<strategy>].
 
 How it measures
-- All peers of a case run in ONE worker process on the SAME inputs (generated from a seed derived
-  from the case id, so a restarted worker regenerates identical data). The worker is a spawned
-  process that imports torch (and TVM) once; the parent enforces a wall-clock limit per measurement
-  and restarts the worker when one hangs or dies, so one bad peer cannot stop the run.
+- All implementations of a case, redfuse's included, run in ONE worker process on the SAME input
+  tensors (generated from a seed derived from the case id, so a restarted worker regenerates
+  identical data). The worker is a spawned process that imports torch (TVM, redfuse) once; the
+  parent enforces a wall-clock limit per measurement and restarts the worker when one hangs or dies,
+  so one bad peer cannot stop the run. redfuse compiles the case's spec once per row (its time to
+  first result, compile + first call, is first_call_s as torch.compile's) and is timed like a peer.
 - threads = all cores (torch.set_num_threads, TVM_NUM_THREADS).
 - Timing: the first call (which includes compilation for torch.compile/FlexAttention, recorded as
   first_call_s) and one more warm-up call are outside the timing; then calls are repeated until at
@@ -47,11 +49,9 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import shutil
 import socket
 import statistics
 import sys
-import tempfile
 import time
 import traceback
 import zlib
@@ -60,8 +60,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import model  # noqa: E402
+import redfuse_hook  # noqa: E402
 import workloads  # noqa: E402
-from redfuse_hook import Redfuse  # noqa: E402
 
 COMPILED = ("torch-compile", "torch-3pass-compile", "torch-flex")
 MALLOC_CACHE_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
@@ -134,6 +134,7 @@ def _env_info(torch, tvm_log):
             errs = [l for l in lines if "ERROR" in l or "error" in l.lower()]
             reason = "apache-tvm not installed: %s" % ((errs or lines or ["pip failed"])[-1][:300])
         info["tvm"] = "unavailable: %s" % reason
+    info["redfuse"] = redfuse_hook.probe()
     return info
 
 
@@ -220,6 +221,42 @@ def _reference(st, case):
     return st.ref
 
 
+def _prepare(case, impl, inp, opt):
+    """(call, conv, fields): one call of `impl` on the case's inputs, the conversion of its outputs
+    to tensors (TVM's), and fields for the record (redfuse: its spec, compile time, strategy)."""
+    import impl_torch
+    if impl == "tvm":
+        try:
+            import impl_tvm
+        except Exception as e:  # noqa: BLE001
+            raise redfuse_hook.Unavailable(opt.get("tvm_reason") or _short(e)) from e
+        run, conv = impl_tvm.prepare(case, inp, opt["threads"])
+        return run, conv, {}
+    if impl.startswith("redfuse"):
+        call, fields = redfuse_hook.prepare(case, impl, inp, opt["outdir"], opt["threads"])
+        return call, None, fields
+    fn = impl_torch.prepare(case, impl, inp)
+    return (lambda: fn(inp)), None, {}
+
+
+def _peak_extra(call, impl, inp):
+    """In a fresh worker: the peak RSS of the first call above the RSS just before it (after a
+    compiling first call for torch.compile), so pools that keep their memory across calls (TVM's
+    allocator) are counted too."""
+    if impl in COMPILED:
+        call()
+    gc.collect()
+    _malloc_trim()  # free heap pages go back to the OS, so the call's own pages are counted
+    rss0 = _proc_status_kb("VmRSS")
+    if not _reset_hwm():
+        return {"peak_extra_bytes_note": "/proc/self/clear_refs not writable"}
+    r = call()
+    hwm = _proc_status_kb("VmHWM")
+    del r
+    return {"peak_extra_bytes": max(0, hwm - rss0) * 1024,
+            "inputs_bytes": sum(v.numel() * v.element_size() for v in inp.values())}
+
+
 def _run(st, case, impl, opt):
     import torch
     import impl_torch
@@ -227,64 +264,30 @@ def _run(st, case, impl, opt):
     inp = _case_inputs(st, case, opt["seed"])
     try:
         t0 = time.perf_counter()
-        if impl == "tvm":
-            try:
-                import impl_tvm
-            except Exception as e:  # noqa: BLE001
-                return {"status": "unavailable", "reason": opt.get("tvm_reason") or _short(e)}
-            run, conv = impl_tvm.prepare(case, inp, opt["threads"])
-
-            def call():
-                return run()
-        else:
-            fn = impl_torch.prepare(case, impl, inp)
-            conv = None
-
-            def call():
-                return fn(inp)
+        call, conv, fields = _prepare(case, impl, inp, opt)
         rec["build_s"] = round(time.perf_counter() - t0, 3)
+        rec.update(fields)
         with torch.no_grad():
             if opt.get("memory"):
-                # In a fresh worker: the peak RSS of the first call above the RSS just before it (after
-                # a compiling first call for torch.compile), so pools that keep their memory across
-                # calls (TVM's allocator) are counted too.
-                if impl in COMPILED:
-                    call()
-                gc.collect()
-                _malloc_trim()  # free heap pages go back to the OS, so the call's own pages are counted
-                rss0 = _proc_status_kb("VmRSS")
-                if _reset_hwm():
-                    r = call()
-                    hwm = _proc_status_kb("VmHWM")
-                    del r
-                    rec["peak_extra_bytes"] = max(0, hwm - rss0) * 1024
-                    rec["inputs_bytes"] = sum(v.numel() * v.element_size() for v in inp.values())
-                else:
-                    rec["peak_extra_bytes_note"] = "/proc/self/clear_refs not writable"
+                rec.update(_peak_extra(call, impl, inp))
             times, first, out = _measure(call, opt["budget"], opt["min_reps"], opt["max_reps"],
                                          impl in COMPILED)
             outs = conv(out) if conv else out
             rec["check"] = _compare(outs, _reference(st, case))
             del out, outs
         ms = [t * 1e3 for t in times]
+        # redfuse compiles in redfuse.compile, the peers in their first call: its first_call_s adds
+        # the compile, so that both are the time to the first result.
+        first += fields.get("compile_s", 0.0)
         rec.update(status="ok", time_ms=statistics.median(ms), min_ms=min(ms), max_ms=max(ms), reps=len(ms),
                    first_call_s=round(first, 3))
     except impl_torch.NotExpressed as e:
         rec = {"status": "not expressed", "reason": str(e)}
+    except redfuse_hook.Unavailable as e:
+        rec = dict(rec, status="unavailable", reason=str(e))
     except Exception as e:  # noqa: BLE001
-        rec = {"status": "failed", "reason": _short(e), "traceback": traceback.format_exc()[-2000:]}
+        rec = dict(rec, status="failed", reason=_short(e), traceback=traceback.format_exc()[-2000:])
     return rec
-
-
-def _save_inputs(st, case, seed, d):
-    import numpy as np
-    import torch
-    inp = _case_inputs(st, case, seed)
-    os.makedirs(d, exist_ok=True)
-    for k, v in inp.items():
-        a = v.float() if v.dtype == torch.bfloat16 else v
-        np.save(os.path.join(d, k + ".npy"), a.numpy())
-    return {"status": "ok"}
 
 
 def worker_main(conn, threads, seed, tvm_log):
@@ -308,8 +311,6 @@ def worker_main(conn, threads, seed, tvm_log):
                 conn.send(_env_info(torch, tvm_log))
             elif kind == "run":
                 conn.send(_run(st, msg[1], msg[2], msg[3]))
-            elif kind == "save":
-                conn.send(_save_inputs(st, msg[1], seed, msg[2]))
             else:
                 conn.send({"status": "failed", "reason": "unknown message %r" % kind})
         except Exception as e:  # noqa: BLE001
@@ -371,7 +372,7 @@ def _fmt_ms(t):
     return "%.4g ms" % t
 
 
-def main(argv=None):
+def _parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--machine", help="machine_limits JSON (bench/machine); fractions are omitted without")
@@ -392,25 +393,15 @@ def main(argv=None):
                     help="skip TVM where the model's GFLOP exceed this (its untuned default pipeline runs "
                          "GEMMs at 0.4-2 GFLOP/s here); 0 = no limit")
     ap.add_argument("--tvm-install-log", default="", help="pip log of the apache-tvm install, for the reason")
-    ap.add_argument("--redfuse", help="redfuse executable (default build/redfuse or $REDFUSE)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--no-malloc-cache", action="store_true",
                     help="run the peers with glibc's default malloc (large buffers mmapped and unmapped on "
                          "every call: the peers then pay page faults for each output, ~18 ms per 64 MB here)")
     args = ap.parse_args(argv)
-
-    budget = args.budget if args.budget is not None else (0.3 if args.quick else 1.0)
-    timeout = args.timeout or (180 if args.quick else 400)
-    rounds = max(1, args.rounds if args.rounds is not None else (1 if args.quick else 2))
-    tvm_max = args.tvm_max_gflop if args.tvm_max_gflop is not None else (0 if args.quick else 10.0)
-    os.makedirs(args.out, exist_ok=True)
-
-    machine = {}
-    if args.machine:
-        with open(args.machine) as f:
-            machine = json.load(f)
-    limits = machine.get("limits", {})
-
+    args.budget = args.budget if args.budget is not None else (0.3 if args.quick else 1.0)
+    args.timeout = args.timeout or (180 if args.quick else 400)
+    args.rounds = max(1, args.rounds if args.rounds is not None else (1 if args.quick else 2))
+    args.tvm_max_gflop = args.tvm_max_gflop if args.tvm_max_gflop is not None else (0 if args.quick else 10.0)
     cases = workloads.cases(quick=args.quick)
     if args.only:
         want = set(args.only.split(","))
@@ -418,25 +409,96 @@ def main(argv=None):
         if unknown:
             ap.error("unknown workload(s): %s" % ", ".join(sorted(unknown)))
         cases = [c for c in cases if c["workload"] in want]
-    impl_filter = set(args.impls.split(",")) if args.impls else None
+    args.cases = cases
+    args.impl_filter = set(args.impls.split(",")) if args.impls else None
+    return args
 
+
+def _without_worker(case, impl, args, env):
+    """The record of a measurement decided before the worker runs it (skipped, unavailable), or None."""
+    if any(s in "%s@%s" % (impl, case["id"]) for s in args.skip):
+        return {"status": "skipped", "reason": "--skip on the command line"}
+    rf = env.get("redfuse") or {}
+    if impl.startswith("redfuse") and not rf.get("available"):
+        return {"status": "unavailable",
+                "reason": rf.get("reason") or "the worker did not answer (%s)" % env.get("reason"),
+                "spec": redfuse_hook.spec_for(case, args.out)[1]}
+    tvm = str(env.get("tvm", ""))
+    if impl == "tvm" and tvm.startswith("unavailable"):
+        return {"status": "unavailable", "reason": tvm[len("unavailable: "):]}
+    g = model.model(case)["flops"] / 1e9
+    if impl == "tvm" and args.tvm_max_gflop and g > args.tvm_max_gflop:
+        return {"status": "skipped",
+                "reason": "%.0f GFLOP: TVM's untuned default pipeline runs at 0.4-2 GFLOP/s here, "
+                          "~%.0f-%.0f s per call (limit --tvm-max-gflop %g)" % (g, g / 2, g / 0.4, args.tvm_max_gflop)}
+    return None
+
+
+def _measure_one(worker, case, impl, args, env):
+    rec = _without_worker(case, impl, args, env)
+    if rec is not None:
+        return rec
+    mem = case["workload"] == "linear_cross_entropy"
+    if mem:
+        worker.restart()  # a fresh process: nothing freed earlier is reused by this impl
+    tvm = str(env.get("tvm", ""))
+    opt = {"budget": args.budget, "min_reps": args.min_reps, "max_reps": args.max_reps, "threads": args.threads,
+           "seed": args.seed, "memory": mem, "outdir": args.out,
+           "tvm_reason": tvm if tvm.startswith("unavailable") else ""}
+    return worker.call(("run", case, impl, opt), args.timeout)
+
+
+def _keep(final, order, rec):
+    """Keeps each (case, impl)'s fastest round; round_ms lists every round's median."""
+    kk = (rec["case"], rec["impl"])
+    old = final.get(kk)
+    if old is None:
+        order.append(kk)
+        rec["round_ms"] = [rec.get("time_ms")]
+        final[kk] = rec
+        return
+    rec["round_ms"] = old["round_ms"] + [rec.get("time_ms")]
+    if rec.get("status") == "ok" and rec["time_ms"] < old["time_ms"]:
+        final[kk] = rec
+    else:
+        old["round_ms"] = rec["round_ms"]
+
+
+def _progress(rec):
+    if rec["status"] != "ok":
+        return "%s: %s" % (rec["status"], (rec.get("reason") or "")[:90])
+    line = "%12s" % _fmt_ms(rec["time_ms"])
+    if "roofline" in rec:
+        line += "  %5.1f%% of floor" % (100 * rec["roofline"])
+    chk = rec.get("check", {})
+    if chk.get("max_rel_err") is not None:
+        line += "  err %.1e" % chk["max_rel_err"]
+    if "peak_extra_bytes" in rec:
+        line += "  peak +%.0f MiB" % (rec["peak_extra_bytes"] / 2**20)
+    return line
+
+
+def _start(args):
+    """Starts the worker; (worker, env, results skeleton)."""
+    os.makedirs(args.out, exist_ok=True)
+    machine = {}
+    if args.machine:
+        with open(args.machine) as f:
+            machine = json.load(f)
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
     if not args.no_malloc_cache:
         # Inherited by the spawned worker (glibc reads these at start-up): every buffer comes from the
         # heap and freed memory stays there, so a peer's per-call outputs are recycled as by a caching
         # allocator instead of being mmapped, page-faulted and unmapped on every call.
         os.environ.update(MALLOC_CACHE_ENV)
-    hook = Redfuse(exe=args.redfuse, outdir=args.out, timeout=timeout, threads=args.threads)
     worker = Worker(args.threads, args.seed, args.tvm_install_log)
-    started = time.time()
-    print("peers: starting the worker (imports torch and TVM)...", flush=True)
+    print("peers: starting the worker (imports torch, TVM and redfuse)...", flush=True)
     env = worker.call(("env",), 600)
-    env["redfuse"] = hook.status()
-    tvm_reason = env.get("tvm", "") if str(env.get("tvm", "")).startswith("unavailable") else ""
+    rf = env.get("redfuse") or {}
     print("peers: python %s, torch %s, tvm %s; redfuse: %s" % (
         env.get("python"), env.get("torch"), env.get("tvm"),
-        "available" if hook.available else hook.reason), flush=True)
-
+        "%s (Python API, %s)" % (rf.get("version"), rf.get("path")) if rf.get("available") else
+        "unavailable: %s" % rf.get("reason")), flush=True)
     la = os.getloadavg()[0]
     if la > 0.5 * args.threads:
         print("peers: warning: load average %.2f on %d cores: other processes are running, times will be "
@@ -449,106 +511,59 @@ def main(argv=None):
         "quick": args.quick,
         "machine": machine,
         "env": env,
-        "config": {"rounds": rounds, "malloc_cache": None if args.no_malloc_cache else MALLOC_CACHE_ENV, "budget_s": budget, "min_reps": args.min_reps, "max_reps": args.max_reps,
-                   "threads": args.threads, "timeout_s": timeout, "tvm_max_gflop": tvm_max, "seed": args.seed},
+        "config": {"rounds": args.rounds, "malloc_cache": None if args.no_malloc_cache else MALLOC_CACHE_ENV,
+                   "budget_s": args.budget, "min_reps": args.min_reps, "max_reps": args.max_reps,
+                   "threads": args.threads, "timeout_s": args.timeout, "tvm_max_gflop": args.tvm_max_gflop,
+                   "seed": args.seed},
         "records": [],
+        "impl_notes": dict(workloads.IMPL_NOTES),
     }
-    results["impl_notes"] = dict(workloads.IMPL_NOTES)
+    return worker, env, results
 
-    input_dir = None  # the peers' inputs of the current case, for `redfuse bench --load`
-    per_round = sum(len([i for i in c["impls"] if impl_filter is None or i in impl_filter]) for c in cases)
+
+def _write(results, out):
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def main(argv=None):
+    args = _parse_args(argv)
+    started = time.time()
+    worker, env, results = _start(args)
+    limits = results["machine"].get("limits", {})
+    per_round = sum(len([i for i in c["impls"] if args.impl_filter is None or i in args.impl_filter])
+                    for c in args.cases)
     final = {}        # (case id, impl) -> record; later rounds replace it when they measure faster
     order = []
-    for rnd in range(1, rounds + 1):
+    for rnd in range(1, args.rounds + 1):
         n = 0
-        if rounds > 1:
-            print("peers: round %d of %d" % (rnd, rounds), flush=True)
-        for case in cases:
-            impls = [i for i in case["impls"] if impl_filter is None or i in impl_filter]
+        if args.rounds > 1:
+            print("peers: round %d of %d" % (rnd, args.rounds), flush=True)
+        for case in args.cases:
+            impls = [i for i in case["impls"] if args.impl_filter is None or i in args.impl_filter]
             if rnd > 1:  # only what ran and is worth repeating (not single long calls, not statuses)
                 impls = [i for i in impls if final.get((case["id"], i), {}).get("status") == "ok"
                          and (final[(case["id"], i)].get("reps") or 2) > 1]
-            n_before = n
-            n += len(impls)
-            if not impls:
-                continue
             base = {"workload": case["workload"], "case": case["id"], "sizes": case["sizes"],
                     "dtype": case["dtype"], "variant": case["variant"]}
-            m = model.model(case)
-            rf_impls = [i for i in impls if i.startswith("redfuse")]
-            rf = {}
-            if rf_impls:
-                load_dir = None
-                if hook.wants_inputs():
-                    if input_dir is None:
-                        input_dir = tempfile.mkdtemp(prefix="redfuse-bench-inputs-")
-                    load_dir = os.path.join(input_dir, "case")
-                    shutil.rmtree(load_dir, ignore_errors=True)
-                    worker.call(("save", case, load_dir), timeout)
-                rf = hook.run(case, rf_impls, load_dir)
-            for k, impl in enumerate(impls):
-                key = "%s@%s" % (impl, case["id"])
-                if impl in rf:
-                    rec = dict(rf[impl])
-                elif any(s in key for s in args.skip):
-                    rec = {"status": "skipped", "reason": "--skip on the command line"}
-                elif impl == "tvm" and tvm_reason:
-                    rec = {"status": "unavailable", "reason": tvm_reason[len("unavailable: "):]}
-                elif impl == "tvm" and tvm_max and m["flops"] / 1e9 > tvm_max:
-                    g = m["flops"] / 1e9
-                    rec = {"status": "skipped",
-                           "reason": "%.0f GFLOP: TVM's untuned default pipeline runs at 0.4-2 GFLOP/s here, "
-                                     "~%.0f-%.0f s per call (limit --tvm-max-gflop %g)" % (
-                                         g, g / 2, g / 0.4, tvm_max)}
-                else:
-                    mem = case["workload"] == "linear_cross_entropy"
-                    if mem:
-                        worker.restart()  # a fresh process: nothing freed earlier is reused by this impl
-                    opt = {"budget": budget, "min_reps": args.min_reps, "max_reps": args.max_reps,
-                           "threads": args.threads, "seed": args.seed, "memory": mem, "tvm_reason": tvm_reason}
-                    rec = worker.call(("run", case, impl, opt), timeout)
-                rec = dict(base, impl=impl, **rec)
+            for impl in impls:
+                n += 1
+                rec = dict(base, impl=impl, **_measure_one(worker, case, impl, args, env))
                 rec["load_avg_1min"] = round(os.getloadavg()[0], 2)
                 if rec.get("status") == "ok" and rec.get("time_ms"):
                     rec.update(model.derived(case, rec["time_ms"], limits))
-                kk = (case["id"], impl)
-                old = final.get(kk)
-                if old is None:
-                    order.append(kk)
-                    rec["round_ms"] = [rec.get("time_ms")]
-                    final[kk] = rec
-                else:
-                    rec["round_ms"] = old["round_ms"] + [rec.get("time_ms")]
-                    if rec.get("status") == "ok" and rec["time_ms"] < old["time_ms"]:
-                        final[kk] = rec
-                    else:
-                        old["round_ms"] = rec["round_ms"]
-                if rec["status"] == "unavailable" and impl.startswith("redfuse") and rec.get("reason") == hook.reason:
+                _keep(final, order, rec)
+                if (rec["status"] == "unavailable" and impl.startswith("redfuse")
+                        and rec.get("reason") == (env.get("redfuse") or {}).get("reason")):
                     continue  # said once at the start
-                line = "[%s%d/%d] %-52s %-20s " % ("%d:" % rnd if rounds > 1 else "", n_before + k + 1,
-                                                   per_round, case["id"], impl)
-                if rec["status"] == "ok":
-                    line += "%12s" % _fmt_ms(rec["time_ms"])
-                    if "roofline" in rec:
-                        line += "  %5.1f%% of floor" % (100 * rec["roofline"])
-                    chk = rec.get("check", {})
-                    if chk.get("max_rel_err") is not None:
-                        line += "  err %.1e" % chk["max_rel_err"]
-                    if "peak_extra_bytes" in rec:
-                        line += "  peak +%.0f MiB" % (rec["peak_extra_bytes"] / 2**20)
-                else:
-                    line += "%s: %s" % (rec["status"], (rec.get("reason") or "")[:90])
-                print(line, flush=True)
+                print("[%s%d/%d] %-52s %-20s %s" % ("%d:" % rnd if args.rounds > 1 else "", n, per_round,
+                                                    case["id"], impl, _progress(rec)), flush=True)
             results["records"] = [final[k] for k in order]
-            with open(os.path.join(args.out, "results.json"), "w") as f:
-                json.dump(results, f, indent=1)
+            _write(results, args.out)
     worker.close()
-    if input_dir:
-        shutil.rmtree(input_dir, ignore_errors=True)
     results["elapsed_s"] = round(time.time() - started, 1)
     results["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    _write(results, args.out)
 
     import report
     report.write_all(results, args.out)

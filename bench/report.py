@@ -1,6 +1,6 @@
 """The Markdown table and the PNG chart of a results.json (bench/peers.py writes both at the end).
 
-    .venv/bin/python bench/report.py RESULTS_DIR      # rewrites table.md and chart.png from results.json
+    $VENV/bin/python bench/report.py RESULTS_DIR      # rewrites table.md and chart.png from results.json
 """
 import json
 import os
@@ -99,8 +99,14 @@ def machine_lines(res):
         sw += " TVM target: %s." % env["tvm_llvm"]
     out.append(sw)
     rf = env.get("redfuse") or {}
-    out.append("- redfuse: %s." % ("`%s bench` available" % rf.get("exe") if rf.get("available")
-                                   else "unavailable: %s" % rf.get("reason")))
+    if not rf.get("available"):
+        out.append("- redfuse: unavailable: %s." % rf.get("reason"))
+    elif rf.get("exe"):  # results.json of runs through `redfuse bench` (before the Python API)
+        out.append("- redfuse: `%s bench` available." % rf["exe"])
+    else:
+        out.append("- redfuse: %s through its Python API (`%s`), in the peers' process on their inputs%s." % (
+            rf.get("version"), rf.get("path"), "; compile keywords: %s" % ", ".join(rf["keywords"])
+            if rf.get("keywords") else "; no unfused/strategy/threads keywords in this build"))
     la, lb = res.get("load_avg_start"), res.get("load_avg_end")
     if la:
         out.append("- Load average (1/5/15 min) at start %s, at end %s: other processes share this machine; "

@@ -1,58 +1,65 @@
 #!/usr/bin/env python3
-"""Self-tests of the benchmark harness that need neither torch nor TVM (plain python3):
-the case list, the floor model, the redfuse hook (spec variants, the JSON contract, through a stand-in
-executable), and the table rendering.
+"""Self-tests of the benchmark harness that need neither torch, TVM nor a built redfuse (plain
+python3): the case list, the floor model, the redfuse hook (spec variants, the compile keywords of
+each row, the probe; through a stand-in `redfuse` module), the driver (through a stand-in worker),
+and the table rendering.
 
     python3 bench/test_bench.py
 """
+import contextlib
+import io
 import json
 import os
-import stat
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import model  # noqa: E402
+import peers  # noqa: E402
+import redfuse_hook  # noqa: E402
 import report  # noqa: E402
 import workloads  # noqa: E402
-from redfuse_hook import Redfuse, _last_json  # noqa: E402
-
-FAKE = r"""#!/bin/sh
-# stand-in for `redfuse bench`
-if [ "$1" = bench ] && [ "$2" = --help ]; then
-  echo "redfuse bench SPEC --target cpu --size S --json --threads N --strategy S --load DIR"; exit 0
-fi
-echo "$@" >> "$FAKE_LOG"
-[ -n "$FAKE_FAIL" ] && { echo "error: boom" >&2; exit 3; }
-echo "jit: compiling"
-case "$*" in
-  *--strategy*) echo '{"time_ms": 0.5, "strategy": "s"}' ;;
-  *) echo '{"time_ms": 1.25, "unfused_time_ms": 2.5, "strategy": "incremental", "reps": 20}' ;;
-esac
-"""
-
-STUB = r"""#!/bin/sh
-# the CPU backend is not there yet
-if [ "$2" = --help ]; then echo "bench: needs a code generator (CPU backend, not in this build yet)"; exit 0; fi
-echo "redfuse: this build has no code generator yet" >&2; exit 2
-"""
 
 
-def _last_cmd():
-    with open(os.environ["FAKE_LOG"]) as f:
-        return f.read().splitlines()[-1]
+class FakeKernel:
+    """Stand-in for redfuse.Kernel: inputs by name, an analysis, outputs from the inputs."""
+
+    def __init__(self, spec, kw):
+        self.spec, self.kw = spec, kw
+        self.inputs = [types.SimpleNamespace(name="X")]
+        self.analysis = {"chains": [{"fused": True, "strategy": kw.get("strategy", "incremental")},
+                                    {"fused": False}, {"fused": False, "strategy": "exact_prepass"}]}
+        self.calls = []
+
+    def __call__(self, **args):
+        self.calls.append(args)
+        return args["X"] * 2
 
 
-def _exe(d, name, text):
-    p = os.path.join(d, name)
-    with open(p, "w") as f:
-        f.write(text)
-    os.chmod(p, os.stat(p).st_mode | stat.S_IEXEC)
-    return p
+def fake_redfuse(keywords=True, fail=None):
+    """A stand-in `redfuse` module; keywords=False: redfuse.compile as before unfused/strategy/threads."""
+    mod = types.SimpleNamespace(__version__="9.9", __file__=os.path.join(HERE, "..", "python", "redfuse",
+                                                                           "__init__.py"), compiled=[])
+    if keywords:
+        def compile(spec, target="auto", name=None, sizes=None, *, unfused=False, strategy=None, threads=None):
+            if fail:
+                raise fail
+            kw = {k: v for k, v in (("unfused", unfused), ("strategy", strategy), ("threads", threads)) if v}
+            mod.compiled.append((spec, target, sizes, kw))
+            return FakeKernel(spec, kw)
+    else:
+        def compile(spec, target="auto", name=None, sizes=None):
+            if fail:
+                raise fail
+            mod.compiled.append((spec, target, sizes, {}))
+            return FakeKernel(spec, {})
+    mod.compile = compile
+    return mod
 
 
 class Cases(unittest.TestCase):
@@ -93,54 +100,71 @@ class Cases(unittest.TestCase):
 class Hook(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp()
-        os.environ["FAKE_LOG"] = os.path.join(self.tmp, "log")
-        os.environ.pop("FAKE_FAIL", None)
+        self.study = [c for c in workloads.cases(True) if c["workload"] == "softmax_fusion_study"][0]
 
-    def test_unavailable_until_bench_exists(self):
-        h = Redfuse(exe=_exe(self.tmp, "stub", STUB), outdir=self.tmp)
-        self.assertFalse(h.available)
-        self.assertIn("CPU backend not built yet", h.reason)
-        c = workloads.cases(True)[0]
-        r = h.run(c, ["redfuse", "redfuse-unfused"])
-        self.assertEqual(r["redfuse"]["status"], "unavailable")
-        self.assertIn("softmax.rf", r["redfuse"]["spec"])
+    def test_probe(self):
+        st = redfuse_hook.probe(fake_redfuse())
+        self.assertTrue(st["available"], st)
+        self.assertEqual(st["keywords"], ["unfused", "strategy", "threads"])
+        self.assertEqual(st["path"], os.path.join("python", "redfuse"))
+        self.assertEqual(redfuse_hook.probe(fake_redfuse(False))["keywords"], [])
+        st = redfuse_hook.probe(fake_redfuse(fail=RuntimeError("no compiler\ncc: not found")))
+        self.assertFalse(st["available"])
+        self.assertIn("tiny spec (RuntimeError: cc: not found)", st["reason"])
+        saved = sys.modules.get("redfuse")
+        sys.modules["redfuse"] = None  # import redfuse raises ImportError
+        try:
+            st = redfuse_hook.probe()
+        finally:
+            if saved is None:
+                del sys.modules["redfuse"]
+            else:
+                sys.modules["redfuse"] = saved
+        self.assertFalse(st["available"])
+        self.assertIn("redfuse does not import", st["reason"])
 
-    def test_missing_executable(self):
-        h = Redfuse(exe=os.path.join(self.tmp, "nope"), outdir=self.tmp)
-        self.assertFalse(h.available)
-        self.assertIn("not built", h.reason)
-
-    def test_results_drop_into_records(self):
-        h = Redfuse(exe=_exe(self.tmp, "fake", FAKE), outdir=self.tmp, threads=2)
-        self.assertTrue(h.available, h.reason)
+    def test_rows_compile_once_and_call_on_the_inputs(self):
+        rf = fake_redfuse()
         c = [c for c in workloads.cases(True) if c["workload"] == "attention" and c["dtype"] == "f32"][0]
-        r = h.run(c, ["redfuse", "redfuse-unfused"], load_dir="/data")
-        self.assertEqual(r["redfuse"]["status"], "ok")
-        self.assertEqual(r["redfuse"]["time_ms"], 1.25)
-        self.assertEqual(r["redfuse-unfused"]["time_ms"], 2.5)
-        self.assertEqual(r["redfuse"]["strategy"], "incremental")
-        self.assertIn("derived", r["redfuse"]["spec"])
-        cmd = _last_cmd()
-        self.assertIn("--threads 2", cmd)
-        self.assertIn("--load /data", cmd)
-        self.assertIn("--size B=1,H=8,M=256,N=256,D=64", cmd)
-        s = [c for c in workloads.cases(True) if c["workload"] == "softmax_fusion_study"][0]
-        r = h.run(s, ["redfuse[incremental]"])
-        self.assertEqual(r["redfuse[incremental]"]["time_ms"], 0.5)
-        self.assertIn("--strategy incremental", _last_cmd())
+        x = 21
+        call, info = redfuse_hook.prepare(c, "redfuse", {"X": x, "unused": 0}, self.tmp, 2, rf=rf)
+        self.assertEqual(call(), (42,))
+        self.assertEqual(call(), (42,))
+        self.assertEqual(len(rf.compiled), 1)
+        spec, target, sizes, kw = rf.compiled[0]
+        self.assertTrue(spec.startswith(os.path.join(self.tmp, "specs")), spec)  # the f32 variant
+        self.assertEqual((target, sizes, kw), ("cpu", {"B": 1, "H": 8, "M": 256, "N": 256, "D": 64}, {"threads": 2}))
+        self.assertIn("bf16 -> f32", info["spec"])
+        self.assertEqual(info["strategy"], "incremental+not fused+exact_prepass (not fused)")
+        self.assertEqual(info["threads"], 2)
+        self.assertIn("compile_s", info)
+        self.assertIn("threads=2", info["api_call"])
+        _, info = redfuse_hook.prepare(c, "redfuse-unfused", {"X": x}, self.tmp, 2, rf=rf)
+        self.assertEqual(rf.compiled[-1][3], {"unfused": True, "threads": 2})
+        self.assertEqual(info["strategy"], "unfused")
+        _, info = redfuse_hook.prepare(self.study, "redfuse[multi_pass]", {"X": x}, self.tmp, None, rf=rf)
+        self.assertEqual(rf.compiled[-1][3], {"strategy": "multi_pass"})
+        self.assertEqual(info["strategy"], "multi_pass+not fused+exact_prepass (not fused)")
 
-    def test_failure_is_a_record(self):
-        h = Redfuse(exe=_exe(self.tmp, "fake", FAKE), outdir=self.tmp)
-        os.environ["FAKE_FAIL"] = "1"
-        r = h.run(workloads.cases(True)[0], ["redfuse"])
-        self.assertEqual(r["redfuse"]["status"], "failed")
-        self.assertIn("exit 3: error: boom", r["redfuse"]["reason"])
+    def test_rows_unavailable_before_the_keywords(self):
+        rf = fake_redfuse(False)
+        c = workloads.cases(True)[0]
+        call, info = redfuse_hook.prepare(c, "redfuse", {"X": 1}, self.tmp, 2, rf=rf)
+        self.assertEqual(rf.compiled[-1][3], {})  # no threads= to pass: the target's usable CPUs
+        self.assertIn("default", info["threads"])
+        for impl, kw in (("redfuse-unfused", "unfused="), ("redfuse[incremental]", "strategy=")):
+            with self.assertRaises(redfuse_hook.Unavailable) as e:
+                redfuse_hook.prepare(c, impl, {"X": 1}, self.tmp, 2, rf=rf)
+            self.assertIn("no %s option" % kw, str(e.exception))
+        # A keyword in the signature that the extension still refuses:
+        rf = fake_redfuse(fail=TypeError("compile(): incompatible keyword 'unfused'"))
+        with self.assertRaises(redfuse_hook.Unavailable):
+            redfuse_hook.prepare(c, "redfuse-unfused", {"X": 1}, self.tmp, 2, rf=rf)
 
     def test_spec_variants_parse(self):
-        h = Redfuse(exe=os.path.join(self.tmp, "nope"), outdir=self.tmp)
         seen = {}
         for c in workloads.cases(False):
-            path, desc = h.spec_for(c)
+            path, desc = redfuse_hook.spec_for(c, self.tmp)
             seen[path] = (c, desc)
         att32 = [d for p, (c, d) in seen.items() if c["workload"] == "attention" and c["dtype"] == "f32"]
         self.assertTrue(all("bf16 -> f32" in d for d in att32))
@@ -152,14 +176,52 @@ class Hook(unittest.TestCase):
         redfuse = os.path.join(HERE, "..", "build", "redfuse")
         if os.access(redfuse, os.X_OK):  # every variant is a valid spec
             for p, (c, d) in seen.items():
-                r = subprocess.run([redfuse, "analyze", p, "--size", h.size_arg(c)], capture_output=True,
-                                   text=True)
+                size = ",".join("%s=%d" % kv for kv in redfuse_hook.sizes_for(c).items())
+                r = subprocess.run([redfuse, "analyze", p, "--size", size], capture_output=True, text=True)
                 self.assertEqual(r.returncode, 0, "%s: %s" % (p, r.stderr))
 
-    def test_last_json(self):
-        self.assertEqual(_last_json('x\n{"time_ms": 1}\n'), {"time_ms": 1})
-        self.assertEqual(_last_json('{\n  "time_ms": 2\n}\n'), {"time_ms": 2})
-        self.assertIsNone(_last_json("nothing"))
+
+class FakeWorker:
+    """Stand-in for peers.Worker: answers 'env' and 'run' without a process, torch or redfuse."""
+    runs = []
+
+    def __init__(self, threads, seed, tvm_log):
+        pass
+
+    def call(self, msg, timeout):
+        if msg[0] == "env":
+            return {"python": "3", "torch": "t", "tvm": "unavailable: no tvm",
+                    "redfuse": {"available": False, "reason": "redfuse does not import (x)"}}
+        FakeWorker.runs.append(msg[2])
+        return {"status": "ok", "time_ms": 1.0, "min_ms": 1.0, "reps": 3, "check": {"max_rel_err": 0.0}}
+
+    def restart(self):
+        pass
+
+    def close(self):
+        pass
+
+
+class Driver(unittest.TestCase):
+    def test_run_with_stand_ins(self):
+        out = tempfile.mkdtemp()
+        saved, peers.Worker = peers.Worker, FakeWorker
+        FakeWorker.runs = []
+        try:
+            with contextlib.redirect_stdout(io.StringIO()) as log, contextlib.redirect_stderr(io.StringIO()):
+                peers.main(["--out", out, "--quick", "--only", "moe_routing"])
+        finally:
+            peers.Worker = saved
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        rf = [r for r in res["records"] if r["impl"] == "redfuse"]
+        self.assertTrue(rf and all(r["status"] == "unavailable" for r in rf))
+        self.assertIn("derived (topk 4 -> 2)", rf[0]["spec"])
+        self.assertTrue(os.path.exists(os.path.join(out, "specs", "moe_routing.f32-k2.rf")))
+        self.assertEqual(set(FakeWorker.runs), {"torch-eager", "torch-compile"})  # tvm: unavailable
+        self.assertIn("redfuse: unavailable: redfuse does not import (x)", log.getvalue())
+        with open(os.path.join(out, "table.md")) as f:
+            self.assertIn("`redfuse`, `redfuse-unfused` — unavailable: redfuse does not import (x)", f.read())
 
 
 class Report(unittest.TestCase):

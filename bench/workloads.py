@@ -12,7 +12,7 @@ A case is a plain dict (it crosses a process boundary):
 """
 
 # Column order of the tables. 'redfuse' is our fused kernel, 'redfuse-unfused' our unfused plan (both
-# come from `redfuse bench`); the rest are peers.
+# through the Python API, bench/redfuse_hook.py); the rest are peers.
 IMPL_ORDER = [
     "redfuse",
     "redfuse-unfused",
@@ -25,7 +25,7 @@ IMPL_ORDER = [
 ]
 
 # The fusion-level study (the paper's, on CPU): safe softmax, unfused vs each strategy of the planner
-# (src/fuse/Plan.h names them). The redfuse columns are filled by `redfuse bench --strategy NAME`.
+# (src/fuse/Plan.h names them). The redfuse columns are redfuse.compile(..., strategy=NAME).
 STUDY_STRATEGIES = ["multi_pass", "onchip_multipass", "incremental", "multi_segment"]
 STUDY_IMPLS = (["torch-softmax", "torch-3pass", "torch-3pass-compile"]
                + ["redfuse[%s]" % s for s in STUDY_STRATEGIES])
@@ -116,9 +116,10 @@ WORKLOAD_TITLES = {
 
 # What each column is (printed under the tables).
 IMPL_NOTES = {
-    "redfuse": "redfuse bench: our fused kernel (bench/redfuse_hook.py)",
-    "redfuse-unfused": "redfuse bench: our unfused plan on the same inputs",
-    "redfuse[S]": "redfuse bench --strategy S (fusion-level study; S as in src/fuse/Plan.h)",
+    "redfuse": ("our fused kernel: redfuse.compile(spec, target='cpu', sizes=...) called on the peers' tensors "
+                "in their process (bench/redfuse_hook.py); outputs allocated by torch on every call"),
+    "redfuse-unfused": "our unfused plan, redfuse.compile(..., unfused=True), on the same inputs",
+    "redfuse[S]": "redfuse.compile(..., strategy='S') (fusion-level study; S as in src/fuse/Plan.h)",
     "tvm": ("Relax graph of the unfused math compiled by tvm.compile's default llvm pipeline (cpu_generic: "
             "legalize, fuse; no schedule, no tuning: serial loops)"),
     "torch-eager": "the workload's math in PyTorch ops, as a user writes it",

@@ -3,20 +3,30 @@
 # scikit-build-core) and installs the wheel into the project's virtual environment, which lives
 # outside the clone, keyed by the hash of the pinned requirements (so CI reuses what is installed,
 # and a fresh machine builds it from the same files). Prints the venv's path on its last line.
-# Usage: scripts/python_setup.sh        (PYTHON: the interpreter, default python3;
-#                                       REDFUSE_VENV: use this venv instead)
+# Usage: scripts/python_setup.sh [--no-wheel | --print-venv]
+#          --no-wheel    create the venv if it is missing, build nothing (scripts/bench.sh --no-build)
+#          --print-venv  only print the venv's path (creates nothing)
+#        PYTHON: the interpreter, default python3; REDFUSE_VENV: use this venv instead
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=${1:-}
+case "$MODE" in
+  ""|--no-wheel|--print-venv) ;;
+  *) echo "python_setup.sh: unknown argument '$MODE' (--no-wheel, --print-venv)" >&2; exit 2 ;;
+esac
 PYTHON=${PYTHON:-python3}
 key=$(cat python/requirements-test.txt | sha256sum | cut -c1-16)
 VENV=${REDFUSE_VENV:-$HOME/.cache/redfuse-venv/$key}
+if [ "$MODE" = --print-venv ]; then echo "$VENV"; exit 0; fi
 if [ ! -x "$VENV/bin/python" ]; then
   echo "== creating $VENV" >&2
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-test.txt >&2
 fi
-echo "== building the wheel (pip wheel .) and installing it into $VENV" >&2
-rm -rf build/wheel
-"$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w build/wheel . >&2
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps build/wheel/redfuse-*.whl >&2
+if [ "$MODE" != --no-wheel ]; then
+  echo "== building the wheel (pip wheel .) and installing it into $VENV" >&2
+  rm -rf build/wheel
+  "$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w build/wheel . >&2
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps build/wheel/redfuse-*.whl >&2
+fi
 echo "$VENV"

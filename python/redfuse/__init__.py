@@ -321,9 +321,11 @@ class Kernel:
         _op_counter[0] += 1
         op_name = f"redfuse::{name or 'kernel'}_{_op_counter[0]}"
 
-        def run(inputs):  # the schema is given: annotations are not evaluated
+        def run(inputs):
             return self._run_torch(list(inputs))
 
+        # The schema is spelled out: under `from __future__ import annotations` torch (2.15) would
+        # evaluate the annotation "List[torch.Tensor]" in this module's globals, where torch is not.
         op = torch.library.custom_op(op_name, run, mutates_args=(), schema="(Tensor[] inputs) -> Tensor[]")
 
         @op.register_fake
