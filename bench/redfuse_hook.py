@@ -57,6 +57,20 @@ def _accepts(fn, name):
 
 
 # ------------------------------------------------------------------------------------ probing
+def _extension(where):
+    """The compiled extension next to the package: its name, mtime and a hash prefix. The venv is
+    shared (tests, other checkouts reinstall the wheel), and the version alone does not say which
+    build a run measured."""
+    import glob
+    import hashlib
+    for path in sorted(glob.glob(os.path.join(where, "_redfuse*.so"))):
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:12]
+        mtime = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(os.path.getmtime(path)))
+        return {"file": os.path.basename(path), "mtime": mtime, "sha256": digest}
+    return None
+
+
 def probe(rf=None):
     """What the worker's redfuse is: {available, reason, version, path, keywords}. Compiles a tiny
     spec so that a missing or broken build is one reason, not a failure in every row."""
@@ -68,7 +82,8 @@ def probe(rf=None):
     where = os.path.dirname(os.path.abspath(getattr(rf, "__file__", "") or "."))
     st = {"available": False, "reason": "", "api": "python", "version": getattr(rf, "__version__", "?"),
           "path": os.path.relpath(where, REPO) if where.startswith(REPO + os.sep) else where,
-          "keywords": [k for k in ("unfused", "strategy", "threads") if _accepts(rf.compile, k)]}
+          "keywords": [k for k in ("unfused", "strategy", "threads") if _accepts(rf.compile, k)],
+          "extension": _extension(where)}
     try:
         rf.compile(PROBE_SPEC, target="cpu", sizes={"R": 2, "C": 8})
     except Exception as e:  # noqa: BLE001

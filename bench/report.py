@@ -104,8 +104,10 @@ def machine_lines(res):
     elif rf.get("exe"):  # results.json of runs through `redfuse bench` (before the Python API)
         out.append("- redfuse: `%s bench` available." % rf["exe"])
     else:
-        out.append("- redfuse: %s through its Python API (`%s`), in the peers' process on their inputs%s." % (
-            rf.get("version"), rf.get("path"), "; compile keywords: %s" % ", ".join(rf["keywords"])
+        ext = rf.get("extension") or {}
+        out.append("- redfuse: %s through its Python API (`%s`%s), in the peers' process on their inputs%s." % (
+            rf.get("version"), rf.get("path"), ", extension built %s, sha256 %s" % (ext.get("mtime"), ext.get("sha256"))
+            if ext else "", "; compile keywords: %s" % ", ".join(rf["keywords"])
             if rf.get("keywords") else "; no unfused/strategy/threads keywords in this build"))
     la, lb = res.get("load_avg_start"), res.get("load_avg_end")
     if la:

@@ -108,6 +108,14 @@ class Hook(unittest.TestCase):
         self.assertEqual(st["keywords"], ["unfused", "strategy", "threads"])
         self.assertEqual(st["path"], os.path.join("python", "redfuse"))
         self.assertEqual(redfuse_hook.probe(fake_redfuse(False))["keywords"], [])
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "_redfuse.cpython-311-x86_64-linux-gnu.so"), "wb") as f:
+            f.write(b"build")
+        rf = fake_redfuse()
+        rf.__file__ = os.path.join(d, "__init__.py")
+        ext = redfuse_hook.probe(rf)["extension"]
+        self.assertEqual((ext["file"], len(ext["sha256"])), ("_redfuse.cpython-311-x86_64-linux-gnu.so", 12))
+        self.assertEqual(redfuse_hook.probe(rf)["path"], d)  # outside the repository: absolute
         st = redfuse_hook.probe(fake_redfuse(fail=RuntimeError("no compiler\ncc: not found")))
         self.assertFalse(st["available"])
         self.assertIn("tiny spec (RuntimeError: cc: not found)", st["reason"])
