@@ -83,6 +83,14 @@ def _numpy_view(a: np.ndarray, dtype: str) -> tuple:
     return (a.ctypes.data, dtype, a.shape, tuple(st // item for st in a.strides), False)
 
 
+def _traced_or_intercepted(torch: Any) -> bool:
+    """True when torch.compile is tracing, or a dispatch mode, a function mode or a functorch
+    transform is active: then calls must go through the custom op, where torch sees them."""
+    C = torch._C
+    return bool(torch.compiler.is_compiling() or C._len_torch_dispatch_stack() or C._is_torch_function_mode_enabled()
+                or C._functorch.peek_interpreter_stack() is not None)
+
+
 def _plain_tensors(torch: Any, tensors: Sequence[Any]) -> bool:
     """True when these tensors can be run directly (outside the custom op): plain tensors that need
     no gradient."""
@@ -369,9 +377,7 @@ class Kernel:
         values = args if not kwargs and len(args) == len(self._names) else tuple(self._arguments(args, kwargs))
         torch = sys.modules.get("torch")
         if torch is not None and values and isinstance(values[0], torch.Tensor):
-            C = torch._C
-            if not (torch.compiler.is_compiling() or C._len_torch_dispatch_stack() or C._is_torch_function_mode_enabled()
-                    or C._functorch.peek_interpreter_stack() is not None):
+            if not _traced_or_intercepted(torch):
                 # Plain eager calls skip the custom op's dispatch (tens of microseconds): CPU tensors
                 # through the C++ hot path, others here; anything that traces, records or
                 # differentiates goes through the op.

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from . import Kernel, _compile_internal
+from . import Kernel, _compile_internal, _traced_or_intercepted
 
 __all__ = ["attention", "rms_norm", "layer_norm", "softmax", "log_softmax", "moe_topk_softmax",
            "linear_cross_entropy"]
@@ -192,9 +192,7 @@ def _call(op: object, *args: object) -> object:
     input requires grad, runs each kernel through its derived backward (docs/grad.md): the custom
     op itself has no autograd formula, so under torch.compile these ops are forward only."""
     impl = getattr(op, "_init_fn", None)  # the decorated function (torch keeps it on the op)
-    C = torch._C
-    if impl is None or torch.compiler.is_compiling() or C._len_torch_dispatch_stack() or \
-            C._is_torch_function_mode_enabled() or C._functorch.peek_interpreter_stack() is not None:
+    if impl is None or _traced_or_intercepted(torch):
         return op(*args)
     grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
     if not grad:
