@@ -15,6 +15,7 @@
 #include "driver/Run.h"
 #include "fuse/Graph.h"
 #include "grad/Grad.h"
+#include "shard/Partial.h"
 #include "spec/Frontend.h"
 #include "support/Error.h"
 
@@ -58,7 +59,7 @@ std::string read_source_for_errors(const std::string &path) {
 /** Every command-line value, as parsed by CLI11 (strings for choices, checked against their lists). */
 struct Args {
     std::string spec, emit_stage, target, model_target = "gpu", save_dir, load_dir, dist = "normal", out_file,
-        emit_name = "redfuse", strategy, fusion_level = "auto", arch, forward_out;
+        emit_name = "redfuse", strategy, fusion_level = "auto", arch, forward_out, axis;
     std::vector<std::string> size_items, wrt_items;
     bool json = false, approx = false, check = false, f32 = false, unfused = false, no_tensor_cores = false,
          no_unfused = false, retune = false, no_tuned = false, straight_through = false;
@@ -169,6 +170,20 @@ int cmd_grad(const Args &a) {
     if (a.out_file.empty()) std::cout << g.backward_spec;
     else write_text(a.out_file, g.backward_spec);
     if (!forward_path.empty()) write_text(forward_path, g.forward_spec);
+    return 0;
+}
+
+// ---- partial
+
+int cmd_partial(const Args &a) {
+    rf::Options o;
+    o.sizes = parse_sizes(a.size_items);
+    o.approx = a.approx;
+    auto c = rf::analyze_file(a.spec, rf::make_target(rf::TargetRequest{rf::TargetKind::Interp, "", ""}), o);
+    rf::PartialProgram pp = rf::derive_partial(*c, a.axis);
+    std::string text = a.json ? pp.layout().dump(2) + "\n" : pp.spec;
+    if (a.out_file.empty()) std::cout << text;
+    else write_text(a.out_file, text);
     return 0;
 }
 
@@ -349,8 +364,19 @@ void add_grad(CLI::App &app, Args &a) {
     cmd->add_flag("--straight-through", a.straight_through, "Differentiate rounding casts and round() as the identity");
 }
 
+void add_partial(CLI::App &app, Args &a) {
+    auto *cmd = app.add_subcommand("partial", "Print the partial program of a chain over one shard of its axis (docs/sharding.md)");
+    cmd->add_option("SPEC", a.spec, "Spec file (.rf)")->required();
+    cmd->add_option("--axis", a.axis, "The reduction axis to split (default: the chain's only axis)");
+    cmd->add_option("--size", a.size_items, "Size binding NAME=VALUE (repeatable)");
+    cmd->add_flag("--approx", a.approx, "Fuse through rounding casts");
+    cmd->add_flag("--json", a.json, "Print the state layout as JSON instead of the spec");
+    cmd->add_option("-o", a.out_file, "Write here (default: stdout)");
+}
+
 int dispatch(const CLI::App &app, const Args &a) {
     if (app.got_subcommand("grad")) return cmd_grad(a);
+    if (app.got_subcommand("partial")) return cmd_partial(a);
     if (app.got_subcommand("analyze")) return cmd_analyze(a);
     if (app.got_subcommand("emit")) return cmd_emit(a);
     if (app.got_subcommand("bench")) return cmd_bench_or_tune(a, false);
@@ -372,6 +398,7 @@ int main(int argc, char **argv) {
     add_emit(app, a);
     add_bench_and_tune(app, a);
     add_grad(app, a);
+    add_partial(app, a);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _redfuse
 
-__all__ = ["compile", "Kernel", "TensorSpec", "SpecError", "stats", "ops"]
+__all__ = ["compile", "Kernel", "TensorSpec", "SpecError", "stats", "ops", "merge", "State", "distributed"]
 __version__ = "0.1.0"
 
 
@@ -397,6 +397,27 @@ class Kernel:
             outs = self._run_numpy(values)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    # ---- partial states (docs/sharding.md)
+    def partial(self, *inputs: Any, axis_slice: Optional[Tuple[int, int]] = None, axis_offset: Optional[int] = None,
+                axis_size: Optional[int] = None, axis: Optional[str] = None) -> "State":
+        """The chain's derived state over a part of its axis.
+
+        ``axis_slice=(lo, hi)``: the inputs are whole; the chain's axis is restricted to [lo, hi).
+        ``axis_offset=lo``: the inputs indexed by the axis are the local shard starting at lo;
+        ``axis_size`` is the whole axis's length (needed when the spec uses it as a value, e.g. a
+        mean's ``/ C``). Masks that use the position (causal, lengths) see the global index.
+        ``axis``: the reduction axis to split (default: the program's only chain's)."""
+        from . import _partial  # noqa: PLC0415
+
+        values = self._arguments(inputs, {})
+        return _partial.partial(self, values, axis_slice, axis_offset, axis_size, axis)
+
+    def finalize(self, state: "State") -> Union[Any, Tuple[Any, ...]]:
+        """The outputs, as ``k(*inputs)`` returns them, of a state that covers the whole axis."""
+        from . import _partial  # noqa: PLC0415
+
+        return _partial.finalize(self, state)
+
     # ---- what it is
     @property
     def analysis(self) -> Dict[str, Any]:
@@ -479,7 +500,22 @@ def _compile_internal(spec: str, target: str, sizes: Optional[Dict[str, int]] = 
     return Kernel(core, spec, target, None, custom_op=False, build=build)
 
 
+def merge(states: Sequence["State"]) -> "State":
+    """The derived merge of partial states of one kernel (docs/sharding.md), in the order given."""
+    from . import _partial  # noqa: PLC0415
+
+    return _partial.merge(states)
+
+
 def __getattr__(name: str) -> Any:
+    if name == "State":
+        from ._partial import State  # noqa: PLC0415
+
+        return State
+    if name == "distributed":
+        import importlib  # noqa: PLC0415
+
+        return importlib.import_module(__name__ + ".distributed")
     # redfuse.ops imports torch: it is loaded on first use so that `import redfuse` stays torch-free.
     if name == "ops":
         # import_module, not `from . import ops`: the latter asks this very hook for `ops` first.

@@ -11,6 +11,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <chrono>
@@ -75,6 +77,39 @@ PyKernel compile_spec(const std::string &spec, const std::string &target, const 
         k.file = file;
         return k;
     });
+}
+
+// ---- Partial states (docs/sharding.md): float64 host arrays cross as (address, shape) and come back
+// as (shape, bytes); the Python layer converts them to and from torch/NumPy.
+using PyArray = std::tuple<std::string, uintptr_t, std::vector<int64_t>>;            // name, address, shape
+using PyState = std::pair<int64_t, std::vector<PyArray>>;                            // n, fields
+using PyResult = std::vector<std::tuple<std::string, std::vector<int64_t>, nb::bytes>>;  // name, shape, data
+
+struct PyPartial {
+    std::shared_ptr<rf::PartialProgram> p;
+};
+
+std::map<std::string, rf::Tensor> tensors_of(const std::vector<PyArray> &arrays) {
+    std::map<std::string, rf::Tensor> out;
+    for (const auto &[name, addr, shape] : arrays) {
+        rf::Tensor t = rf::Tensor::filled(shape, 0.0);
+        if (t.numel() > 0) std::memcpy(t.data.data(), reinterpret_cast<const void *>(addr), sizeof(double) * t.data.size());
+        out[name] = std::move(t);
+    }
+    return out;
+}
+
+PyResult result_of(const std::map<std::string, rf::Tensor> &ts) {
+    PyResult out;
+    for (const auto &[name, t] : ts)
+        out.emplace_back(name, t.shape, nb::bytes(reinterpret_cast<const char *>(t.data.data()), sizeof(double) * t.data.size()));
+    return out;
+}
+
+rf::SizeBinding binding_of(const std::vector<std::pair<std::string, int64_t>> &sizes) {
+    rf::SizeBinding b;
+    for (const auto &[n, v] : sizes) b[n] = v;
+    return b;
 }
 
 }  // namespace
@@ -230,5 +265,44 @@ NB_MODULE(_redfuse, m) {
         .def("analysis_json", [](const PyKernel &k) { return k.k->analysis().dump(); })
         .def("explain", [](const PyKernel &k) { return k.k->explain(); })
         .def("source", [](const PyKernel &k) { return k.k->source(); })
-        .def("compile_ms", [](const PyKernel &k) { return k.k->compile_ms(); });
+        .def("compile_ms", [](const PyKernel &k) { return k.k->compile_ms(); })
+        .def("partial_program",
+             [](const PyKernel &k, const std::string &axis, int64_t topk_limit) {
+                 return translated(k.file, [&] {
+                     return PyPartial{std::make_shared<rf::PartialProgram>(k.k->partial_program(axis, topk_limit))};
+                 });
+             })
+        .def("merge_states",
+             [](const PyKernel &k, const PyPartial &pp, const std::vector<std::pair<std::string, int64_t>> &sizes,
+                const std::vector<PyArray> &context, const std::vector<PyState> &states) {
+                 return translated(k.file, [&] {
+                     std::vector<rf::ChainState> in;
+                     for (const auto &[n, fields] : states) in.push_back({n, tensors_of(fields)});
+                     std::vector<const rf::ChainState *> ptrs;
+                     for (const rf::ChainState &s : in) ptrs.push_back(&s);
+                     std::map<std::string, rf::Tensor> ctx = tensors_of(context);
+                     rf::ChainState out;
+                     {
+                         nb::gil_scoped_release release;
+                         out = k.k->merge_states(*pp.p, binding_of(sizes), ctx, ptrs);
+                     }
+                     return std::make_pair(out.n, result_of(out.fields));
+                 });
+             })
+        .def("finalize_states",
+             [](const PyKernel &k, const PyPartial &pp, const std::vector<std::pair<std::string, int64_t>> &sizes,
+                const std::vector<PyArray> &context, const PyState &state) {
+                 return translated(k.file, [&] {
+                     rf::ChainState st{state.first, tensors_of(state.second)};
+                     std::map<std::string, rf::Tensor> ctx = tensors_of(context), out;
+                     {
+                         nb::gil_scoped_release release;
+                         out = k.k->finalize_states(*pp.p, binding_of(sizes), ctx, st);
+                     }
+                     return result_of(out);
+                 });
+             });
+    nb::class_<PyPartial>(m, "Partial")
+        .def_prop_ro("spec", [](const PyPartial &p) { return p.p->spec; })
+        .def_prop_ro("layout", [](const PyPartial &p) { return p.p->layout().dump(); });
 }

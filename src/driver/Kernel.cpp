@@ -449,6 +449,27 @@ Kernel compile(const std::string &spec, const Target &target, const Options &opt
     return k;
 }
 
+PartialProgram Kernel::partial_program(const std::string &axis, int64_t topk_limit) const {
+    std::optional<ArenaUse> use;
+    if (impl_->arena) use.emplace(*impl_->arena);
+    return derive_partial(*impl_->c, axis, topk_limit);
+}
+
+ChainState Kernel::merge_states(const PartialProgram &pp, const SizeBinding &sizes, const std::map<std::string, Tensor> &context,
+                                const std::vector<const ChainState *> &states) const {
+    std::optional<ArenaUse> use;
+    if (impl_->arena) use.emplace(*impl_->arena);
+    return rf::merge_states(impl_->c->plan, pp.chain, sizes, context, pp.fields, states);
+}
+
+std::map<std::string, Tensor> Kernel::finalize_states(const PartialProgram &pp, const SizeBinding &sizes,
+                                                      const std::map<std::string, Tensor> &context,
+                                                      const ChainState &state) const {
+    std::optional<ArenaUse> use;
+    if (impl_->arena) use.emplace(*impl_->arena);
+    return rf::finalize_states(impl_->c->plan, pp.chain, sizes, context, pp.fields, state);
+}
+
 int64_t kernel_builds() { return g_builds.load(); }
 
 }  // namespace rf

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,7 +19,9 @@
 
 #include "driver/Options.h"
 #include "driver/Pipeline.h"
+#include "interp/Tensor.h"
 #include "ir/DType.h"
+#include "shard/Partial.h"
 #include "target/Target.h"
 
 namespace rf {
@@ -90,6 +93,18 @@ public:
      *  freeing them). A stream with host buffers is an ArgumentError. */
     void operator()(const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs,
                     void *stream = nullptr) const;
+
+    /** Partial states (docs/sharding.md): the partial program of the chain over `axis` (empty: the
+     *  only chain), an ordinary spec to compile and run on each shard; `topk_limit` > 0 for shards
+     *  shorter than a top-k's k. UserError when the program cannot be split along the axis. */
+    PartialProgram partial_program(const std::string &axis = "", int64_t topk_limit = 0) const;
+    /** The derived merge of partial states (in the order given: a deterministic result), at the
+     *  whole program's `sizes`, with the row inputs the layout lists as context. */
+    ChainState merge_states(const PartialProgram &pp, const SizeBinding &sizes, const std::map<std::string, Tensor> &context,
+                            const std::vector<const ChainState *> &states) const;
+    /** The outputs (by name, as float64 tensors) of a state covering the whole axis. */
+    std::map<std::string, Tensor> finalize_states(const PartialProgram &pp, const SizeBinding &sizes,
+                                                  const std::map<std::string, Tensor> &context, const ChainState &state) const;
 
     const Target &target() const;
     const Compilation &compilation() const;

@@ -54,6 +54,35 @@ public:
     Interp(const Plan &plan, const SizeBinding &sizes, const PlanInterpOptions &o)
         : plan_(plan), p_(*plan.program), sizes_(sizes), opts_(o), rng_(o.seed) {}
 
+    // ---- Exported states (shard/State.h): the same init / merge / epilogue on states as tensors.
+
+    /** Prepares the chain's only pass for state operations, with the row inputs the merge reads. */
+    std::vector<MemberRt> state_members(const ChainPlan &c, const std::map<std::string, Tensor> &context) {
+        for (const auto &[name, t] : context) t_[name] = t;
+        from_states_ = true;
+        set_chain(c);
+        RF_INTERNAL_ASSERT(c.passes.size() == 1) << "exported states of a chain in several passes";
+        return pass_members(c, c.passes[0]);
+    }
+    int64_t rows() const {
+        int64_t r = 1;
+        for (int64_t v : row_shape_) r *= v;
+        return r;
+    }
+    void row(int64_t flat) { set_row(flat); }
+    State empty(const std::vector<MemberRt> &mem) { return init(mem); }
+    State merged(const State &A, const State &B, const std::vector<MemberRt> &mem) { return merge(A, B, mem); }
+    void finalize_row(const State &st, const std::vector<MemberRt> &mem) { write_outputs(st, mem); }
+    /** Every element-wise definition (the epilogue), then every tensor by name. */
+    std::map<std::string, Tensor> epilogue() {
+        for (const TensorDef &d : p_.defs)
+            if (!d.is_reduction()) eval_literal(d);
+        return t_;
+    }
+    const std::vector<int64_t> &row_shape() const { return row_shape_; }
+    int64_t axis_length() const { return axis_len_; }
+
+
     std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs) {
         for (const InputDecl &in : p_.inputs) {
             auto it = inputs.find(in.name);
@@ -171,6 +200,11 @@ private:
     std::vector<int64_t> axis_shape_;
 
     void run_chain(const ChainPlan &c) {
+        set_chain(c);
+        for (const PassPlan &pass : c.passes) run_pass(c, pass);
+    }
+
+    void set_chain(const ChainPlan &c) {
         const TensorDef *first = p_.find_def(c.members[0]);
         row_shape_.clear();
         for (size_t i = 0; i < c.n_row; i++) row_shape_.push_back(eval_extent(first->extents[i], sizes_));
@@ -180,10 +214,19 @@ private:
             axis_shape_.push_back(eval_extent(e, sizes_));
             axis_len_ *= axis_shape_.back();
         }
-        for (const PassPlan &pass : c.passes) run_pass(c, pass);
     }
 
     void run_pass(const ChainPlan &c, const PassPlan &pass) {
+        std::vector<MemberRt> mem = pass_members(c, pass);
+        int64_t rows = 1;
+        for (int64_t r : row_shape_) rows *= r;
+        for (int64_t flat = 0; flat < rows; flat++) {
+            set_row(flat);
+            run_row(mem);
+        }
+    }
+
+    std::vector<MemberRt> pass_members(const ChainPlan &c, const PassPlan &pass) {
         std::vector<MemberRt> mem;
         for (size_t k = 0; k < pass.members.size(); k++) {
             MemberRt m;
@@ -201,16 +244,14 @@ private:
             t_[m.def->name] = out;
             if (m.def->is_topk()) t_[m.def->index_name] = out;
         }
-        int64_t rows = 1;
-        for (int64_t r : row_shape_) rows *= r;
-        for (int64_t flat = 0; flat < rows; flat++) {
-            row_.assign(row_shape_.size(), 0);
-            int64_t rem = flat;
-            for (size_t i = row_shape_.size(); i-- > 0;) {
-                row_[i] = rem % row_shape_[i];
-                rem /= row_shape_[i];
-            }
-            run_row(mem);
+        return mem;
+    }
+
+    void set_row(int64_t flat) {
+        row_.assign(row_shape_.size(), 0);
+        for (size_t i = row_shape_.size(); i-- > 0;) {
+            row_[i] = flat % row_shape_[i];
+            flat /= row_shape_[i];
         }
     }
 
@@ -622,7 +663,9 @@ private:
             Tensor &out = t_[m.def->name];
             bool relit = false;
             for (const std::string &d : m.a->deps) relit |= literal.count(d) > 0;
-            if (!relit && (m.a->relation == Relation::Multiplicative || is_shift_form(m.a->relation))) {
+            // From exported states (finalize_states) there are no inputs along the axis to recompute from:
+            // the state's own finalization stands (0 for an empty or all-zero sum, as the literal gives).
+            if (!from_states_ && !relit && (m.a->relation == Relation::Multiplicative || is_shift_form(m.a->relation))) {
                 for (int64_t x = 0; x < m.extra_count && !relit; x++)
                     for (double v : deltas(st, mem, k, x, false, false)) relit |= !std::isfinite(v);
             }
@@ -672,6 +715,7 @@ private:
     }
 
     bool final_mode_ = false;  // while writing a row's outputs, members are read from the tensors
+    bool from_states_ = false; // merging or finalizing states exported by partial programs
 
     const Plan &plan_;
     const Program &p_;
@@ -686,6 +730,178 @@ private:
 std::map<std::string, Tensor> run_plan(const Plan &plan, const SizeBinding &sizes,
                                        const std::map<std::string, Tensor> &inputs, const PlanInterpOptions &opts) {
     return Interp(plan, sizes, opts).run(inputs);
+}
+
+}  // namespace rf
+
+// ---- Exported states (shard/State.h) ------------------------------------------------------------
+
+namespace rf {
+namespace {
+
+/** The field tensors' shapes for a state covering n positions of the axis. */
+std::vector<int64_t> field_shape(const Interp &I, const MemberRt &m, const StateField &f, int64_t n) {
+    std::vector<int64_t> shape = I.row_shape();
+    if (f.per_row) return shape;
+    shape.insert(shape.end(), m.extra_shape.begin(), m.extra_shape.end());
+    if (f.role == StateRole::TopValues || f.role == StateRole::TopIndices) shape.push_back(std::min(m.k, n));
+    return shape;
+}
+
+/** A selection member kept as a plain sum (its reference point is 0 in exported states). */
+bool plain_sum(const MemberRt &m) {
+    Relation r = m.a->relation;
+    return (r == Relation::Independent || r == Relation::Additive || r == Relation::Monotone) && m.sel_op == ReduceOp::Sum;
+}
+
+struct StateCodec {
+    Interp &I;
+    const std::vector<MemberRt> &mem;
+    const std::vector<StateField> &fields;
+    std::vector<size_t> member_of;  // per field
+
+    StateCodec(Interp &i, const std::vector<MemberRt> &m, const std::vector<StateField> &f) : I(i), mem(m), fields(f) {
+        for (const StateField &sf : fields) {
+            size_t k = 0;
+            while (k < mem.size() && mem[k].def->name != sf.member) k++;
+            RF_INTERNAL_ASSERT(k < mem.size()) << "state field of an unknown member " << sf.member;
+            member_of.push_back(k);
+        }
+    }
+
+    void check(const ChainState &cs) const {
+        if (cs.n < 0) throw UserError({}, "a partial state covers " + std::to_string(cs.n) + " positions");
+        for (size_t i = 0; i < fields.size(); i++) {
+            auto it = cs.fields.find(fields[i].key);
+            if (it == cs.fields.end()) throw UserError({}, "the partial state has no field '" + fields[i].key + "'");
+            std::vector<int64_t> want = field_shape(I, mem[member_of[i]], fields[i], cs.n);
+            if (it->second.shape != want)
+                throw UserError({}, "partial state field '" + fields[i].key + "' has shape " + shape_to_string(it->second.shape) +
+                                        ", expected " + shape_to_string(want) + " (for a state of " + std::to_string(cs.n) +
+                                        " positions)");
+        }
+    }
+
+    State unpack(const ChainState &cs, int64_t row) {
+        State st = I.empty(mem);
+        st.n = cs.n;
+        for (size_t k = 0; k < mem.size(); k++)
+            for (Elem &e : st.members[k]) {
+                e.seen = cs.n > 0;
+                if (plain_sum(mem[k]) && e.seen) e.tag = {0.0};
+            }
+        for (size_t i = 0; i < fields.size(); i++) {
+            const StateField &f = fields[i];
+            const MemberRt &m = mem[member_of[i]];
+            const Tensor &t = cs.fields.at(f.key);
+            for (int64_t x = 0; x < m.extra_count; x++) {
+                Elem &e = st.members[member_of[i]][static_cast<size_t>(x)];
+                size_t at = static_cast<size_t>(f.per_row ? row : row * m.extra_count + x);
+                size_t slot = static_cast<size_t>(f.slot);
+                switch (f.role) {
+                case StateRole::Acc: e.acc = t.data[at]; break;
+                case StateRole::Tag:
+                    if (e.tag.size() <= slot) e.tag.resize(slot + 1, 0.0);
+                    e.tag[slot] = t.data[at];
+                    break;
+                case StateRole::Moment: e.S[slot] = t.data[at]; break;
+                case StateRole::Index: e.index = t.data[at]; break;
+                case StateRole::TopValues:
+                case StateRole::TopIndices: {
+                    size_t kk = static_cast<size_t>(t.shape.back());
+                    e.list.resize(kk);
+                    for (size_t q = 0; q < kk; q++) {
+                        double v = t.data[at * kk + q];
+                        if (f.role == StateRole::TopValues) e.list[q].first = v;
+                        else e.list[q].second = static_cast<int64_t>(v);
+                    }
+                    break;
+                }
+                }
+            }
+        }
+        return st;
+    }
+
+    void pack(const State &st, ChainState &out, int64_t row) {
+        for (size_t i = 0; i < fields.size(); i++) {
+            const StateField &f = fields[i];
+            const MemberRt &m = mem[member_of[i]];
+            Tensor &t = out.fields.at(f.key);
+            for (int64_t x = 0; x < m.extra_count; x++) {
+                const Elem &e = st.members[member_of[i]][static_cast<size_t>(x)];
+                size_t at = static_cast<size_t>(f.per_row ? row : row * m.extra_count + x);
+                size_t slot = static_cast<size_t>(f.slot);
+                switch (f.role) {
+                case StateRole::Acc:
+                    t.data[at] = plain_sum(m) && !e.tag.empty() ? e.acc + static_cast<double>(st.n) * e.tag[0] : e.acc;
+                    break;
+                case StateRole::Tag: t.data[at] = slot < e.tag.size() ? e.tag[slot] : 0.0; break;
+                case StateRole::Moment: t.data[at] = e.S[slot]; break;
+                case StateRole::Index: t.data[at] = e.index; break;
+                case StateRole::TopValues:
+                case StateRole::TopIndices: {
+                    size_t kk = static_cast<size_t>(t.shape.back());
+                    RF_INTERNAL_ASSERT(e.list.size() >= kk) << "merged top-k holds " << e.list.size() << " of " << kk;
+                    for (size_t q = 0; q < kk; q++)
+                        t.data[at * kk + q] = f.role == StateRole::TopValues ? e.list[q].first : static_cast<double>(e.list[q].second);
+                    break;
+                }
+                }
+            }
+        }
+    }
+};
+
+PlanInterpOptions state_options() {
+    PlanInterpOptions o;
+    o.randomize = false;
+    return o;
+}
+
+}  // namespace
+
+ChainState merge_states(const Plan &plan, size_t chain, const SizeBinding &sizes, const std::map<std::string, Tensor> &context,
+                        const std::vector<StateField> &fields, const std::vector<const ChainState *> &states) {
+    if (states.empty()) throw UserError({}, "merge of no partial states");
+    Interp I(plan, sizes, state_options());
+    std::vector<MemberRt> mem = I.state_members(plan.chains.at(chain), context);
+    StateCodec codec(I, mem, fields);
+    ChainState out;
+    for (const ChainState *s : states) {
+        codec.check(*s);
+        out.n += s->n;
+    }
+    for (size_t i = 0; i < fields.size(); i++) {
+        std::vector<int64_t> shape = field_shape(I, mem[codec.member_of[i]], fields[i], out.n);
+        out.fields[fields[i].key] = Tensor::filled(shape, 0.0);
+    }
+    for (int64_t r = 0; r < I.rows(); r++) {
+        I.row(r);
+        State acc = codec.unpack(*states[0], r);
+        for (size_t i = 1; i < states.size(); i++) acc = I.merged(acc, codec.unpack(*states[i], r), mem);
+        codec.pack(acc, out, r);
+    }
+    return out;
+}
+
+std::map<std::string, Tensor> finalize_states(const Plan &plan, size_t chain, const SizeBinding &sizes,
+                                              const std::map<std::string, Tensor> &context,
+                                              const std::vector<StateField> &fields, const ChainState &state) {
+    Interp I(plan, sizes, state_options());
+    std::vector<MemberRt> mem = I.state_members(plan.chains.at(chain), context);
+    StateCodec codec(I, mem, fields);
+    codec.check(state);
+    if (state.n != I.axis_length())
+        throw UserError({}, "the merged state covers " + std::to_string(state.n) + " positions of the axis, which has " +
+                                std::to_string(I.axis_length()) + ": merge every shard before finalizing");
+    for (int64_t r = 0; r < I.rows(); r++) {
+        I.row(r);
+        I.finalize_row(codec.unpack(state, r), mem);
+    }
+    std::map<std::string, Tensor> all = I.epilogue(), out;
+    for (const OutputDecl &o : plan.program->outputs) out[o.name] = all.at(o.name);
+    return out;
 }
 
 }  // namespace rf

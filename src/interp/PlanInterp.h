@@ -12,6 +12,7 @@
 
 #include "fuse/Plan.h"
 #include "interp/Tensor.h"
+#include "shard/State.h"
 
 namespace rf {
 
@@ -27,4 +28,17 @@ struct PlanInterpOptions {
 std::map<std::string, Tensor> run_plan(const Plan &plan, const SizeBinding &sizes,
                                        const std::map<std::string, Tensor> &inputs, const PlanInterpOptions &opts);
 
+/** The derived merge of exported partial states (shard/State.h) of the plan's chain `chain` (one
+ *  pass), in the order given; `sizes` are the whole program's (the axis at its full length);
+ *  `context` holds the row inputs the merge reads. UserError for a state whose fields are missing
+ *  or shaped wrongly. */
+ChainState merge_states(const Plan &plan, size_t chain, const SizeBinding &sizes, const std::map<std::string, Tensor> &context,
+                        const std::vector<StateField> &fields, const std::vector<const ChainState *> &states);
+
+/** The derived epilogue of a state that covers the whole axis: the program's outputs by name. */
+std::map<std::string, Tensor> finalize_states(const Plan &plan, size_t chain, const SizeBinding &sizes,
+                                              const std::map<std::string, Tensor> &context,
+                                              const std::vector<StateField> &fields, const ChainState &state);
+
 }  // namespace rf
+
