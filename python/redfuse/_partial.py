@@ -199,6 +199,12 @@ def _like(values: np.ndarray, ref: Any, index: bool) -> Any:
 def merge(states: Sequence[State]) -> State:
     """The derived merge of partial states, in the order given (any order or grouping gives the
     same result up to rounding; a fixed order gives the same bits)."""
+    return merge_rows(None, states, 0, -1)
+
+
+def merge_rows(_kernel: Any, states: Sequence[State], row_begin: int, row_end: int) -> State:
+    """merge() of states that hold the block [row_begin, row_end) of the flattened rows (a ring
+    step: fields shaped [rows of the block, ...]); row_end = -1: whole states."""
     states = list(states)
     kernel, p = _common(states)
     n = sum(s.n for s in states)
@@ -212,11 +218,44 @@ def merge(states: Sequence[State]) -> State:
         v, k = _array_views({f["key"]: s.tensors[f["key"]] for f in p.fields if f["key"] in s.tensors})
         views.append((s.n, v))
         keep.extend(k)
-    n_out, fields = kernel._core.merge_states(p.program, sorted(sizes.items()), ctx_views, views)
+    n_out, fields = kernel._core.merge_states(p.program, sorted(sizes.items()), ctx_views, views, row_begin, row_end)
     ref = states[0].tensors
     index = {f["key"]: f["index"] for f in p.fields}
     tensors = {k: _like(np.frombuffer(b, dtype=np.float64).reshape(shape).copy(), ref[k], index[k]) for k, shape, b in fields}
     return State(kernel, tensors, n_out, states[0].axis, sizes, context)
+
+
+def state_rows(kernel: Any, state: State) -> int:
+    """The number of the chain's rows (the product of the fields' leading row dimensions)."""
+    p = _partial_for(kernel, state.axis, 0)
+    shape = state.tensors[p.fields[0]["key"]].shape
+    return int(np.prod(shape[:p.layout["row_rank"]], dtype=np.int64))
+
+
+def row_block(kernel: Any, state: State, r0: int, r1: int) -> State:
+    """The rows [r0, r1) of a whole state, each field shaped [r1 - r0, ...the rest]."""
+    rank = _partial_for(kernel, state.axis, 0).layout["row_rank"]
+    tensors = {}
+    for k, t in state.tensors.items():
+        rest = tuple(t.shape[rank:])
+        tensors[k] = t.reshape((-1,) + rest)[r0:r1]
+    return State(kernel, tensors, state.n, state.axis, state._sizes, state._context)
+
+
+def join_rows(kernel: Any, blocks: Sequence[State], n: int, like: State) -> State:
+    """The whole state from its row blocks in row order (shaped like `like`'s fields)."""
+    tensors = {}
+    for k, t in like.tensors.items():
+        parts = [b.tensors[k] for b in blocks]
+        if _is_torch(t):
+            torch = sys.modules["torch"]
+            whole = torch.cat(parts)
+        else:
+            whole = np.concatenate(parts)
+        rank = _partial_for(kernel, like.axis, 0).layout["row_rank"]
+        shape = tuple(t.shape[:rank]) + tuple(parts[0].shape[1:])
+        tensors[k] = whole.reshape(shape)
+    return State(kernel, tensors, n, like.axis, like._sizes, like._context)
 
 
 def finalize(kernel: Any, state: State) -> Any:

@@ -274,7 +274,7 @@ NB_MODULE(_redfuse, m) {
              })
         .def("merge_states",
              [](const PyKernel &k, const PyPartial &pp, const std::vector<std::pair<std::string, int64_t>> &sizes,
-                const std::vector<PyArray> &context, const std::vector<PyState> &states) {
+                const std::vector<PyArray> &context, const std::vector<PyState> &states, int64_t row_begin, int64_t row_end) {
                  return translated(k.file, [&] {
                      std::vector<rf::ChainState> in;
                      for (const auto &[n, fields] : states) in.push_back({n, tensors_of(fields)});
@@ -284,7 +284,7 @@ NB_MODULE(_redfuse, m) {
                      rf::ChainState out;
                      {
                          nb::gil_scoped_release release;
-                         out = k.k->merge_states(*pp.p, binding_of(sizes), ctx, ptrs);
+                         out = k.k->merge_states(*pp.p, binding_of(sizes), ctx, ptrs, row_begin, row_end);
                      }
                      return std::make_pair(out.n, result_of(out.fields));
                  });

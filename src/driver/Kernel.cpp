@@ -456,10 +456,10 @@ PartialProgram Kernel::partial_program(const std::string &axis, int64_t topk_lim
 }
 
 ChainState Kernel::merge_states(const PartialProgram &pp, const SizeBinding &sizes, const std::map<std::string, Tensor> &context,
-                                const std::vector<const ChainState *> &states) const {
+                                const std::vector<const ChainState *> &states, int64_t row_begin, int64_t row_end) const {
     std::optional<ArenaUse> use;
     if (impl_->arena) use.emplace(*impl_->arena);
-    return rf::merge_states(impl_->c->plan, pp.chain, sizes, context, pp.fields, states);
+    return rf::merge_states(impl_->c->plan, pp.chain, sizes, context, pp.fields, states, row_begin, row_end);
 }
 
 std::map<std::string, Tensor> Kernel::finalize_states(const PartialProgram &pp, const SizeBinding &sizes,

@@ -99,9 +99,10 @@ public:
      *  shorter than a top-k's k. UserError when the program cannot be split along the axis. */
     PartialProgram partial_program(const std::string &axis = "", int64_t topk_limit = 0) const;
     /** The derived merge of partial states (in the order given: a deterministic result), at the
-     *  whole program's `sizes`, with the row inputs the layout lists as context. */
+     *  whole program's `sizes`, with the row inputs the layout lists as context; row_end >= 0: the
+     *  states hold the block [row_begin, row_end) of the flattened rows (interp/PlanInterp.h). */
     ChainState merge_states(const PartialProgram &pp, const SizeBinding &sizes, const std::map<std::string, Tensor> &context,
-                            const std::vector<const ChainState *> &states) const;
+                            const std::vector<const ChainState *> &states, int64_t row_begin = 0, int64_t row_end = -1) const;
     /** The outputs (by name, as float64 tensors) of a state covering the whole axis. */
     std::map<std::string, Tensor> finalize_states(const PartialProgram &pp, const SizeBinding &sizes,
                                                   const std::map<std::string, Tensor> &context, const ChainState &state) const;

@@ -34,6 +34,7 @@ struct MemberRt {
     int64_t extra_count = 1;
     ReduceOp sel_op;                   // the selection actually performed on the state values
     int64_t k = 0;                     // top-k: the bound extent of the k axis (K may be a size)
+    bool row_only = false;             // δ, α and H_def read no variable after the row (memoizable per row)
 };
 
 struct State {
@@ -69,7 +70,10 @@ public:
         for (int64_t v : row_shape_) r *= v;
         return r;
     }
-    void row(int64_t flat) { set_row(flat); }
+    void row(int64_t flat) {
+        set_row(flat);
+        memo_row(true);  // exported states: δ, α and H_def that read only the row are evaluated once per row
+    }
     State empty(const std::vector<MemberRt> &mem) { return init(mem); }
     State merged(const State &A, const State &B, const std::vector<MemberRt> &mem) { return merge(A, B, mem); }
     void finalize_row(const State &st, const std::vector<MemberRt> &mem) { write_outputs(st, mem); }
@@ -154,6 +158,17 @@ private:
             return;
         }
         Tensor out(def_shape(d, sizes_));
+        // A copy of a tensor at the definition's own indices (O = O.sum): no evaluation per element.
+        Expr b = d.body;
+        bool same = b->kind == Kind::Load && b->args.size() == d.vars.size() && t_.count(b->name);
+        for (size_t i = 0; same && i < d.vars.size(); i++) same = b->args[i] == d.vars[i];
+        if (same && t_.at(b->name).shape == out.shape) {
+            out.data = t_.at(b->name).data;
+            if (opts_.f32)
+                for (double &v : out.data) v = rnd(v);
+            t_[d.name] = std::move(out);
+            return;
+        }
         Evaluator ev(env(nullptr, nullptr, false));
         std::vector<int64_t> idx(d.vars.size(), 0);
         for (int64_t flat = 0; flat < out.numel(); flat++) {
@@ -237,6 +252,13 @@ private:
             for (int64_t e : m.extra_shape) m.extra_count *= e;
             m.sel_op = m.a->op;
             if (m.def->is_topk()) m.k = eval_extent(m.def->extents.back(), sizes_);
+            m.row_only = true;
+            for (size_t i = c.n_row; i < nv; i++) {
+                const std::string &var = m.def->vars[i]->name;
+                for (Expr e : m.a->delta_exprs) m.row_only = m.row_only && !mentions(e, var);
+                for (Expr e : {m.a->alpha, m.a->H_def})
+                    if (e) m.row_only = m.row_only && !mentions(e, var);
+            }
             if ((m.a->relation == Relation::Monotone || m.a->relation == Relation::Additive) && !m.a->increasing)
                 m.sel_op = mirrored(m.a->op);
             mem.push_back(m);
@@ -327,6 +349,45 @@ private:
     std::vector<double> deltas(const State &st, const std::vector<MemberRt> &mem, size_t k, int64_t extra,
                                bool estimate, bool sanitize) {
         const MemberRt &m = mem[k];
+        // Exported states (merge_states, finalize_states) visit every extra point of a row with the
+        // same δ when it reads only the row: evaluated once per row and member.
+        DeltaKey key{&st, k, estimate, sanitize};
+        if (memo_ && m.row_only) {
+            for (const auto &[kk, v] : delta_memo_)
+                if (kk == key) return v;
+        }
+        std::vector<double> d = eval_deltas(st, mem, k, extra, estimate, sanitize);
+        if (memo_ && m.row_only) delta_memo_.push_back({key, d});
+        return d;
+    }
+
+    struct DeltaKey {
+        const State *st;
+        size_t k;
+        bool estimate, sanitize;
+        bool operator==(const DeltaKey &o) const {
+            return st == o.st && k == o.k && estimate == o.estimate && sanitize == o.sanitize;
+        }
+    };
+    std::vector<std::pair<DeltaKey, std::vector<double>>> delta_memo_;
+    bool memo_ = false;
+    struct AlphaMemo {
+        const MemberAnalysis *a = nullptr;
+        std::vector<double> now, old;
+        double value = 0;
+    } alpha_memo_, hdef_memo_;
+    /** Starts (or ends) a row of exported-state work: memoized δ and α are valid within it. */
+    void memo_row(bool on) {
+        memo_ = on;
+        delta_memo_.clear();
+        alpha_memo_.a = nullptr;
+        hdef_memo_.a = nullptr;
+        final_memo_.clear();
+    }
+
+    std::vector<double> eval_deltas(const State &st, const std::vector<MemberRt> &mem, size_t k, int64_t extra,
+                                    bool estimate, bool sanitize) {
+        const MemberRt &m = mem[k];
         Evaluator ev(env(&st, &mem, estimate, sanitize));
         bind_point(ev, m, extra);
         std::vector<double> d;
@@ -342,6 +403,14 @@ private:
 
     /** α(δ_now, δ_old) at an extra point (α may read inputs at the row, e.g. a temperature t[r]). */
     double alpha(const MemberRt &m, int64_t extra, const std::vector<double> &now, const std::vector<double> &old) {
+        if (memo_ && m.row_only && alpha_memo_.a == m.a && alpha_memo_.now == now && alpha_memo_.old == old)
+            return alpha_memo_.value;
+        double v = eval_alpha(m, extra, now, old);
+        if (memo_ && m.row_only) alpha_memo_ = {m.a, now, old, v};
+        return v;
+    }
+
+    double eval_alpha(const MemberRt &m, int64_t extra, const std::vector<double> &now, const std::vector<double> &old) {
         Evaluator ev(env(nullptr, nullptr, false));
         bind_point(ev, m, extra);
         for (size_t i = 0; i < now.size(); i++) {
@@ -501,6 +570,8 @@ private:
     }
 
     State merge(const State &A, const State &B, const std::vector<MemberRt> &mem) {
+        memo_row(memo_);  // C is a new state (it may reuse a freed one's address): nothing memoized holds
+        std::vector<double> row_d;
         State C = init(mem);
         C.n = A.n + B.n;
         for (size_t k = 0; k < mem.size(); k++) {
@@ -513,21 +584,24 @@ private:
                 switch (a.relation) {
                 case Relation::Multiplicative: {
                     // Both partial states move to the merged δ, then combine: s = s_A α(δ, δ_A) ⊕ s_B α(δ, δ_B).
-                    std::vector<double> d = deltas(C, mem, k, x, false, true);
+                    // A member whose δ reads only the row has one δ and one α per side for the row.
+                    if (!(m.row_only && x > 0)) row_d = deltas(C, mem, k, x, false, true);
+                    const std::vector<double> &d = row_d;
                     bool prod = a.op == ReduceOp::Prod;
                     double acc = prod ? 1.0 : 0.0;
-                    for (const auto *side : {&ea, &eb}) {
-                        int64_t n_side = side == &ea ? A.n : B.n;
-                        if (!side->seen) continue;
-                        double v = side->acc;
-                        if (side->tag != d && !(!prod && v == 0)) {
-                            double al = alpha(m, x, d, side->tag);
-                            v = rnd(v * (prod ? std::pow(al, static_cast<double>(n_side)) : al));
+                    for (const State *side_state : {&A, &B}) {
+                        const Elem &side = side_state->members[k][static_cast<size_t>(x)];
+                        const std::vector<double> &tag = side_state->members[k][static_cast<size_t>(m.row_only ? 0 : x)].tag;
+                        if (!side.seen) continue;
+                        double v = side.acc;
+                        if (tag != d && !(!prod && v == 0)) {
+                            double al = alpha(m, x, d, tag);
+                            v = rnd(v * (prod ? std::pow(al, static_cast<double>(side_state->n)) : al));
                         }
                         acc = prod ? rnd(acc * v) : rnd(acc + v);
                     }
                     ec.acc = acc;
-                    ec.tag = d;
+                    if (!(from_states_ && m.row_only && x > 0)) ec.tag = d;  // exported states keep it at the first point
                     break;
                 }
                 case Relation::Polynomial:
@@ -592,6 +666,47 @@ private:
         return v;
     }
 
+    /** A multiplicative member's finalization at a point: s = acc · α(δ_safe, tag) · H_def(δ). */
+    struct MultFinal {
+        const State *st = nullptr;
+        size_t k = 0;
+        bool rescale = false;
+        double alpha = 1, hdef = 1;
+    };
+    std::vector<MultFinal> final_memo_;  // per row, for members whose δ reads only the row
+
+    const MultFinal &mult_final(const State &st, const std::vector<MemberRt> &mem, size_t k, int64_t extra) {
+        const MemberRt &m = mem[k];
+        const MemberAnalysis &a = *m.a;
+        if (memo_ && m.row_only)
+            for (const MultFinal &f : final_memo_)
+                if (f.st == &st && f.k == k) return f;
+        // Row-only members keep their scale tag at the row's first point (the same at every point).
+        const Elem &e = st.members[k][static_cast<size_t>(m.row_only ? 0 : extra)];
+        std::vector<double> raw = deltas(st, mem, k, extra, false, false);
+        std::vector<double> safe = raw;
+        for (double &v : safe)
+            if (!std::isfinite(v)) v = 0;
+        double n = static_cast<double>(st.n);
+        MultFinal f{&st, k, safe != e.tag, 1, 1};
+        if (f.rescale) {
+            double al = alpha(m, extra, safe, e.tag);
+            f.alpha = a.op == ReduceOp::Prod ? std::pow(al, n) : al;
+        }
+        Evaluator ev(env(nullptr, nullptr, false));
+        bind_point(ev, m, extra);
+        for (size_t i = 0; i < raw.size(); i++) ev.bind(a.delta_syms[i], raw[i]);
+        double hdef = ev.eval(a.H_def);
+        f.hdef = a.op == ReduceOp::Prod ? std::pow(hdef, n) : hdef;
+        if (!(memo_ && m.row_only)) {
+            final_scratch_ = f;
+            return final_scratch_;
+        }
+        final_memo_.push_back(f);
+        return final_memo_.back();
+    }
+    MultFinal final_scratch_;
+
     double finalize(const State &st, const std::vector<MemberRt> &mem, size_t k, int64_t extra, int64_t slot,
                     bool want_index) {
         const MemberRt &m = mem[k];
@@ -600,21 +715,10 @@ private:
         switch (a.relation) {
         case Relation::Multiplicative: {
             if (!e.seen || e.acc == 0) return 0;  // an empty sum, or all terms zero
-            std::vector<double> raw = deltas(st, mem, k, extra, false, false);
-            std::vector<double> safe = raw;
-            for (double &v : safe)
-                if (!std::isfinite(v)) v = 0;
+            const MultFinal &f = mult_final(st, mem, k, extra);
             double s = e.acc;
-            double n = static_cast<double>(st.n);
-            if (safe != e.tag) {
-                double al = alpha(m, extra, safe, e.tag);
-                s = rnd(s * (a.op == ReduceOp::Prod ? std::pow(al, n) : al));
-            }
-            Evaluator ev(env(nullptr, nullptr, false));
-            bind_point(ev, m, extra);
-            for (size_t i = 0; i < raw.size(); i++) ev.bind(a.delta_syms[i], raw[i]);
-            double hdef = ev.eval(a.H_def);
-            return rnd(s * (a.op == ReduceOp::Prod ? std::pow(hdef, n) : hdef));
+            if (f.rescale) s = rnd(s * f.alpha);
+            return rnd(s * f.hdef);
         }
         case Relation::Polynomial:
         case Relation::ExpPolynomial: {
@@ -656,6 +760,7 @@ private:
      *  so that row of it is recomputed literally (a rare second pass), and so is every member of the
      *  pass that reads it. */
     void write_outputs(const State &st, const std::vector<MemberRt> &mem) {
+        memo_row(memo_);
         final_mode_ = true;
         std::set<std::string> literal;
         for (size_t k = 0; k < mem.size(); k++) {
@@ -769,12 +874,17 @@ struct StateCodec {
         }
     }
 
-    void check(const ChainState &cs) const {
+    /** `block` >= 0: the state holds that many rows (a block of the flattened rows), not all. */
+    void check(const ChainState &cs, int64_t block = -1) const {
         if (cs.n < 0) throw UserError({}, "a partial state covers " + std::to_string(cs.n) + " positions");
         for (size_t i = 0; i < fields.size(); i++) {
             auto it = cs.fields.find(fields[i].key);
             if (it == cs.fields.end()) throw UserError({}, "the partial state has no field '" + fields[i].key + "'");
             std::vector<int64_t> want = field_shape(I, mem[member_of[i]], fields[i], cs.n);
+            if (block >= 0) {
+                want.erase(want.begin(), want.begin() + static_cast<long>(I.row_shape().size()));
+                want.insert(want.begin(), block);
+            }
             if (it->second.shape != want)
                 throw UserError({}, "partial state field '" + fields[i].key + "' has shape " + shape_to_string(it->second.shape) +
                                         ", expected " + shape_to_string(want) + " (for a state of " + std::to_string(cs.n) +
@@ -794,7 +904,10 @@ struct StateCodec {
             const StateField &f = fields[i];
             const MemberRt &m = mem[member_of[i]];
             const Tensor &t = cs.fields.at(f.key);
-            for (int64_t x = 0; x < m.extra_count; x++) {
+            // A multiplicative member's row tag lives at its first point (the interpreter reads it there).
+            int64_t points = f.per_row && f.role == StateRole::Tag && m.a->relation == Relation::Multiplicative && m.row_only
+                                 ? 1 : m.extra_count;
+            for (int64_t x = 0; x < points; x++) {
                 Elem &e = st.members[member_of[i]][static_cast<size_t>(x)];
                 size_t at = static_cast<size_t>(f.per_row ? row : row * m.extra_count + x);
                 size_t slot = static_cast<size_t>(f.slot);
@@ -828,7 +941,7 @@ struct StateCodec {
             const StateField &f = fields[i];
             const MemberRt &m = mem[member_of[i]];
             Tensor &t = out.fields.at(f.key);
-            for (int64_t x = 0; x < m.extra_count; x++) {
+            for (int64_t x = 0; x < (f.per_row ? 1 : m.extra_count); x++) {
                 const Elem &e = st.members[member_of[i]][static_cast<size_t>(x)];
                 size_t at = static_cast<size_t>(f.per_row ? row : row * m.extra_count + x);
                 size_t slot = static_cast<size_t>(f.slot);
@@ -862,25 +975,35 @@ PlanInterpOptions state_options() {
 }  // namespace
 
 ChainState merge_states(const Plan &plan, size_t chain, const SizeBinding &sizes, const std::map<std::string, Tensor> &context,
-                        const std::vector<StateField> &fields, const std::vector<const ChainState *> &states) {
+                        const std::vector<StateField> &fields, const std::vector<const ChainState *> &states,
+                        int64_t row_begin, int64_t row_end) {
     if (states.empty()) throw UserError({}, "merge of no partial states");
     Interp I(plan, sizes, state_options());
     std::vector<MemberRt> mem = I.state_members(plan.chains.at(chain), context);
     StateCodec codec(I, mem, fields);
+    bool block = row_end >= 0;
+    if (!block) row_end = I.rows();
+    if (row_begin < 0 || row_begin > row_end || row_end > I.rows())
+        throw UserError({}, "rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) + ") are not rows of the chain's " +
+                                std::to_string(I.rows()));
     ChainState out;
     for (const ChainState *s : states) {
-        codec.check(*s);
+        codec.check(*s, block ? row_end - row_begin : -1);
         out.n += s->n;
     }
     for (size_t i = 0; i < fields.size(); i++) {
         std::vector<int64_t> shape = field_shape(I, mem[codec.member_of[i]], fields[i], out.n);
+        if (block) {
+            shape.erase(shape.begin(), shape.begin() + static_cast<long>(I.row_shape().size()));
+            shape.insert(shape.begin(), row_end - row_begin);
+        }
         out.fields[fields[i].key] = Tensor::filled(shape, 0.0);
     }
-    for (int64_t r = 0; r < I.rows(); r++) {
-        I.row(r);
-        State acc = codec.unpack(*states[0], r);
-        for (size_t i = 1; i < states.size(); i++) acc = I.merged(acc, codec.unpack(*states[i], r), mem);
-        codec.pack(acc, out, r);
+    for (int64_t r = row_begin; r < row_end; r++) {
+        I.row(r);  // δ and α read row inputs at the global row
+        State acc = codec.unpack(*states[0], r - row_begin);
+        for (size_t i = 1; i < states.size(); i++) acc = I.merged(acc, codec.unpack(*states[i], r - row_begin), mem);
+        codec.pack(acc, out, r - row_begin);
     }
     return out;
 }

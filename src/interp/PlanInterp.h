@@ -31,9 +31,12 @@ std::map<std::string, Tensor> run_plan(const Plan &plan, const SizeBinding &size
 /** The derived merge of exported partial states (shard/State.h) of the plan's chain `chain` (one
  *  pass), in the order given; `sizes` are the whole program's (the axis at its full length);
  *  `context` holds the row inputs the merge reads. UserError for a state whose fields are missing
- *  or shaped wrongly. */
+ *  or shaped wrongly. With row_end >= 0 the states hold only the rows [row_begin, row_end) of the
+ *  chain's flattened rows (each field shaped [row_end - row_begin, ...the rest]): a ring merges
+ *  one block of rows per rank. */
 ChainState merge_states(const Plan &plan, size_t chain, const SizeBinding &sizes, const std::map<std::string, Tensor> &context,
-                        const std::vector<StateField> &fields, const std::vector<const ChainState *> &states);
+                        const std::vector<StateField> &fields, const std::vector<const ChainState *> &states,
+                        int64_t row_begin = 0, int64_t row_end = -1);
 
 /** The derived epilogue of a state that covers the whole axis: the program's outputs by name. */
 std::map<std::string, Tensor> finalize_states(const Plan &plan, size_t chain, const SizeBinding &sizes,

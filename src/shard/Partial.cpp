@@ -349,6 +349,7 @@ nlohmann::json PartialProgram::layout() const {
     j["offset_input"] = offset_input;
     j["axis_size_input"] = axis_size_input;
     j["topk_limit"] = topk_limit;
+    j["row_rank"] = row_rank;
     j["sharded_inputs"] = nlohmann::json::object();
     for (const auto &[n, d] : sharded_inputs) j["sharded_inputs"][n] = d;
     j["context_inputs"] = context_inputs;
@@ -403,6 +404,7 @@ PartialProgram derive_partial(const Compilation &c, const std::string &axis, int
     const PassPlan &pass = chain.passes[0];
     Builder b(c, chain, topk_limit);
     b.res.chain = ci;
+    b.res.row_rank = chain.n_row;
     b.res.axis = chain.axes[0];
     b.res.axis_size = chain.axis_extents[0]->name;
     b.res.topk_limit = topk_limit;

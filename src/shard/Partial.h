@@ -32,6 +32,7 @@ struct PartialProgram {
     std::vector<StateField> fields;          ///< the partial program's outputs, in order
     std::vector<std::string> context_inputs; ///< row inputs that the merge or the epilogue read
     int64_t topk_limit = 0;                  ///< > 0: top-k members keep min(k, topk_limit) candidates
+    size_t row_rank = 0;                     ///< leading dimensions of every field that are the chain's row
     nlohmann::json layout() const;           ///< the above as JSON (docs/sharding.md)
 };
 

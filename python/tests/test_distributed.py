@@ -1,0 +1,119 @@
+"""redfuse.distributed.run over torch.distributed with Gloo: 2 and 4 local processes on the
+loopback address, each holding an uneven shard (one of length 1), for every sharding case, in both
+modes; the result must equal the single-process kernel's on every rank. Bounded in time: a child
+that hangs fails the test instead of hanging it."""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import sys
+import traceback
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+HERE = os.path.dirname(__file__)
+TIMEOUT_S = 240
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker(rank: int, world: int, port: int, names, modes, results) -> None:
+    sys.path.insert(0, HERE)
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import torch.distributed as dist  # noqa: PLC0415
+
+    import redfuse  # noqa: PLC0415
+    from sharding_cases import cases, close, splits  # noqa: PLC0415
+
+    torch.set_num_threads(1)
+    errors = []
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=60))
+        all_cases = cases()
+        for name in names:
+            spec, inputs, tol = all_cases[name]
+            k = redfuse.compile(spec, target="cpu", threads=1)
+            want = k(*inputs)
+            want = want if isinstance(want, tuple) else (want,)
+            lay = k.partial(*inputs, axis_slice=(0, 1)).kernel._partials[("", 0)].layout
+            dims = {t.name: lay["sharded_inputs"].get(t.name) for t in k.inputs}
+            length = next(x.shape[dims[t.name]] for x, t in zip(inputs, k.inputs) if dims[t.name] is not None)
+            # ranks hold the shards in reverse order: the merge follows the axis, not the rank
+            lo, hi = splits(length, world)[world - 1 - rank]
+            for mode in modes:
+                for how in ("slice", "offset"):
+                    if how == "slice":
+                        got = redfuse.distributed.run(k, *inputs, axis_slice=(lo, hi), mode=mode)
+                    else:
+                        shard = [x.narrow(dims[t.name], lo, hi - lo) if dims[t.name] is not None else x
+                                 for x, t in zip(inputs, k.inputs)]
+                        got = redfuse.distributed.run(k, *shard, axis_offset=lo, axis_size=length, mode=mode)
+                    got = got if isinstance(got, tuple) else (got,)
+                    for g, w in zip(got, want):
+                        msg = close(g, w, tol)
+                        if msg:
+                            errors.append(f"rank {rank} {name} {mode} {how}: {msg}")
+        # A bad input on one rank raises on every rank (nobody waits forever).
+        spec, inputs, _ = all_cases["variance"]
+        k = redfuse.compile(spec, target="cpu", threads=1)
+        bad = (0, 10**6) if rank == 0 else (0, 1)
+        try:
+            redfuse.distributed.run(k, *inputs, axis_slice=bad)
+            errors.append(f"rank {rank}: a bad axis_slice on rank 0 did not raise")
+        except (ValueError, RuntimeError) as e:
+            if rank != 0 and "rank 0" not in str(e):
+                errors.append(f"rank {rank}: the error does not name rank 0: {e}")
+        # Shards that do not tile the axis are refused on every rank.
+        try:
+            redfuse.distributed.run(k, *inputs, axis_slice=(0, 5))
+            errors.append(f"rank {rank}: overlapping shards did not raise")
+        except ValueError as e:
+            if "tile" not in str(e):
+                errors.append(f"rank {rank}: unexpected error for overlapping shards: {e}")
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        errors.append(f"rank {rank}: {traceback.format_exc()}")
+    results.put((rank, errors))
+
+
+def run_world(world: int, names, modes) -> None:
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, world, port, names, modes, results)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(TIMEOUT_S)
+    hung = [r for r, p in enumerate(procs) if p.is_alive()]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    assert not hung, f"ranks {hung} did not finish in {TIMEOUT_S} s"
+    errors = []
+    seen = set()
+    while not results.empty():
+        rank, errs = results.get()
+        seen.add(rank)
+        errors.extend(errs)
+    assert seen == set(range(world)), f"ranks {sorted(set(range(world)) - seen)} reported nothing (crashed)"
+    assert not errors, "\n".join(errors)
+
+
+ALL = ["attention", "attention_causal", "decode_gqa", "moe_routing", "variance", "linear_cross_entropy"]
+
+
+def test_two_processes_both_modes():
+    run_world(2, ALL, ["allgather", "ring"])
+
+
+def test_four_processes_both_modes():
+    run_world(4, ALL, ["allgather", "ring"])
