@@ -152,10 +152,11 @@ def partial(kernel: Any, inputs: Sequence[Any], axis_slice: Optional[Tuple[int, 
         tensors[f["key"]] = t
     sizes = dict(p.kernel._core.sizes(_size_views(p.kernel, list(inputs) + extra), []))
     sizes.pop(lay["shard_size"], None)
+    bound = any(lay["axis_size"] in t.shape for t in p.kernel.inputs if t.name not in sharded)
     if axis_size is not None:
         sizes[lay["axis_size"]] = int(axis_size)
-    else:
-        sizes.pop(lay["axis_size"], None)  # bound when the merged states cover the axis
+    elif not bound:
+        sizes.pop(lay["axis_size"], None)  # a default, not the axis: bound when the merged states cover it
     context = {c: x for c, x in zip(names, inputs) if c in lay["context_inputs"]}
     return State(kernel, tensors, n, lay["axis"], sizes, context)
 

@@ -54,6 +54,10 @@ def run(kernel: Any, *inputs: Any, axis_slice: Optional[Tuple[int, int]] = None,
     dist = _dist()
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs):
+        opts = {"axis_slice": axis_slice, "axis_offset": axis_offset, "axis_size": axis_size, "axis": axis,
+                "group": group, "mode": mode, "stats": stats}
+        return _with_grad(kernel, opts, inputs)
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     state, error = None, None
     try:
@@ -72,8 +76,10 @@ def run(kernel: Any, *inputs: Any, axis_slice: Optional[Tuple[int, int]] = None,
         if error is not None:
             raise error
         raise RuntimeError("redfuse.distributed.run failed on rank " + "; rank ".join(f"{r}: {msg}" for r, msg in failed))
-    _check_tiling(metas)
+    total = _check_tiling(metas)
     assert state is not None
+    lay = _partial._partial_for(kernel, state.axis, 0).layout
+    state._sizes.setdefault(lay["axis_size"], total)  # row blocks of a ring cover part of the axis
     if world == 1:
         return kernel.finalize(state)
     sent = 0
@@ -86,11 +92,106 @@ def run(kernel: Any, *inputs: Any, axis_slice: Optional[Tuple[int, int]] = None,
     return kernel.finalize(merged)
 
 
+# ---- the backward: the derived backward on each rank's shard, with the global row statistics
+
+def _with_grad(kernel: Any, opts: Dict[str, Any], inputs: Sequence[Any]) -> Any:
+    import torch  # noqa: PLC0415
+
+    train = kernel._training()
+    if train is None:
+        raise ValueError(f"no derived backward for this kernel: {kernel._no_grad_reason}")
+
+    class ShardedChain(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *tensors: Any) -> Any:
+            # The forward with residuals (attention's row log-sum-exp L), merged over every rank:
+            # the backward reads the global statistics, as ring attention's backward does.
+            outs = run(train.forward, *tensors, **opts)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            ctx.save_for_backward(*tensors, *outs)
+            ctx.n_inputs = len(tensors)
+            ctx.mark_non_differentiable(*outs[train.n_outputs:])
+            return tuple(outs[:train.n_outputs]) + tuple(outs[train.n_outputs:])
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> Any:
+            saved = ctx.saved_tensors
+            return tuple(_backward(kernel, train, opts, saved[:ctx.n_inputs], saved[ctx.n_inputs:], grads))
+
+    outs = ShardedChain.apply(*inputs)
+    outs = outs[:train.n_outputs]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _shard_backward(kernel: Any, train: Any, sharded: Dict[str, int]) -> Tuple[Any, Dict[str, Any]]:
+    import json  # noqa: PLC0415
+
+    from . import Kernel, _redfuse  # noqa: PLC0415
+
+    cached = getattr(train, "_sharded_backward", None)
+    if cached is None:
+        text, layout = _redfuse.shard_program(train.backward._spec, sorted(sharded.items()))
+        target = "cpu" if kernel.target == "auto" else kernel.target
+        core = _redfuse.compile(text, target, **kernel._build)
+        cached = (Kernel(core, text, kernel.target, None, custom_op=False, build=kernel._build), json.loads(layout))
+        train._sharded_backward = cached
+    return cached
+
+
+def _backward(kernel: Any, train: Any, opts: Dict[str, Any], ins: Sequence[Any], outs: Sequence[Any],
+              grads: Sequence[Any]) -> List[Any]:
+    import torch  # noqa: PLC0415
+
+    dist = _dist()
+    group = opts["group"]
+    lay = _partial._partial_for(train.forward, opts["axis"], 0).layout
+    sharded = dict(lay["sharded_inputs"])
+    bk, blay = _shard_backward(kernel, train, sharded)
+    by_name: Dict[str, Any] = {s.name: t for s, t in zip(train.inputs, ins)}
+    slice_mode = opts["axis_slice"] is not None
+    lo = int(opts["axis_slice"][0]) if slice_mode else int(opts["axis_offset"])
+    hi = int(opts["axis_slice"][1]) if slice_mode else None
+    if slice_mode:
+        for name, dim in sharded.items():
+            by_name[name] = by_name[name].narrow(dim, lo, hi - lo)
+    by_name.update({s.name: t for s, t in zip(train.forward.outputs, outs)})
+    names = [s.name for s in train.forward.outputs]
+    for output, adjoint in train.adjoint_of.items():
+        j = names.index(output)
+        g = grads[j] if j < len(grads) else None
+        by_name[adjoint] = torch.zeros_like(outs[j]) if g is None else g.contiguous()
+    if blay["offset_input"]:
+        by_name[blay["offset_input"]] = torch.tensor(lo, dtype=torch.int64, device=ins[0].device)
+    if blay["axis_size_input"]:
+        total = opts["axis_size"]
+        if total is None:
+            sizes = [0] * dist.get_world_size(group)
+            dist.all_gather_object(sizes, int(next(by_name[n].shape[d] for n, d in sharded.items())), group=group)
+            total = sum(sizes)
+        by_name[blay["axis_size_input"]] = torch.tensor(int(total), dtype=torch.int64, device=ins[0].device)
+    results = bk(*[by_name[s.name] for s in bk.inputs])
+    results = results if isinstance(results, tuple) else (results,)
+    gradient: Dict[str, Any] = {}
+    for out, r in zip(blay["outputs"], results):
+        if out["kind"] == "partial_sum":
+            r = r.contiguous()
+            dist.all_reduce(r, op=dist.ReduceOp.SUM, group=group)  # this shard's terms of the sum over the axis
+        elif out["kind"] == "sharded" and slice_mode:
+            whole_input = next(t for s, t in zip(train.inputs, ins) if train.gradient_of.get(s.name) == out["name"])
+            full = torch.zeros(whole_input.shape, dtype=r.dtype, device=r.device)
+            full.narrow(out["dim"], lo, hi - lo).copy_(r)
+            dist.all_reduce(full, op=dist.ReduceOp.SUM, group=group)  # whole inputs: every rank gets the whole gradient
+            r = full
+        gradient[out["name"]] = r
+    return [gradient[train.gradient_of[s.name]].to(t.dtype) if s.name in train.gradient_of else None
+            for s, t in zip(train.inputs, ins)]
+
+
 def _shapes(state: State) -> Dict[str, Tuple[int, ...]]:
     return {k: tuple(t.shape) for k, t in state.tensors.items()}
 
 
-def _check_tiling(metas: Sequence[Any]) -> None:
+def _check_tiling(metas: Sequence[Any]) -> int:
     ranges = sorted((m[1], m[1] + m[2], r) for r, m in enumerate(metas))
     at = 0
     for lo, hi, r in ranges:
@@ -101,6 +202,7 @@ def _check_tiling(metas: Sequence[Any]) -> None:
     sizes = {m[4] for m in metas if m[4] is not None}
     if sizes and sizes != {at}:
         raise ValueError(f"the shards cover {at} positions but axis_size says {sorted(sizes)}")
+    return at
 
 
 def _pack(state: State, keys: Sequence[str], index: Dict[str, bool], dtype: Any, device: Any) -> Tuple[Any, Any]:

@@ -24,6 +24,7 @@
 #include "driver/HostTarget.h"
 #include "driver/Kernel.h"
 #include "grad/Grad.h"
+#include "shard/ShardProgram.h"
 #include "spec/Frontend.h"
 #include "py_kernel.h"
 #include "fuse/Strategy.h"
@@ -187,6 +188,15 @@ NB_MODULE(_redfuse, m) {
               });
           },
           nb::arg("spec"), nb::arg("wrt"), nb::arg("straight_through"));
+    m.def("shard_program",
+          [](const std::string &spec, const std::vector<std::pair<std::string, size_t>> &sharded) {
+              // A program on one shard of an axis (docs/sharding.md, "Backward"): (spec text, layout JSON).
+              return translated("<spec>", [&] {
+                  rf::ArenaScope arena;
+                  rf::ShardedProgram sp = rf::shard_program(rf::parse_program(spec, "<spec>"), sharded);
+                  return std::make_pair(sp.spec, sp.layout().dump());
+              });
+          });
     m.def("builds", [] { return rf::kernel_builds(); });
     m.def("_set_torch", &set_torch);
     nb::class_<PyCall>(m, "Call").def_prop_ro("output_shapes", [](const PyCall &c) { return c.output_shapes; });

@@ -84,11 +84,68 @@ def worker(rank: int, world: int, port: int, names, modes, results) -> None:
     results.put((rank, errors))
 
 
-def run_world(world: int, names, modes) -> None:
+def reference_attention(q, k, v, w, causal: bool):
+    """Single-process autograd of the same math in float64: (output, dQ, dK, dV) of sum(O * w)."""
+    qr, kr, vr = [t.double().requires_grad_() for t in (q, k, v)]
+    s = qr @ kr.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(~torch.ones(s.shape[-2], n, dtype=torch.bool).tril(), float("-inf"))
+    o = torch.softmax(s, -1) @ vr
+    (o * w.double()).sum().backward()
+    return o.detach(), qr.grad, kr.grad, vr.grad
+
+
+def grad_worker(rank: int, world: int, port: int, names, modes, results) -> None:
+    """The gradient of a sharded attention (global row statistics, dQ summed over ranks) against
+    single-process autograd, with whole inputs (axis_slice) and with shards (axis_offset)."""
+    sys.path.insert(0, HERE)
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import torch.distributed as dist  # noqa: PLC0415
+
+    import redfuse  # noqa: PLC0415
+    from sharding_cases import close, example, splits  # noqa: PLC0415
+
+    torch.set_num_threads(1)
+    errors = []
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=60))
+        g = torch.Generator().manual_seed(1)
+        B, H, N, D = 1, 2, 17, 8
+        q, k, v = (torch.randn(B, H, N, D, generator=g).bfloat16() for _ in range(3))
+        w = torch.randn(B, H, N, D, generator=g)
+        for name in names:
+            causal = name == "attention_causal"
+            kern = redfuse.compile(example(name), target="cpu", threads=1)
+            o_ref, dq_ref, dk_ref, dv_ref = reference_attention(q, k, v, w, causal)
+            lo, hi = splits(N, world)[world - 1 - rank]
+            for how in ("offset", "slice"):
+                qg = q.clone().requires_grad_()
+                if how == "offset":
+                    kg, vg = (t[:, :, lo:hi].clone().requires_grad_() for t in (k, v))
+                    o = redfuse.distributed.run(kern, qg, kg, vg, axis_offset=lo, mode=modes[0])
+                    dk_want, dv_want = dk_ref[:, :, lo:hi], dv_ref[:, :, lo:hi]
+                else:
+                    kg, vg = (t.clone().requires_grad_() for t in (k, v))
+                    o = redfuse.distributed.run(kern, qg, kg, vg, axis_slice=(lo, hi), mode=modes[-1])
+                    dk_want, dv_want = dk_ref, dv_ref
+                (o.float() * w).sum().backward()
+                for what, got, want in (("O", o, o_ref), ("dQ", qg.grad, dq_ref), ("dK", kg.grad, dk_want), ("dV", vg.grad, dv_want)):
+                    msg = close(got.double(), want, 3e-2)
+                    if msg:
+                        errors.append(f"rank {rank} {name} {how} {what}: {msg}")
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        errors.append(f"rank {rank}: {traceback.format_exc()}")
+    results.put((rank, errors))
+
+
+def run_world(world: int, names, modes, target=None) -> None:
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, world, port, names, modes, results)) for r in range(world)]
+    procs = [ctx.Process(target=target or worker, args=(r, world, port, names, modes, results)) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
@@ -117,3 +174,11 @@ def test_two_processes_both_modes():
 
 def test_four_processes_both_modes():
     run_world(4, ALL, ["allgather", "ring"])
+
+
+def test_backward_of_sharded_attention_matches_single_process_autograd():
+    run_world(2, ["attention_causal", "attention"], ["allgather", "ring"], target=grad_worker)
+
+
+def test_backward_with_four_ranks():
+    run_world(4, ["attention_causal"], ["ring", "allgather"], target=grad_worker)
