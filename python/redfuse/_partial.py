@@ -85,15 +85,25 @@ def _scalar(like: Any, value: int) -> Any:
     return np.array(value, dtype=np.int64)
 
 
-def _host64(x: Any) -> np.ndarray:
+_HOST_DTYPES = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtype(np.int64): "i64",
+                np.dtype(np.int32): "i32"}
+
+
+def _host(x: Any) -> np.ndarray:
+    """A dense host array of a dtype the C++ layer widens itself (f64, f32, i64, i32)."""
     if _is_torch(x):
-        x = x.detach().to("cpu").double().numpy()
-    return np.ascontiguousarray(np.asarray(x, dtype=np.float64))
+        x = x.detach()
+        if x.dtype not in (sys.modules["torch"].float32, sys.modules["torch"].float64,
+                           sys.modules["torch"].int64, sys.modules["torch"].int32):
+            x = x.double()
+        x = x.to("cpu").contiguous().numpy()
+    a = np.ascontiguousarray(x)
+    return a if a.dtype in _HOST_DTYPES else a.astype(np.float64)
 
 
 def _array_views(arrays: Dict[str, Any]) -> Tuple[List[tuple], List[np.ndarray]]:
-    keep = [_host64(v) for v in arrays.values()]
-    views = [(k, a.ctypes.data, list(a.shape)) for k, a in zip(arrays, keep)]
+    keep = [_host(v) for v in arrays.values()]
+    views = [(k, a.ctypes.data, list(a.shape), _HOST_DTYPES[a.dtype]) for k, a in zip(arrays, keep)]
     return views, keep
 
 

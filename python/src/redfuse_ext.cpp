@@ -82,7 +82,7 @@ PyKernel compile_spec(const std::string &spec, const std::string &target, const 
 
 // ---- Partial states (docs/sharding.md): float64 host arrays cross as (address, shape) and come back
 // as (shape, bytes); the Python layer converts them to and from torch/NumPy.
-using PyArray = std::tuple<std::string, uintptr_t, std::vector<int64_t>>;            // name, address, shape
+using PyArray = std::tuple<std::string, uintptr_t, std::vector<int64_t>, std::string>;  // name, address, shape, dtype
 using PyState = std::pair<int64_t, std::vector<PyArray>>;                            // n, fields
 using PyResult = std::vector<std::tuple<std::string, std::vector<int64_t>, nb::bytes>>;  // name, shape, data
 
@@ -92,9 +92,17 @@ struct PyPartial {
 
 std::map<std::string, rf::Tensor> tensors_of(const std::vector<PyArray> &arrays) {
     std::map<std::string, rf::Tensor> out;
-    for (const auto &[name, addr, shape] : arrays) {
+    for (const auto &[name, addr, shape, dtype] : arrays) {
         rf::Tensor t = rf::Tensor::filled(shape, 0.0);
-        if (t.numel() > 0) std::memcpy(t.data.data(), reinterpret_cast<const void *>(addr), sizeof(double) * t.data.size());
+        const void *p = reinterpret_cast<const void *>(addr);
+        size_t n = t.data.size();
+        // Dense host arrays of the dtypes states are made of, widened to float64 here (no copy in Python).
+        if (dtype == "f64") std::memcpy(t.data.data(), p, sizeof(double) * n);
+        else if (dtype == "f32") std::copy_n(static_cast<const float *>(p), n, t.data.begin());
+        else if (dtype == "i64") std::copy_n(static_cast<const int64_t *>(p), n, t.data.begin());
+        else if (dtype == "i32") std::copy_n(static_cast<const int32_t *>(p), n, t.data.begin());
+        else throw rf::ArgumentError(rf::ArgumentError::Kind::Dtype, "state field '" + name + "' has dtype " + dtype +
+                                                                      "; states hold f64, f32, i64 or i32");
         out[name] = std::move(t);
     }
     return out;

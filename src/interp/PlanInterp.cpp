@@ -5,6 +5,10 @@
  * cascades (prologues over other axes, element-wise outputs) are evaluated literally.
  */
 #include "interp/PlanInterp.h"
+#include "interp/Pointwise.h"
+
+#include <optional>
+#include <unordered_map>
 
 #include <algorithm>
 #include <cmath>
@@ -169,10 +173,19 @@ private:
             t_[d.name] = std::move(out);
             return;
         }
-        Evaluator ev(env(nullptr, nullptr, false));
         std::vector<int64_t> idx(d.vars.size(), 0);
+        std::optional<PointwiseFn> fast = opts_.f32 ? std::nullopt : compile_pointwise(d, t_, sizes_);
+        Evaluator ev(env(nullptr, nullptr, false));
         for (int64_t flat = 0; flat < out.numel(); flat++) {
-            idx = out.unravel(flat);
+            if (flat > 0)  // the next index in row-major order (no unravel per element)
+                for (size_t i = d.vars.size(); i-- > 0;) {
+                    if (++idx[i] < out.shape[i]) break;
+                    idx[i] = 0;
+                }
+            if (fast) {
+                out.data[static_cast<size_t>(flat)] = (*fast)(idx.data());
+                continue;
+            }
             for (size_t i = 0; i < d.vars.size(); i++) ev.bind(d.vars[i], static_cast<double>(idx[i]));
             out.data[static_cast<size_t>(flat)] = ev.eval(d.body);
         }
@@ -201,9 +214,16 @@ private:
                     return (sanitize && !std::isfinite(v)) ? 0.0 : v;
                 }
             }
-            auto it = t_.find(l->name);
-            RF_INTERNAL_ASSERT(it != t_.end()) << "tensor " << l->name << " read before it is computed";
-            return it->second.data[static_cast<size_t>(it->second.offset(idx, l->args.size()))];
+            // The tensor of a load node, found by name once (map nodes stay put as tensors are added).
+            auto cached = load_cache_.find(l);
+            const Tensor *t = cached != load_cache_.end() ? cached->second : nullptr;
+            if (!t) {
+                auto it = t_.find(l->name);
+                RF_INTERNAL_ASSERT(it != t_.end()) << "tensor " << l->name << " read before it is computed";
+                t = &it->second;
+                load_cache_[l] = t;
+            }
+            return t->data[static_cast<size_t>(t->offset(idx, l->args.size()))];
         };
         return e;
     }
@@ -783,15 +803,14 @@ private:
                 }
                 continue;
             }
+            std::vector<int64_t> idx(row_);
+            idx.resize(row_.size() + m.extra_shape.size());
             for (int64_t x = 0; x < m.extra_count; x++) {
-                std::vector<int64_t> idx(row_);
                 int64_t rem = x;
-                std::vector<int64_t> ex(m.extra_shape.size());
                 for (size_t i = m.extra_shape.size(); i-- > 0;) {
-                    ex[i] = rem % m.extra_shape[i];
+                    idx[row_.size() + i] = rem % m.extra_shape[i];
                     rem /= m.extra_shape[i];
                 }
-                idx.insert(idx.end(), ex.begin(), ex.end());
                 if (m.def->is_topk()) {
                     Tensor &ind = t_[m.def->index_name];
                     for (int64_t s = 0; s < m.k; s++) {
@@ -821,6 +840,7 @@ private:
 
     bool final_mode_ = false;  // while writing a row's outputs, members are read from the tensors
     bool from_states_ = false; // merging or finalizing states exported by partial programs
+    std::unordered_map<Expr, const Tensor *> load_cache_;
 
     const Plan &plan_;
     const Program &p_;

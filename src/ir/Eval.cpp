@@ -39,11 +39,9 @@ double eval_func(Func f, double x) {
     return NAN;
 }
 
-namespace {
 // NaN-propagating max/min (like torch.max), so a NaN is never silently dropped.
 double nan_max(double a, double b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
 double nan_min(double a, double b) { return (a != a || b != b) ? NAN : (a < b ? a : b); }
-}  // namespace
 
 double Evaluator::round(double v) const { return env_.f32 ? static_cast<double>(static_cast<float>(v)) : v; }
 

@@ -49,6 +49,9 @@ private:
 double eval_sub(double a, double b);
 double eval_div(double a, double b);
 double eval_func(Func f, double x);
+/** max/min that propagate NaN (element-wise `max(a, b)` of the language). */
+double nan_max(double a, double b);
+double nan_min(double a, double b);
 
 /** The identity of a reduction (0, 1, -inf for max/argmax/top-k, +inf for min/argmin). */
 double reduce_identity(ReduceOp op);

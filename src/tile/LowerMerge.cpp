@@ -118,7 +118,13 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
             out.push_back(over_extra(m, [&](Expr x) {
                 std::vector<Expr> bad;
                 for (Expr d : deltas(m, x, fin)) bad.push_back(make_not(is_finite(d)));
-                return std::vector<StmtP>{if_then(any(bad), {assign(local_var(lit, SType::Int), int_c(1))})};
+                Expr recompute = any(bad);
+                // A sum whose every term was 0 (a fully masked row: exp(S - m) with S = m = -inf, 0 in
+                // the language) is 0 literally too: no second pass over the row (which, for a chain on
+                // a shard where most rows see only masked keys, would be most rows).
+                if (m.form == Form::Mult && a.op == ReduceOp::Sum)
+                    recompute = make_and(recompute, make_cmp(CmpOp::NE, acc(P, m, x), real_c(0)));
+                return std::vector<StmtP>{if_then(recompute, {assign(local_var(lit, SType::Int), int_c(1))})};
             }));
         }
         auto target = [&](const std::string &name, Expr x, Expr slot) {
