@@ -397,6 +397,95 @@ size_t pick_chain(const Compilation &c, const std::string &axis) {
 
 }  // namespace
 
+namespace {
+
+/** The prologue (QKᵀ), users first: each is indexed by the axis at the position members read it. */
+void shard_prologue(Builder &b, const Program &p, const std::set<std::string> &prologue) {
+    std::vector<TensorDef> pro;
+    for (auto it = p.defs.rbegin(); it != p.defs.rend(); ++it) {
+        if (!prologue.count(it->name)) continue;
+        TensorDef d = *it;
+        b.loc.loc = d.loc;
+        auto marked = b.loc.marks.find(d.name);
+        std::string ax;
+        if (marked != b.loc.marks.end()) {
+            if (marked->second.size() != 1)
+                throw UserError(d.loc, "'" + d.name + "' is read along the sharded axis at several positions");
+            size_t pos = *marked->second.begin();
+            ax = d.vars[pos]->name;
+            d.extents[pos] = b.shard;
+        }
+        d.body = b.loc.rewrite(d.body, ax);
+        pro.insert(pro.begin(), d);
+    }
+    for (TensorDef &d : b.out.defs) pro.push_back(std::move(d));
+    b.out.defs = std::move(pro);
+}
+
+/** Every other definition is the epilogue: it runs on the host from the final members, so it may
+ *  read row inputs (kept in the state as context) but nothing along the axis. */
+void check_epilogue(Builder &b, const Program &p, const std::set<std::string> &members, const std::set<std::string> &prologue) {
+    for (const TensorDef &d : p.defs) {
+        if (members.count(d.name) || prologue.count(d.name)) continue;
+        if (d.is_reduction())
+            throw UserError(d.loc, "'" + d.name + "' is a reduction outside the chain over '" + b.res.axis +
+                                       "': partial states split a program with one chain");
+        visit(d.body, [&](Expr n) {
+            if (n->kind != Kind::Load) return;
+            if (b.loc.marks.count(n->name) || prologue.count(n->name))
+                throw UserError(d.loc, "'" + d.name + "' reads '" + n->name + "' along the sharded axis '" + b.res.axis +
+                                           "': the outputs are computed from the merged state alone; output the "
+                                           "row statistics and apply them to each shard instead");
+            if (p.find_input(n->name)) b.context.insert(n->name);
+        });
+    }
+}
+
+/** Inputs: shards along the marked dimension, whose extent was the axis's size. */
+void shard_inputs(Builder &b, const Program &p) {
+    for (const InputDecl &in : p.inputs) {
+        InputDecl d = in;
+        auto marked = b.loc.marks.find(in.name);
+        if (marked != b.loc.marks.end()) {
+            if (marked->second.size() != 1)
+                throw UserError(in.loc, "input '" + in.name + "' is indexed by the sharded axis in several dimensions");
+            size_t pos = *marked->second.begin();
+            if (!(in.dims[pos]->kind == Kind::Var && in.dims[pos]->name == b.res.axis_size))
+                throw UserError(in.loc, "input '" + in.name + "' is read along the sharded axis in a dimension of extent " +
+                                            print_spec_expr(in.dims[pos]) + ", not " + b.res.axis_size);
+            d.dims[pos] = b.shard;
+            b.res.sharded_inputs.push_back({in.name, pos});
+            if (b.context.count(in.name))
+                throw UserError(in.loc, "input '" + in.name + "' is sharded along the axis but read per row by the merge");
+        }
+        b.out.inputs.push_back(d);
+    }
+}
+
+/** A sharded tensor read at another index than an axis variable anywhere in the partial program. */
+void check_sharded_loads(const Builder &b) {
+    for (const TensorDef &d : b.out.defs) {
+        std::set<std::string> axes;
+        visit(d.body, [&](Expr n) {
+            if (n->kind == Kind::Reduce)
+                for (size_t i = 0; i < n->num_axes(); i++) axes.insert(n->axis(i)->name);
+        });
+        for (Expr v : d.vars) axes.insert(v->name);
+        visit(d.body, [&](Expr n) {
+            auto m = n->kind == Kind::Load ? b.loc.marks.find(n->name) : b.loc.marks.end();
+            if (m == b.loc.marks.end()) return;
+            for (size_t pos : m->second) {
+                Expr ix = n->args[pos];
+                if (!(ix->kind == Kind::Var && axes.count(ix->name)))
+                    throw UserError(d.loc, "'" + n->name + "' is read at " + print_spec_expr(ix) +
+                                               " in a dimension that is sharded along '" + b.res.axis + "'");
+            }
+        });
+    }
+}
+
+}  // namespace
+
 PartialProgram derive_partial(const Compilation &c, const std::string &axis, int64_t topk_limit) {
     const Program &p = c.program;
     size_t ci = pick_chain(c, axis);
@@ -432,84 +521,11 @@ PartialProgram derive_partial(const Compilation &c, const std::string &axis, int
         if (d->is_topk()) members.insert(d->index_name);
         b.member(*d, pass.members_exec[k]);
     }
-
-    // The prologue (QKᵀ), users first: each is indexed by the axis at the position members read it.
     std::set<std::string> prologue(chain.prologue.begin(), chain.prologue.end());
-    std::vector<TensorDef> pro;
-    for (auto it = p.defs.rbegin(); it != p.defs.rend(); ++it) {
-        if (!prologue.count(it->name)) continue;
-        TensorDef d = *it;
-        b.loc.loc = d.loc;
-        auto marked = b.loc.marks.find(d.name);
-        std::string ax;
-        if (marked != b.loc.marks.end()) {
-            if (marked->second.size() != 1)
-                throw UserError(d.loc, "'" + d.name + "' is read along the sharded axis at several positions");
-            size_t pos = *marked->second.begin();
-            ax = d.vars[pos]->name;
-            d.extents[pos] = b.shard;
-        }
-        d.body = b.loc.rewrite(d.body, ax);
-        pro.insert(pro.begin(), d);
-    }
-    std::vector<TensorDef> defs = std::move(pro);
-    for (TensorDef &d : b.out.defs) defs.push_back(std::move(d));
-    b.out.defs = std::move(defs);
-
-    // Every other definition is the epilogue: it runs on the host from the final members, so it may
-    // read row inputs (kept in the state as context) but nothing along the axis.
-    for (const TensorDef &d : p.defs) {
-        if (members.count(d.name) || prologue.count(d.name)) continue;
-        if (d.is_reduction())
-            throw UserError(d.loc, "'" + d.name + "' is a reduction outside the chain over '" + b.res.axis +
-                                       "': partial states split a program with one chain");
-        visit(d.body, [&](Expr n) {
-            if (n->kind != Kind::Load) return;
-            if (b.loc.marks.count(n->name) || prologue.count(n->name))
-                throw UserError(d.loc, "'" + d.name + "' reads '" + n->name + "' along the sharded axis '" + b.res.axis +
-                                           "': the outputs are computed from the merged state alone; output the "
-                                           "row statistics and apply them to each shard instead");
-            if (p.find_input(n->name)) b.context.insert(n->name);
-        });
-    }
-
-    // Inputs: shards along the marked dimension, whose extent was the axis's size.
-    for (const InputDecl &in : p.inputs) {
-        InputDecl d = in;
-        auto marked = b.loc.marks.find(in.name);
-        if (marked != b.loc.marks.end()) {
-            if (marked->second.size() != 1)
-                throw UserError(in.loc, "input '" + in.name + "' is indexed by the sharded axis in several dimensions");
-            size_t pos = *marked->second.begin();
-            if (!(in.dims[pos]->kind == Kind::Var && in.dims[pos]->name == b.res.axis_size))
-                throw UserError(in.loc, "input '" + in.name + "' is read along the sharded axis in a dimension of extent " +
-                                            print_spec_expr(in.dims[pos]) + ", not " + b.res.axis_size);
-            d.dims[pos] = b.shard;
-            b.res.sharded_inputs.push_back({in.name, pos});
-            if (b.context.count(in.name))
-                throw UserError(in.loc, "input '" + in.name + "' is sharded along the axis but read per row by the merge");
-        }
-        b.out.inputs.push_back(d);
-    }
-    // A sharded tensor read at another index than the axis variable somewhere in the chain.
-    for (const TensorDef &d : b.out.defs) {
-        std::set<std::string> axes;
-        visit(d.body, [&](Expr n) {
-            if (n->kind == Kind::Reduce)
-                for (size_t i = 0; i < n->num_axes(); i++) axes.insert(n->axis(i)->name);
-        });
-        for (Expr v : d.vars) axes.insert(v->name);
-        visit(d.body, [&](Expr n) {
-            auto m = n->kind == Kind::Load ? b.loc.marks.find(n->name) : b.loc.marks.end();
-            if (m == b.loc.marks.end()) return;
-            for (size_t pos : m->second) {
-                Expr ix = n->args[pos];
-                if (!(ix->kind == Kind::Var && axes.count(ix->name)))
-                    throw UserError(d.loc, "'" + n->name + "' is read at " + print_spec_expr(ix) +
-                                               " in a dimension that is sharded along '" + b.res.axis + "'");
-            }
-        });
-    }
+    shard_prologue(b, p, prologue);
+    check_epilogue(b, p, members, prologue);
+    shard_inputs(b, p);
+    check_sharded_loads(b);
     if (b.loc.used_offset) {
         b.out.inputs.push_back({off, {}, DType::i64, {}});
         b.res.offset_input = off;
@@ -519,8 +535,7 @@ PartialProgram derive_partial(const Compilation &c, const std::string &axis, int
         b.res.axis_size_input = tot;
     }
     b.res.context_inputs.assign(b.context.begin(), b.context.end());
-    b.res.spec = print_spec(b.out, {"partial program of " + (p.file.empty() ? std::string("a spec") : std::string("a chain")) +
-                                        " over one shard of its axis (redfuse partial)"});
+    b.res.spec = print_spec(b.out, {"partial program of a chain over one shard of its axis (redfuse partial)"});
     return b.res;
 }
 
