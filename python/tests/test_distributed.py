@@ -24,19 +24,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker(rank: int, world: int, port: int, names, modes, results) -> None:
+def join_group(rank: int, world: int, port: int) -> None:
+    """This process as rank `rank` of a Gloo group on the loopback address, one thread."""
     sys.path.insert(0, HERE)
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch.distributed as dist  # noqa: PLC0415
 
-    import redfuse  # noqa: PLC0415
-    from sharding_cases import cases, close, splits  # noqa: PLC0415
-
     torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+
+
+def worker(rank: int, world: int, port: int, names, modes, results) -> None:
+    import torch.distributed as dist  # noqa: PLC0415
+
+    import redfuse  # noqa: PLC0415
+
     errors = []
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=60))
+        join_group(rank, world, port)
+        from sharding_cases import cases, close, splits  # noqa: PLC0415
         all_cases = cases()
         for name in names:
             spec, inputs, tol = all_cases[name]
@@ -48,10 +55,13 @@ def worker(rank: int, world: int, port: int, names, modes, results) -> None:
             length = next(x.shape[dims[t.name]] for x, t in zip(inputs, k.inputs) if dims[t.name] is not None)
             # ranks hold the shards in reverse order: the merge follows the axis, not the rank
             lo, hi = splits(length, world)[world - 1 - rank]
+            sent = {}
             for mode in modes:
                 for how in ("slice", "offset"):
                     if how == "slice":
-                        got = redfuse.distributed.run(k, *inputs, axis_slice=(lo, hi), mode=mode)
+                        stats = {}
+                        got = redfuse.distributed.run(k, *inputs, axis_slice=(lo, hi), mode=mode, stats=stats)
+                        sent[mode] = stats["bytes_sent"]
                     else:
                         shard = [x.narrow(dims[t.name], lo, hi - lo) if dims[t.name] is not None else x
                                  for x, t in zip(inputs, k.inputs)]
@@ -61,6 +71,9 @@ def worker(rank: int, world: int, port: int, names, modes, results) -> None:
                         msg = close(g, w, tol)
                         if msg:
                             errors.append(f"rank {rank} {name} {mode} {how}: {msg}")
+            # The ring sends 2(P-1)/P of a state, the all-gather P-1 states (attention: no top-k).
+            if world > 2 and name == "attention" and not sent["ring"] < sent["allgather"]:
+                errors.append(f"rank {rank}: the ring sent {sent['ring']} bytes, the all-gather {sent['allgather']}")
         # A bad input on one rank raises on every rank (nobody waits forever).
         spec, inputs, _ = all_cases["variance"]
         k = redfuse.compile(spec, target="cpu", threads=1)
@@ -99,18 +112,14 @@ def reference_attention(q, k, v, w, causal: bool):
 def grad_worker(rank: int, world: int, port: int, names, modes, results) -> None:
     """The gradient of a sharded attention (global row statistics, dQ summed over ranks) against
     single-process autograd, with whole inputs (axis_slice) and with shards (axis_offset)."""
-    sys.path.insert(0, HERE)
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch.distributed as dist  # noqa: PLC0415
 
     import redfuse  # noqa: PLC0415
-    from sharding_cases import close, example, splits  # noqa: PLC0415
 
-    torch.set_num_threads(1)
     errors = []
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=60))
+        join_group(rank, world, port)
+        from sharding_cases import close, example, splits  # noqa: PLC0415
         g = torch.Generator().manual_seed(1)
         B, H, N, D = 1, 2, 17, 8
         q, k, v = (torch.randn(B, H, N, D, generator=g).bfloat16() for _ in range(3))

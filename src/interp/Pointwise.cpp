@@ -53,17 +53,7 @@ struct Compiler {
         case Kind::Pow: return binary(e, [](double b, double x) { return x == -1 ? eval_div(1.0, b) : std::pow(b, x); });
         case Kind::Cmp: {
             CmpOp op = e->cmp;
-            return binary(e, [op](double x, double y) -> double {
-                switch (op) {
-                case CmpOp::LT: return x < y;
-                case CmpOp::LE: return x <= y;
-                case CmpOp::GT: return x > y;
-                case CmpOp::GE: return x >= y;
-                case CmpOp::EQ: return x == y;
-                case CmpOp::NE: return x != y;
-                }
-                return 0;
-            });
+            return binary(e, [op](double x, double y) { return eval_cmp(op, x, y); });
         }
         case Kind::Select: {
             auto c = go(e->args[0]), a = go(e->args[1]), b = go(e->args[2]);

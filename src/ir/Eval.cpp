@@ -39,6 +39,18 @@ double eval_func(Func f, double x) {
     return NAN;
 }
 
+double eval_cmp(CmpOp op, double x, double y) {
+    switch (op) {
+    case CmpOp::LT: return x < y;
+    case CmpOp::LE: return x <= y;
+    case CmpOp::GT: return x > y;
+    case CmpOp::GE: return x >= y;
+    case CmpOp::EQ: return x == y;
+    case CmpOp::NE: return x != y;
+    }
+    return 0;
+}
+
 // NaN-propagating max/min (like torch.max), so a NaN is never silently dropped.
 double nan_max(double a, double b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
 double nan_min(double a, double b) { return (a != a || b != b) ? NAN : (a < b ? a : b); }
@@ -92,18 +104,7 @@ double Evaluator::eval(Expr e) {
     case Kind::Min: return nan_min(eval(a[0]), eval(a[1]));
     case Kind::Max: return nan_max(eval(a[0]), eval(a[1]));
     case Kind::Select: return eval(a[0]) != 0 ? eval(a[1]) : eval(a[2]);
-    case Kind::Cmp: {
-        double x = eval(a[0]), y = eval(a[1]);
-        switch (e->cmp) {
-        case CmpOp::LT: return x < y;
-        case CmpOp::LE: return x <= y;
-        case CmpOp::GT: return x > y;
-        case CmpOp::GE: return x >= y;
-        case CmpOp::EQ: return x == y;
-        case CmpOp::NE: return x != y;
-        }
-        return 0;
-    }
+    case Kind::Cmp: return eval_cmp(e->cmp, eval(a[0]), eval(a[1]));
     case Kind::And: return (eval(a[0]) != 0) && (eval(a[1]) != 0);
     case Kind::Or: return (eval(a[0]) != 0) || (eval(a[1]) != 0);
     case Kind::Not: return eval(a[0]) == 0;

@@ -49,6 +49,8 @@ private:
 double eval_sub(double a, double b);
 double eval_div(double a, double b);
 double eval_func(Func f, double x);
+/** A comparison as the language gives it: 1 or 0. */
+double eval_cmp(CmpOp op, double x, double y);
 /** max/min that propagate NaN (element-wise `max(a, b)` of the language). */
 double nan_max(double a, double b);
 double nan_min(double a, double b);

@@ -2,6 +2,7 @@
  * Canonical min/max, select, comparisons and boolean connectives.
  */
 #include "sym/Simplify.h"
+#include "ir/Eval.h"
 #include "sym/SimplifyInternal.h"
 
 namespace rf::sym {
@@ -19,17 +20,7 @@ bool all_le(const Interval &A, const Interval &B) {
     return A.hi <= B.lo;
 }
 
-bool compare_values(CmpOp op, double x, double y) {
-    switch (op) {
-    case CmpOp::LT: return x < y;
-    case CmpOp::LE: return x <= y;
-    case CmpOp::GT: return x > y;
-    case CmpOp::GE: return x >= y;
-    case CmpOp::EQ: return x == y;
-    case CmpOp::NE: return x != y;
-    }
-    return false;
-}
+bool compare_values(CmpOp op, double x, double y) { return eval_cmp(op, x, y) != 0; }
 
 CmpOp negate(CmpOp op) {
     switch (op) {

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "../ExampleSizes.h"
+#include "Narrow.h"
 #include "driver/Compiler.h"
 #include "driver/Pipeline.h"
 #include "interp/Inputs.h"
@@ -26,21 +27,6 @@ std::string example(const std::string &name) {
     return (std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / (name + ".rf")).string();
 }
 
-/** The slice [lo, lo + n) of t along dimension dim. */
-Tensor slice(const Tensor &t, size_t dim, int64_t lo, int64_t n) {
-    std::vector<int64_t> shape = t.shape;
-    shape[dim] = n;
-    Tensor out = Tensor::filled(shape, 0.0, t.dtype);
-    int64_t inner = 1, outer = 1;
-    for (size_t i = dim + 1; i < t.shape.size(); i++) inner *= t.shape[i];
-    for (size_t i = 0; i < dim; i++) outer *= t.shape[i];
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t i = 0; i < inner; i++)
-                out.data[static_cast<size_t>((o * n + j) * inner + i)] =
-                    t.data[static_cast<size_t>((o * t.shape[dim] + lo + j) * inner + i)];
-    return out;
-}
 
 struct Split {
     const Compilation &c;
@@ -55,7 +41,7 @@ struct Split {
         EXPECT_EQ(pc->plan.chains[0].passes.size(), 1u) << pp.spec;
         std::map<std::string, Tensor> in;
         for (const InputDecl &d : c.program.inputs) in[d.name] = inputs.at(d.name);
-        for (const auto &[name, dim] : pp.sharded_inputs) in[name] = slice(inputs.at(name), dim, lo, n);
+        for (const auto &[name, dim] : pp.sharded_inputs) in[name] = test::narrow(inputs.at(name), dim, lo, n);
         if (!pp.offset_input.empty()) in[pp.offset_input] = Tensor::filled({}, static_cast<double>(lo), DType::i64);
         if (!pp.axis_size_input.empty())
             in[pp.axis_size_input] = Tensor::filled({}, static_cast<double>(sizes.at(pp.axis_size)), DType::i64);

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "../ExampleSizes.h"
+#include "Narrow.h"
 #include "grad/Grad.h"
 #include "interp/Inputs.h"
 #include "interp/Reference.h"
@@ -23,19 +24,6 @@ Program parse_example(const std::string &name) {
     return parse_program(test::read_text(path), path.string());
 }
 
-Tensor narrow(const Tensor &t, size_t dim, int64_t lo, int64_t n) {
-    std::vector<int64_t> shape = t.shape;
-    shape[dim] = n;
-    Tensor out = Tensor::filled(shape, 0.0, t.dtype);
-    int64_t inner = 1, outer = 1;
-    for (size_t i = dim + 1; i < t.shape.size(); i++) inner *= t.shape[i];
-    for (size_t i = 0; i < dim; i++) outer *= t.shape[i];
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t i = 0; i < inner; i++)
-                out.data[static_cast<size_t>((o * n + j) * inner + i)] = t.data[static_cast<size_t>((o * t.shape[dim] + lo + j) * inner + i)];
-    return out;
-}
 
 class ShardedBackward : public ::testing::TestWithParam<std::string> {};
 
@@ -56,8 +44,8 @@ TEST_P(ShardedBackward, ShardsAddUpToTheWholeBackward) {
     for (size_t s = 0; s + 1 < cuts.size(); s++) {
         int64_t lo = cuts[s], len = cuts[s + 1] - cuts[s];
         std::map<std::string, Tensor> in = inputs;
-        in["K"] = narrow(inputs.at("K"), 2, lo, len);
-        in["V"] = narrow(inputs.at("V"), 2, lo, len);
+        in["K"] = test::narrow(inputs.at("K"), 2, lo, len);
+        in["V"] = test::narrow(inputs.at("V"), 2, lo, len);
         if (!sp.offset_input.empty()) in[sp.offset_input] = Tensor::filled({}, static_cast<double>(lo), DType::i64);
         if (!sp.axis_size_input.empty()) in[sp.axis_size_input] = Tensor::filled({}, static_cast<double>(n), DType::i64);
         SizeBinding ls = sizes;
@@ -69,7 +57,7 @@ TEST_P(ShardedBackward, ShardsAddUpToTheWholeBackward) {
             Tensor &acc = got[o.name];
             if (acc.shape.empty()) acc = Tensor::filled(want.at(o.name).shape, 0.0);
             if (o.kind == ShardedOutput::Sharded) {
-                Tensor part = narrow(acc, o.dim, lo, len);  // shape check only
+                Tensor part = test::narrow(acc, o.dim, lo, len);  // shape check only
                 ASSERT_EQ(part.shape, r.shape) << o.name;
                 int64_t inner = 1, outer = 1;
                 for (size_t d = o.dim + 1; d < acc.shape.size(); d++) inner *= acc.shape[d];
