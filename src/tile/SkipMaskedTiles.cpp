@@ -4,6 +4,7 @@
  * masked (the tile is skipped), none is (the condition is dropped), or some are (unchanged).
  */
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -117,6 +118,21 @@ struct Decided {
 
 Expr or_(Expr a, Expr b) { return !a ? b : !b ? a : make_or(a, b); }
 
+/** True when e only takes integer values: index arithmetic, and loads of integer-typed tensors (a
+ *  shard's global offset, a per-row length) combined by + − × (the d < 0 ⇔ d + 1 ≤ 0 step needs it). */
+bool integral(Expr e) {
+    if (e->stype == SType::Int) return true;
+    switch (e->kind) {
+    case Kind::Load: return e->dtype == DType::i64 || e->dtype == DType::i32 || e->dtype == DType::i8;
+    case Kind::Const: return e->value == std::floor(e->value) && std::isfinite(e->value);
+    case Kind::Add:
+    case Kind::Sub:
+    case Kind::Neg:
+    case Kind::Mul: return std::all_of(e->args.begin(), e->args.end(), integral);
+    default: return false;
+    }
+}
+
 /** When c is true / false on the whole box. */
 Decided decide(Expr c, const Box &box) {
     if (c->is_const()) return {make_bool(c->value != 0), make_bool(c->value == 0)};
@@ -137,7 +153,7 @@ Decided decide(Expr c, const Box &box) {
     default: return {};
     }
     Expr a = c->args[0], b = c->args[1];
-    if (a->stype != SType::Int || b->stype != SType::Int) return {};
+    if (!integral(a) || !integral(b)) return {};
     // Normalize to d ≤ 0 or d < 0 (d integer: d < 0 ⇔ d + 1 ≤ 0).
     auto le = [&](Expr d) -> Decided {
         Expr lo = extreme(d, box, true), hi = extreme(d, box, false);
@@ -196,9 +212,13 @@ public:
     }
 
 private:
-    /** c reads no memory and nothing REST writes but the box's own variables. */
+    /** c reads nothing REST writes but the box's own variables, and no memory but 0-dim buffers
+     *  (a shard's offset: one value for the whole kernel, read once per tile by the guard). */
     bool no_unboxed_locals(Expr c) const {
-        if (reads_memory(c) || !cannot_trap(c)) return false;
+        bool memory = any_of(c, [&](Expr n) {
+            return n->kind == Kind::Load && (!n->args.empty() || n->name.rfind("$", 0) == 0 || written_.count(n->name));
+        });
+        if (memory || !cannot_trap(c)) return false;
         bool ok = true;
         rf::visit(c, [&](Expr n) {
             if (n->kind == Kind::Var && written_.count(n->name) && !box_.count(n->name)) ok = false;

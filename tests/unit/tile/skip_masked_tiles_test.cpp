@@ -18,6 +18,7 @@
 #include "driver/Compiler.h"
 #include "ir/Eval.h"
 #include "runtime/OpenCLRuntime.h"
+#include "shard/Partial.h"
 #include "tile/Lower.h"
 #include "tile/Passes.h"
 #include "tile/StmtVisitor.h"
@@ -109,6 +110,37 @@ TEST(SkipMaskedTiles, CausalSkipsTilesAboveTheDiagonalAndUnmasksThoseBelow) {
     n = classify(g, 37, 4, 8, 0);  // N not a multiple of either
     EXPECT_EQ(n[0] + n[1] + n[2], 10 * 5);
     EXPECT_GT(n[0], 0);
+}
+
+// The partial program of causal attention (a shard of the keys at a global offset read from a 0-dim
+// i64 input: shard/Partial.h): the guards read the offset, and a shard at offset 1024 of 1024 keys
+// skips every tile of the first 1024 query rows (and the tiles above the diagonal of the rest).
+TEST(SkipMaskedTiles, AShardsRuntimeOffsetIsReadByTheGuards) {
+    ArenaScope arena;
+    auto c = compile_file(example("attention_causal"), {});
+    std::string text = derive_partial(*c, "").spec;
+    auto pc = analyze_source(text, "partial.rf", analysis_target(), Options{});
+    Guards g = guards(lowered(*pc));
+    ASSERT_TRUE(g.live && g.full) << text;
+    EXPECT_NE(to_string(g.live).find("rf_offset"), std::string::npos) << to_string(g.live);
+    int dead = 0, total = 0;
+    for (int64_t rbase = 0; rbase < 2048; rbase += 32)
+        for (int64_t tb = 0; tb < 1024; tb += 256) {
+            EvalEnv env;
+            std::map<std::string, double> v{{"$rbase", double(rbase)}, {"$nbv", 32.0}, {"$tb", double(tb)}, {"$te", double(tb + 256)}};
+            env.var_value = [&](Expr x) { return v.at(x->name); };
+            env.load_value = [](Expr, const int64_t *) { return 1024.0; };  // rf_offset
+            Evaluator ev(env);
+            total++;
+            if (ev.eval(g.live) == 0) {
+                dead++;
+                EXPECT_LT(rbase + 31, 1024 + tb) << "a tile with an unmasked key was skipped";
+            }
+        }
+    // Rows 0..1023 see none of keys 1024..2047 (32 blocks × 4 tiles), and above the diagonal of the
+    // rest, block b of rows 1024 + 32b.. skips the tiles starting at or past 32(b + 1): 8·(3 + 2 + 1).
+    EXPECT_EQ(dead, 32 * 4 + 48);
+    EXPECT_EQ(total, 64 * 4);
 }
 
 TEST(SkipMaskedTiles, SlidingWindowSkipsBothSidesOfTheBand) {
