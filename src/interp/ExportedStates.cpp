@@ -27,11 +27,19 @@ bool plain_sum(const MemberRt &m) {
     return (r == Relation::Independent || r == Relation::Additive || r == Relation::Monotone) && m.sel_op == ReduceOp::Sum;
 }
 
+/** A multiplicative sum whose δ and α read only the row, with points after the row (O.sum: D of them):
+ *  one factor per state and row moves every point, so the merge runs on its first point and applies
+ *  the factors to the rest as vectors. */
+bool vector_member(const MemberRt &m) {
+    return m.a->relation == Relation::Multiplicative && m.a->op == ReduceOp::Sum && m.row_only && m.extra_count > 1;
+}
+
 struct StateCodec {
     Interp &I;
     const std::vector<MemberRt> &mem;
     const std::vector<StateField> &fields;
     std::vector<size_t> member_of;  // per field
+    std::vector<MemberRt> rep;      // mem with the vector members reduced to their first point
 
     StateCodec(Interp &i, const std::vector<MemberRt> &m, const std::vector<StateField> &f) : I(i), mem(m), fields(f) {
         for (const StateField &sf : fields) {
@@ -40,6 +48,12 @@ struct StateCodec {
             RF_INTERNAL_ASSERT(k < mem.size()) << "state field of an unknown member " << sf.member;
             member_of.push_back(k);
         }
+        rep = mem;
+        for (MemberRt &r : rep)
+            if (vector_member(r)) {
+                r.extra_count = 1;
+                r.extra_shape.assign(r.extra_shape.size(), 1);
+            }
     }
 
     /** `block` >= 0: the state holds that many rows (a block of the flattened rows), not all. */
@@ -60,8 +74,9 @@ struct StateCodec {
         }
     }
 
-    State unpack(const ChainState &cs, int64_t row) {
-        State st = I.empty(mem);
+    /** The state of one row; `first_points`: the vector members hold their first point only. */
+    State unpack(const ChainState &cs, int64_t row, bool first_points = false) {
+        State st = I.empty(first_points ? rep : mem);
         st.n = cs.n;
         for (size_t k = 0; k < mem.size(); k++)
             for (Elem &e : st.members[k]) {
@@ -73,7 +88,8 @@ struct StateCodec {
             const MemberRt &m = mem[member_of[i]];
             const Tensor &t = cs.fields.at(f.key);
             // A multiplicative member's row tag lives at its first point (the interpreter reads it there).
-            int64_t points = f.per_row && f.role == StateRole::Tag && m.a->relation == Relation::Multiplicative && m.row_only
+            int64_t points = (f.per_row && f.role == StateRole::Tag && m.a->relation == Relation::Multiplicative && m.row_only) ||
+                                     (first_points && vector_member(m))
                                  ? 1 : m.extra_count;
             for (int64_t x = 0; x < points; x++) {
                 Elem &e = st.members[member_of[i]][static_cast<size_t>(x)];
@@ -104,11 +120,13 @@ struct StateCodec {
         return st;
     }
 
-    void pack(const State &st, ChainState &out, int64_t row) {
+    /** Writes a row; `first_points`: the vector members' accumulators are left to the caller. */
+    void pack(const State &st, ChainState &out, int64_t row, bool first_points = false) {
         for (size_t i = 0; i < fields.size(); i++) {
             const StateField &f = fields[i];
             const MemberRt &m = mem[member_of[i]];
             Tensor &t = out.fields.at(f.key);
+            if (first_points && vector_member(m) && f.role == StateRole::Acc) continue;
             for (int64_t x = 0; x < (f.per_row ? 1 : m.extra_count); x++) {
                 const Elem &e = st.members[member_of[i]][static_cast<size_t>(x)];
                 size_t at = static_cast<size_t>(f.per_row ? row : row * m.extra_count + x);
@@ -167,11 +185,44 @@ ChainState merge_states(const Plan &plan, size_t chain, const SizeBinding &sizes
         }
         out.fields[fields[i].key] = Tensor::filled(shape, 0.0);
     }
+    std::vector<size_t> vec, acc_field(mem.size(), 0);  // vector members, and the field of each one's accumulator
+    for (size_t k = 0; k < mem.size(); k++)
+        if (vector_member(mem[k])) vec.push_back(k);
+    for (size_t i = 0; i < fields.size(); i++)
+        if (fields[i].role == StateRole::Acc) acc_field[codec.member_of[i]] = i;
+    std::vector<std::vector<double>> factor(mem.size());
     for (int64_t r = row_begin; r < row_end; r++) {
+        int64_t rr = r - row_begin;
         I.row(r);  // δ and α read row inputs at the global row
-        State acc = codec.unpack(*states[0], r - row_begin);
-        for (size_t i = 1; i < states.size(); i++) acc = I.merged(acc, codec.unpack(*states[i], r - row_begin), mem);
-        codec.pack(acc, out, r - row_begin);
+        State acc = codec.unpack(*states[0], rr, true);
+        for (size_t k : vec) factor[k].assign(1, 1.0);
+        for (size_t i = 1; i < states.size(); i++) {
+            State next = codec.unpack(*states[i], rr, true);
+            State merged = I.merged(acc, next, codec.rep);
+            // The factors that moved each side to the merged tag (α(δ, τ) when they differ, as the merge does).
+            for (size_t k : vec) {
+                const std::vector<double> &d = merged.members[k][0].tag;
+                auto moved = [&](const Elem &e) { return e.seen && e.tag != d ? I.rescale(codec.rep[k], d, e.tag) : 1.0; };
+                double fa = moved(acc.members[k][0]), fb = moved(next.members[k][0]);
+                for (double &f : factor[k]) f *= fa;
+                factor[k].push_back(fb);
+            }
+            acc = std::move(merged);
+        }
+        codec.pack(acc, out, rr, true);
+        for (size_t k : vec) {  // acc = Σ_s F_s · acc_s, point by point (an empty state or a zero term adds 0)
+            const std::string &key = fields[acc_field[k]].key;
+            int64_t X = mem[k].extra_count;
+            double *o = out.fields.at(key).data.data() + rr * X;
+            std::fill(o, o + X, 0.0);
+            for (size_t s = 0; s < states.size(); s++) {
+                if (states[s]->n == 0) continue;
+                const double *a = states[s]->fields.at(key).data.data() + rr * X;
+                double f = factor[k][s];
+                for (int64_t x = 0; x < X; x++)
+                    if (a[x] != 0) o[x] += a[x] * f;
+            }
+        }
     }
     return out;
 }

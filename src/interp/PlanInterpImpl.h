@@ -80,6 +80,8 @@ public:
     }
     State empty(const std::vector<MemberRt> &mem) { return init(mem); }
     State merged(const State &A, const State &B, const std::vector<MemberRt> &mem) { return merge(A, B, mem); }
+    /** α(now, old) of a member whose α reads only the row (the current one). */
+    double rescale(const MemberRt &m, const std::vector<double> &now, const std::vector<double> &old) { return alpha(m, 0, now, old); }
     void finalize_row(const State &st, const std::vector<MemberRt> &mem) { write_outputs(st, mem); }
     /** Every element-wise definition (the epilogue), then every tensor by name. */
     std::map<std::string, Tensor> epilogue() {
