@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the unit/property/golden/end-to-end suite, the installed
 # library from a program outside the tree (examples/cpp), the Python package (built as a wheel,
-# installed into the project's venv, pytest), then the C++ suite once more under AddressSanitizer +
+# installed into the project's venv, pytest), the benchmark harness's self-tests, then the C++ suite once more under AddressSanitizer +
 # UndefinedBehaviorSanitizer (skip it with REDFUSE_NO_SANITIZE=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,10 @@ build/example-cpp/softmax_kernel examples/softmax.rf
 echo "== the Python package: pip wheel ., installed into the project's venv, and its tests (pytest)"
 venv=$(scripts/python_setup.sh | tail -1)
 "$venv/bin/python" -m pytest -q python/tests
+
+echo "== the benchmark harness's self-tests (stand-ins for redfuse and the workers; a few seconds)"
+"$venv/bin/python" bench/test_bench.py
+"$venv/bin/python" bench/gpu/test_gpu_bench.py
 
 echo "== the wheel in a fresh venv (pip install of build/wheel/redfuse-*.whl and its dependency, numpy)"
 rm -rf build/fresh-venv
