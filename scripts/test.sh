@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the unit/property/golden/end-to-end suite, the installed
 # library from a program outside the tree (examples/cpp), the Python package (built as a wheel,
-# installed into the project's venv, pytest), the benchmark harness's self-tests, then the C++ suite once more under AddressSanitizer +
-# UndefinedBehaviorSanitizer (skip it with REDFUSE_NO_SANITIZE=1).
+# installed into the project's venv, pytest), the benchmark harness's self-tests, then the C++ suite
+# once more under AddressSanitizer + UndefinedBehaviorSanitizer, generated CPU kernels included (skip
+# it with REDFUSE_NO_SANITIZE=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
