@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the unit/property/golden/end-to-end suite, the installed
 # library from a program outside the tree (examples/cpp), the Python package (built as a wheel,
-# installed into the project's venv, pytest), then the C++ suite once more under AddressSanitizer +
-# UndefinedBehaviorSanitizer (skip it with REDFUSE_NO_SANITIZE=1).
+# installed into the project's venv, pytest), the benchmark harness's self-tests, then the C++ suite
+# once more under AddressSanitizer + UndefinedBehaviorSanitizer, generated CPU kernels included (skip
+# it with REDFUSE_NO_SANITIZE=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -22,6 +23,10 @@ echo "== the Python package: pip wheel ., installed into the project's venv, and
 venv=$(scripts/python_setup.sh | tail -1)
 "$venv/bin/python" -m pytest -q python/tests
 
+echo "== the benchmark harness's self-tests (stand-ins for redfuse and the workers; a few seconds)"
+"$venv/bin/python" bench/test_bench.py
+"$venv/bin/python" bench/gpu/test_gpu_bench.py
+
 echo "== the wheel in a fresh venv (pip install of build/wheel/redfuse-*.whl and its dependency, numpy)"
 rm -rf build/fresh-venv
 "${PYTHON:-python3}" -m venv build/fresh-venv
@@ -34,7 +39,11 @@ if [ "${REDFUSE_NO_SANITIZE:-0}" != "1" ]; then
   # The GPU example suites check generated kernels (PoCL runs them, NVRTC compiles them, the CUDA
   # emulator runs them on host fibers, whose stack switches ASan does not follow): the first
   # pass covers them, and under the sanitizers they would double the CI time for no host coverage.
-  # The OpenCL and CUDA runtime tests (host code) still run here.
+  # The OpenCL and CUDA runtime tests (host code) still run here. The generated CPU kernels are
+  # compiled with the sanitizers too (cpu_jit_flags), so the CPU example suites check them. The
+  # merge-catching runs of tests/unit/MergeCases.h (PlannerChosen*, SelectionTies*,
+  # StabilityInputs*) are numerics, covered by the first pass: under ASan and a Debug reference
+  # interpreter they took ~6 minutes more.
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs" -E "OpenCLExamples|CudaCubins|CudaGemmEmulated|CudaGemmDevice|CudaEmulat"
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -E "OpenCLExamples|OpenCLBackend|CudaCubins|CudaGemmEmulated|CudaGemmDevice|CudaEmulat|PlannerChosen|SelectionTies|StabilityInputs"
 fi

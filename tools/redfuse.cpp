@@ -79,7 +79,8 @@ rf::InputDistribution parse_dist(const std::string &d) {
     if (d == "normal") return rf::InputDistribution::Normal;
     if (d == "uniform") return rf::InputDistribution::Uniform;
     if (d == "positive") return rf::InputDistribution::Positive;
-    throw UsageError("unknown input distribution '" + d + "' (normal, uniform, positive)");
+    if (d == "ties") return rf::InputDistribution::Ties;
+    throw UsageError("unknown input distribution '" + d + "' (normal, uniform, positive, ties)");
 }
 
 // ---- analyze
@@ -313,7 +314,7 @@ void add_run(CLI::App &app, Args &a) {
     run->add_option("--load", a.load_dir, "Read the inputs from .npy files in DIR");
     run->add_flag("--json", a.json, "Print one JSON object");
     run->add_flag("--f32", a.f32, "Run the plan interpreter in float32");
-    run->add_option("--dist", a.dist, "Input distribution: normal | uniform | positive");
+    run->add_option("--dist", a.dist, "Input distribution: normal | uniform | positive | ties");
     run->add_option("--scale", a.scale, "Multiply random inputs by this (large values test exp overflow)");
     run->add_flag("--approx", a.approx, "Run the approximate incremental plan through rounding casts; --check reports its error");
     run->add_option("--arch", a.arch, "cuda: compile for this architecture (sm_XX) instead of the device's");

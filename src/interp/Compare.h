@@ -19,8 +19,16 @@ struct CompareResult {
     int64_t mismatches = 0;  ///< elements beyond tolerance, plus every non-finite disagreement
     int64_t nans = 0;        ///< NaNs in out where ref is not NaN
     int64_t worst = -1;      ///< flat index of the first mismatch (or of the largest error), -1 if none
+    bool widening_capped = false;  ///< some element's widening reached kMaxCancellationWidening
     bool ok = true;
 };
+
+/** The most the magnitude widening may add to an element's limit, relative to B = max|ref|: a
+ *  cancelling sum is accurate only relative to Σ|terms|, but however far its terms cancel the check
+ *  never accepts an error beyond tol · B + 1e-3 · B (1e-3 is also the largest compute tolerance of
+ *  a float32 reduction, compute_tolerance's cap). Without the cap a sum that cancels to 1e-4 of its
+ *  terms accepted a result 10% off. */
+constexpr double kMaxCancellationWidening = 1e-3;
 
 /** Compares `out` with `ref` elementwise (shapes must be equal: InternalError otherwise).
  *  - ref finite: out must be finite; its error counts toward max_abs_err.
@@ -34,7 +42,9 @@ struct CompareResult {
  *  cannot meet. magnitude (run_magnitude's M >= |ref|; none: 0) is the element's a-priori error
  *  scale, Σ|terms| rather than |Σ terms| where terms cancel; magnitude_tol is the part of tol that
  *  grows with it (the compute part: an output dtype's rounding is relative to |ref|, not to M).
- *  Without cancellation M <= B and the limit is tol · B, as with no magnitude.
+ *  Without cancellation M <= B and the limit is tol · B, as with no magnitude. The widened part is
+ *  capped: scale_i <= B · (1 + kMaxCancellationWidening / tol), i.e. the limit is at most
+ *  tol · B + kMaxCancellationWidening · B (widening_capped says the cap was reached).
  *  ok = no mismatches, i.e. max_rel_err <= tol and every non-finite value agrees. */
 CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exact = false,
                       const Tensor *magnitude = nullptr, double magnitude_tol = 0);

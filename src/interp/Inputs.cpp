@@ -133,6 +133,7 @@ std::map<std::string, Tensor> make_random_inputs(const Program &p, const SizeBin
                 case InputDistribution::Normal: x = rng.normal(); break;
                 case InputDistribution::Uniform: x = 2.0 * rng.uniform() - 1.0; break;
                 case InputDistribution::Positive: x = 0.5 + rng.uniform(); break;
+                case InputDistribution::Ties: x = static_cast<double>(rng.integer(-3, 3)); break;
                 }
                 v = round_to_dtype(x * scale, in.dtype);
             }

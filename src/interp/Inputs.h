@@ -19,6 +19,7 @@ enum class InputDistribution {
     Normal,    ///< N(0, 1)
     Uniform,   ///< U[-1, 1)
     Positive,  ///< U[0.5, 1.5): for specs that take logs, square roots or divide by inputs
+    Ties,      ///< integers uniform in [-3, 3]: selections (argmax, top-k) on inputs with many ties
 };
 
 /** Random values for every input of `p` at the bound sizes, times `scale` (e.g. 100 to make a naive

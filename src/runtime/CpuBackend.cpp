@@ -23,8 +23,20 @@ std::vector<std::string> cpu_jit_flags(const CpuFeatures &f, const std::vector<s
                                    "-fno-semantic-interposition"};
     for (const std::string &m : march_flags(f)) flags.push_back(m);
     if (best_isa(f) == IsaLevel::Avx512) flags.push_back("-mprefer-vector-width=512");
+    // A library built with the sanitizers (REDFUSE_SANITIZE) compiles what it generates with them
+    // too: the kernels load into the sanitized process, whose runtime checks them. Part of the cache
+    // key like every flag, so sanitized and plain kernels never share an entry.
+    for (const std::string &s : kernel_sanitizer_flags()) flags.push_back(s);
     flags.insert(flags.end(), extra.begin(), extra.end());
     return flags;
+}
+
+std::vector<std::string> kernel_sanitizer_flags() {
+#ifdef REDFUSE_SANITIZE
+    return {"-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"};
+#else
+    return {};
+#endif
 }
 
 void pin_openmp_runtime() {

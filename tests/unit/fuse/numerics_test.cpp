@@ -1,14 +1,21 @@
 /** \file numerics_test.cpp
  * Numerics of the derived plans: the shift form keeps variance accurate in float32 where the naive
  * Σx² − nμ² form fails; fully masked attention rows give 0 and no NaN; a quantization row whose
- * first tile is zero gives no NaN; inputs large enough to overflow a naive exp stay finite.
+ * first tile is zero gives no NaN; inputs large enough to overflow a naive exp stay finite. The
+ * same inputs run on every backend through tests/unit/MergeCases.h (the masked specs are shared:
+ * tests/specs/).
  */
+#include "../ExampleSizes.h"
 #include "FuseTestUtil.h"
 
 using namespace rf;
 using namespace rf::test;
 
 namespace {
+
+std::filesystem::path spec_path(const std::string &name) {
+    return std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "specs" / name;
+}
 
 std::map<std::string, Tensor> run_with(const Compilation &c, const SizeBinding &sizes,
                                        const std::map<std::string, Tensor> &inputs, bool f32, uint64_t seed,
@@ -67,18 +74,7 @@ output var
 
 TEST(Numerics, FullyMaskedAttentionRowsGiveZeroAndNoNaN) {
     ArenaScope arena;
-    auto c = compile(R"(
-size B = 1, H = 2, M = 6, N = 11, D = 4
-input Q[B, H, M, D] : f32
-input K[B, H, N, D] : f32
-input V[B, H, N, D] : f32
-S[b,h,i,j] = select(i >= 2 and j <= i + 4, sum(d: Q[b,h,i,d] * K[b,h,j,d]), -inf)
-m[b,h,i]   = max(j: S[b,h,i,j])
-l[b,h,i]   = sum(j: exp(S[b,h,i,j] - m[b,h,i]))
-O[b,h,i,e] = sum(j: exp(S[b,h,i,j] - m[b,h,i]) * V[b,h,j,e]) / l[b,h,i]
-lse[b,h,i] = m[b,h,i] + log(l[b,h,i])
-output O, lse
-)");
+    auto c = compile(read_text(spec_path("masked_attention.rf")));  // also run by every backend suite
     SizeBinding sizes = bind_sizes(c->program, {});
     for (uint64_t seed = 1; seed <= 8; seed++) {
         auto inputs = make_random_inputs(c->program, sizes, seed);
@@ -186,16 +182,7 @@ output W, I, a, b
 
 TEST(Numerics, FullyMaskedRoutingRowsGiveZeroWeightsAndNoNaN) {
     ArenaScope arena;
-    auto c = compile(R"(
-size T = 5, E = 13
-input X[T, E] : f32
-L[t,e] = select(t < 2, -inf, X[t,e])
-m[t] = max(e: L[t,e])
-s[t] = sum(e: exp(L[t,e] - m[t]))
-W[t,r], I[t,r] = topk(e, 3: exp(L[t,e] - m[t]) / s[t])
-p[t] = max(e: exp(L[t,e] - m[t]) / s[t])
-output W, I, p
-)");
+    auto c = compile(read_text(spec_path("masked_routing.rf")));  // also run by every backend suite
     SizeBinding sizes = bind_sizes(c->program, {});
     for (uint64_t seed = 1; seed <= 5; seed++) {
         auto inputs = make_random_inputs(c->program, sizes, seed);

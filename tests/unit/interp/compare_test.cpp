@@ -117,3 +117,28 @@ TEST(Compare, MagnitudeWidensOnlyBeyondTheNormwiseScale) {
     Tensor nan = vec({NAN, NAN, NAN});
     EXPECT_FALSE(compare(out, ref, 1e-5, false, &nan, 1e-5).ok);
 }
+
+TEST(Compare, WideningIsCapped) {
+    // An output that cancels to 1e-4 of its terms (M = 1e4 · |ref|): uncapped, the f32 compute
+    // tolerance (1e-4 at n = 625) widened by 1e4 accepted a result 10% off (the audit of issue 15).
+    // The cap: at most kMaxCancellationWidening · B beyond tol · B, whatever M is.
+    const double tol = 1e-4;
+    Tensor ref = vec({1.0}), mag = vec({1e4});
+    for (double off : {1.1, 1.01, 1.002}) {
+        CompareResult r = compare(vec({off}), ref, tol, false, &mag, tol);
+        EXPECT_FALSE(r.ok) << off;
+        EXPECT_TRUE(r.widening_capped) << off;
+        EXPECT_NEAR(r.cancellation, 1 + kMaxCancellationWidening / tol, 1e-9);
+    }
+    // Within the cap: accepted, and reported as capped.
+    CompareResult near = compare(vec({1.0005}), ref, tol, false, &mag, tol);
+    EXPECT_TRUE(near.ok);
+    EXPECT_TRUE(near.widening_capped);
+    // A widening below the cap is not capped, and no magnitude caps nothing.
+    Tensor small = vec({5.0});
+    CompareResult below = compare(vec({1.0003}), ref, tol, false, &small, tol);
+    EXPECT_TRUE(below.ok);
+    EXPECT_FALSE(below.widening_capped);
+    EXPECT_NEAR(below.cancellation, 5.0, 1e-12);
+    EXPECT_FALSE(compare(vec({1.0003}), ref, tol).widening_capped);
+}

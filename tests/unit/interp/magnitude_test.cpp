@@ -125,3 +125,25 @@ TEST(Magnitude, FuzzerCancellationIsAcceptedAndWrongResultsAreStillRejected) {
     for (double wrong : {term1, -t, t * 1.01})
         EXPECT_FALSE(check(values({1}, {wrong}), r.ref.at("t"), r.mag.at("t"), 2).ok) << wrong;
 }
+
+TEST(Magnitude, ASumCancellingTo1e4OfItsTermsIsHeldToTheCap) {
+    // The audit's case (issue 15): z = Σ X·W whose terms cancel to 1e-4 of Σ|terms|. Before the cap
+    // the widened tolerance accepted z·1.1; now at most kMaxCancellationWidening of |z| beyond the
+    // normwise tolerance is accepted, and the result says the cap was reached.
+    ArenaScope scope;
+    Program p = parse_program("size R = 1, C = 2\ninput X[R, C] : f32\ninput W[C] : f32\n"
+                              "z[r] = sum(c: X[r,c] * W[c])\noutput z\n",
+                              "cancel1e4.rf");
+    SizeBinding s = bind_sizes(p, {});
+    const double w1 = 0.4999, w2 = -0.5;  // 1·w1 + 1·w2 = -1e-4, Σ|terms| = 0.9999
+    Results r = run_both(p, s, {{"X", values({1, 2}, {1, 1})}, {"W", values({2}, {w1, w2})}});
+    const double z = r.ref.at("z").data[0];
+    ASSERT_GT(r.mag.at("z").data[0] / std::fabs(z), 5e3);
+    const int64_t n = 625;  // the compute tolerance of a long f32 reduction: 1e-4
+    for (double wrong : {z * 1.1, z * 1.01, z * 1.002, -z}) {
+        CompareResult c = check(values({1}, {wrong}), r.ref.at("z"), r.mag.at("z"), n);
+        EXPECT_FALSE(c.ok) << wrong / z;
+        EXPECT_TRUE(c.widening_capped);
+    }
+    EXPECT_TRUE(check(values({1}, {z * (1 + 5e-4)}), r.ref.at("z"), r.mag.at("z"), n).ok);
+}

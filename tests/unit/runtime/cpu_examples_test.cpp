@@ -2,16 +2,21 @@
  * Every example through the CPU backend (generated C++, JIT-compiled) against the float64 reference:
  * four size sets (defaults, ones, primes, 2v+1), each float dtype the spec can be declared with,
  * and schedules that force tails (tile 3), several segments merged with the derived merge, and the
- * unfused plan. Outputs are poisoned (NaN) before every run, so an element nobody writes fails.
+ * unfused plan; sizes where the planner itself chooses the incremental and the multi-segment
+ * strategies, selections on inputs with many ties, and the plan interpreter's stability inputs
+ * (tests/unit/MergeCases.h). Outputs are poisoned (NaN) before every run, so an element nobody
+ * writes fails.
  */
 #include <gtest/gtest.h>
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
+#include "../MergeCases.h"
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <regex>
 #include <sstream>
 
@@ -43,6 +48,9 @@ struct Case {
 };
 
 void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) { test::check_run(path, source, o, "cpu", {21, 22}); }
+
+/** The planner-chosen strategies' sizes stay below this many tensor elements (the reference run). */
+constexpr double kCpuPlannedElements = 3e6;
 
 }  // namespace
 
@@ -120,6 +128,17 @@ TEST(CpuBackend, SharedRescaleFactorsAgainstTheReference) {
     }
 }
 
+// Sizes where the planner itself (for a 2-worker CPU with 256 KiB of L2: tests/unit/MergeCases.h)
+// chooses the strategy, asserted on the plan and the kernels: one online pass with running
+// rescales over many tiles, and the axis split into segments merged with the derived merge.
+TEST_P(CpuExamples, PlannerChosenIncremental) {
+    test::planned_strategy_case(GetParam(), TargetKind::Cpu, Strategy::Incremental, kCpuPlannedElements, {23});
+}
+
+TEST_P(CpuExamples, PlannerChosenMultiSegment) {
+    test::planned_strategy_case(GetParam(), TargetKind::Cpu, Strategy::MultiSegment, kCpuPlannedElements, {23});
+}
+
 INSTANTIATE_TEST_SUITE_P(Examples, CpuExamples, ::testing::ValuesIn(examples()),
                          [](const ::testing::TestParamInfo<std::filesystem::path> &i) { return i.param.stem().string(); });
 
@@ -127,3 +146,11 @@ TEST(CpuBackend, WithFloatDtypeRewritesOnlyFloatDeclarations) {
     std::string src = "input X[R, C] : bf16\ninput W[N] : f8e4m3\noutput Y : bf16  # f32\n";
     EXPECT_EQ(with_float_dtype(src, "f32"), "input X[R, C] : f32\ninput W[N] : f8e4m3\noutput Y : f32  # f32\n");
 }
+
+TEST(CpuBackend, PlannerChosenStrategiesCoverTheExamples) {
+    test::expect_planned_sizes_cover_the_examples(TargetKind::Cpu, kCpuPlannedElements);
+}
+
+TEST(CpuBackend, SelectionTiesGoToTheLowestIndex) { test::check_ties("cpu", {24}); }
+
+TEST(CpuBackend, StabilityInputsOfThePlanInterpreter) { test::check_stability("cpu", {25}); }

@@ -1,13 +1,16 @@
 /** \file cuda_emulation_test.cpp
  * Every example's generated CUDA run on the host emulator (CudaEmuDevice.h: the kernels compiled by
  * the host compiler, CUDA threads as fibers, warp shuffles, the tensor-core GEMM's PTX from the PTX
- * ISA) against the float64 reference, at awkward sizes, at the block, warp and thread fusion levels;
+ * ISA) against the float64 reference, at awkward sizes, at the block, warp and thread fusion levels,
+ * at sizes where the planner itself chooses the incremental and the multi-segment strategies, on
+ * selections with many ties and on the plan interpreter's stability inputs (tests/unit/MergeCases.h);
  * and mistakes injected into generated sources that the emulator must catch.
  */
 #include <gtest/gtest.h>
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
+#include "../MergeCases.h"
 
 #include <chrono>
 #include <cmath>
@@ -30,6 +33,9 @@ namespace {
 /** One run on the emulated CUDA device, checked against the float64 reference (as the OpenCL suite
  *  does); an emulator error (deadlock, divergent barrier, race) fails it too. */
 void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) { test::check_run(path, source, o, "cuda", {31}); }
+
+/** The planner-chosen strategies' sizes stay below this many tensor elements (emulated threads). */
+constexpr double kCudaPlannedElements = 1e6;
 
 }  // namespace
 
@@ -73,6 +79,33 @@ TEST_P(CudaEmulatedExamples, AgainstTheReference) {
     o.segments = 4;
     o.tile = 5;
     run_case(path, src, o);
+}
+
+// Sizes where the planner itself (the cost model's GPU) chooses the strategy, asserted on the plan
+// and the kernels (tests/unit/MergeCases.h); the emulator runs threads as fibers, so only sizes up
+// to kCudaPlannedElements.
+TEST_P(CudaEmulatedExamples, PlannerChosenIncremental) {
+    test::ScopedCudaEmulation emu;
+    test::planned_strategy_case(GetParam(), TargetKind::Cuda, Strategy::Incremental, kCudaPlannedElements, {36});
+}
+
+TEST_P(CudaEmulatedExamples, PlannerChosenMultiSegment) {
+    test::ScopedCudaEmulation emu;
+    test::planned_strategy_case(GetParam(), TargetKind::Cuda, Strategy::MultiSegment, kCudaPlannedElements, {36});
+}
+
+TEST(CudaEmulator, PlannerChosenStrategiesCoverTheExamples) {
+    test::expect_planned_sizes_cover_the_examples(TargetKind::Cuda, kCudaPlannedElements);
+}
+
+TEST(CudaEmulator, SelectionTiesGoToTheLowestIndex) {
+    test::ScopedCudaEmulation emu;
+    test::check_ties("cuda", {37});
+}
+
+TEST(CudaEmulator, StabilityInputsOfThePlanInterpreter) {
+    test::ScopedCudaEmulation emu;
+    test::check_stability("cuda", {38});
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CudaEmulatedExamples, ::testing::ValuesIn(test::example_paths()),

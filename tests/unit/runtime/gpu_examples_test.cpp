@@ -1,7 +1,9 @@
 /** \file gpu_examples_test.cpp
  * Every example through the GPU backends without a GPU: the OpenCL C kernels run on PoCL (the CPU)
  * against the float64 reference at awkward sizes and with forced schedules (tails, segments merged
- * with the derived merge, row blocks, the unfused plan, two work-group sizes, states per thread and per warp); the CUDA kernels are
+ * with the derived merge, row blocks, the unfused plan, two work-group sizes, states per thread and per warp),
+ * at sizes where the planner itself chooses the incremental and the multi-segment strategies, on
+ * selections with many ties and on the plan interpreter's stability inputs (tests/unit/MergeCases.h); the CUDA kernels are
  * compiled to cubins for sm_80 and sm_90a with NVRTC, must not spill, and their register and shared
  * memory report is kept as a golden summary (tests/golden/cuda/ptxas.txt; REDFUSE_UPDATE_GOLDEN=1
  * rewrites it).
@@ -10,6 +12,7 @@
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
+#include "../MergeCases.h"
 
 #include <filesystem>
 #include <fstream>
@@ -29,6 +32,9 @@ using namespace rf;
 namespace {
 
 void run_case(const std::filesystem::path &path, const std::string &source, RunOptions o) { test::check_run(path, source, o, "opencl", {31}); }
+
+/** The planner-chosen strategies' sizes stay below this many tensor elements (the reference run). */
+constexpr double kGpuPlannedElements = 8e6;
 
 }  // namespace
 
@@ -80,6 +86,18 @@ TEST_P(OpenCLExamples, AgainstTheReferenceOnPoCL) {
     run_case(path, src, o);
 }
 
+// Sizes where the planner itself (the cost model's GPU) chooses the strategy, asserted on the plan
+// and the kernels (tests/unit/MergeCases.h).
+TEST_P(OpenCLExamples, PlannerChosenIncremental) {
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    test::planned_strategy_case(GetParam(), TargetKind::OpenCL, Strategy::Incremental, kGpuPlannedElements, {33});
+}
+
+TEST_P(OpenCLExamples, PlannerChosenMultiSegment) {
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    test::planned_strategy_case(GetParam(), TargetKind::OpenCL, Strategy::MultiSegment, kGpuPlannedElements, {33});
+}
+
 INSTANTIATE_TEST_SUITE_P(All, OpenCLExamples, ::testing::ValuesIn(test::example_paths()),
                          [](const auto &info) { return info.param.stem().string(); });
 
@@ -99,6 +117,21 @@ TEST(OpenCLFuzzFindings, PerRowScalarsStoredInTurn) {
             o.fusion_level = parse_fusion_level(level);
             run_case("fuzz5_7.rf", src, o);
         }
+}
+
+TEST(OpenCLBackend, PlannerChosenStrategiesCoverTheExamples) {
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    test::expect_planned_sizes_cover_the_examples(TargetKind::OpenCL, kGpuPlannedElements);
+}
+
+TEST(OpenCLBackend, SelectionTiesGoToTheLowestIndex) {
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    test::check_ties("opencl", {34});
+}
+
+TEST(OpenCLBackend, StabilityInputsOfThePlanInterpreter) {
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    test::check_stability("opencl", {35});
 }
 
 /** Every example's CUDA kernels, at its default sizes, compiled to machine code for sm_80 and

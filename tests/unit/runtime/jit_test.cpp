@@ -1,6 +1,7 @@
 /** \file jit_test.cpp
  * The JIT cache: compile and call, cache hits, keys, concurrent processes and threads, corrupt
- * entries rebuilt, compiler errors naming the kept source, no shell, and SHA-256 test vectors.
+ * entries rebuilt, compiler errors naming the kept source, no shell, SHA-256 test vectors, and the
+ * sanitizers of a sanitized build passed on to the generated kernels.
  */
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 
 #include "TempDir.h"
 #include "driver/Environment.h"
+#include "runtime/CpuBackend.h"
 #include "runtime/RuntimeSettings.h"
 #include "runtime/Jit.h"
 #include "runtime/Sha256.h"
@@ -362,3 +364,38 @@ TEST(Sha256, IncrementalEqualsOneShot) {
         EXPECT_EQ(h.hex(), sha256_hex(text)) << split;
     }
 }
+
+TEST(CpuJitFlags, SanitizedBuildsCompileTheKernelsWithTheSanitizers) {
+    // scripts/test.sh's second pass (-DREDFUSE_SANITIZE=ON) checks the generated kernels too: their
+    // flags carry the sanitizers, which makes them part of the cache key (no plain entry is reused).
+    std::vector<std::string> flags = cpu_jit_flags(CpuFeatures{});
+    bool sanitized = std::find(flags.begin(), flags.end(), "-fsanitize=address,undefined") != flags.end();
+#ifdef REDFUSE_SANITIZE
+    EXPECT_TRUE(sanitized);
+#else
+    EXPECT_FALSE(sanitized);
+    EXPECT_TRUE(kernel_sanitizer_flags().empty());
+#endif
+    JitOptions plain, with;
+    plain.flags = {"-O3"};
+    with.flags = {"-O3", "-fsanitize=address,undefined"};
+    EXPECT_NE(jit_cache_key(kAdd, plain), jit_cache_key(kAdd, with));
+}
+
+#ifdef REDFUSE_SANITIZE
+TEST_F(Jit, SanitizedKernelReportsAnOutOfBoundsWrite) {
+    // A generated kernel's overflow is caught inside the kernel (ASan instruments the JIT-compiled
+    // code; without the flags the write would go unnoticed in uninstrumented code).
+    const char *poke = "extern \"C\" void poke(int *p, int n) { p[n] = 1; }\n";
+    JitOptions o = opts;
+    o.flags = cpu_jit_flags(CpuFeatures{});
+    auto so = jit_compile(poke, o);
+    auto fn = so->function<void (*)(int *, int)>("poke");
+    EXPECT_DEATH(
+        {
+            std::vector<int> v(4);
+            fn(v.data(), static_cast<int>(v.size()));
+        },
+        "heap-buffer-overflow");
+}
+#endif
