@@ -19,7 +19,8 @@ class State:
     """The partial state of a chain over ``n`` positions of its axis: ``tensors`` maps each field
     ("m.acc", "l.tag0", "O.sum.acc", "W.values", ...; docs/sharding.md) to a tensor (torch or
     NumPy, as the inputs were). Send ``state.tensors`` and ``state.n`` over any transport and
-    rebuild it with ``State(kernel, tensors, n)``."""
+    rebuild it with ``State(kernel, tensors, n)``; ``state.sizes`` are the sizes it was computed at
+    (rebuilt states take them from their fields' shapes, or from ``sizes=``)."""
 
     def __init__(self, kernel: Any, tensors: Dict[str, Any], n: int, axis: str = "",
                  sizes: Optional[Dict[str, int]] = None, context: Optional[Dict[str, Any]] = None):
@@ -29,6 +30,10 @@ class State:
         self.axis = axis
         self._sizes = dict(sizes or {})
         self._context = dict(context or {})
+
+    @property
+    def sizes(self) -> Dict[str, int]:
+        return dict(self._sizes)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}{tuple(v.shape)}" for k, v in self.tensors.items())
@@ -191,10 +196,18 @@ def _common(states: Sequence[State]) -> Tuple[Any, _Partial]:
     return kernel, _partial_for(kernel, states[0].axis, 0)
 
 
-def _sizes_of(states: Sequence[State], lay: Dict[str, Any], n: int) -> Dict[str, int]:
+def _sizes_of(states: Sequence[State], lay: Dict[str, Any], n: int, p: Optional[_Partial] = None) -> Dict[str, int]:
     sizes: Dict[str, int] = {}
     for s in states:
         sizes.update(s._sizes)
+    if p is not None:  # a State rebuilt from its tensors alone: the sizes its fields' shapes name
+        for f, spec in zip(p.fields, p.kernel.outputs):
+            t = states[0].tensors.get(f["key"])
+            if t is None or len(spec.shape) != len(t.shape) or f["role"] in ("values", "indices"):
+                continue
+            for name, v in zip(spec.shape, t.shape):
+                if name.isidentifier() and name != lay["shard_size"]:
+                    sizes.setdefault(name, int(v))
     sizes.setdefault(lay["axis_size"], n)
     return sizes
 
@@ -219,7 +232,7 @@ def merge_rows(_kernel: Any, states: Sequence[State], row_begin: int, row_end: i
     states = list(states)
     kernel, p = _common(states)
     n = sum(s.n for s in states)
-    sizes = _sizes_of(states, p.layout, n)
+    sizes = _sizes_of(states, p.layout, n, p)
     context = {}
     for s in states:
         context.update(s._context)
@@ -275,7 +288,7 @@ def finalize(kernel: Any, state: State) -> Any:
     if state.kernel is not kernel:
         raise ValueError("the state comes from another kernel")
     p = _partial_for(kernel, state.axis, 0)
-    sizes = _sizes_of([state], p.layout, state.n)
+    sizes = _sizes_of([state], p.layout, state.n, p)
     ctx_views, keep = _array_views(state._context)
     views, keep2 = _array_views({f["key"]: state.tensors[f["key"]] for f in p.fields if f["key"] in state.tensors})
     results = dict((name, (shape, b)) for name, shape, b in

@@ -103,3 +103,14 @@ def test_errors_are_clear():
     with pytest.raises(redfuse.SpecError, match="needs 2 passes"):
         kq = redfuse.compile(example("quant_gemm_int8"), target="cpu")
         kq.partial(*[torch.zeros(tuple(2 if not str(d).isdigit() else int(d) for d in t.shape), dtype=getattr(torch, {"f32": "float32", "bf16": "bfloat16", "i8": "int8"}.get(t.dtype, "float32"))) for t in kq.inputs], axis_slice=(0, 1))
+
+
+def test_a_state_rebuilt_from_its_tensors_finalizes():
+    spec, (q, kk, v), tol = CASES["attention"]
+    k = redfuse.compile(spec, target="cpu")
+    n = kk.shape[2]
+    st = redfuse.merge([k.partial(q, kk, v, axis_slice=(0, 3)), k.partial(q, kk, v, axis_slice=(3, n))])
+    sent = {key: t.clone() for key, t in st.tensors.items()}  # what a transport carries
+    again = redfuse.State(k, sent, st.n)
+    assert close(k.finalize(again), k(q, kk, v), tol) == ""
+    assert again.sizes == {} and st.sizes["N"] == n
