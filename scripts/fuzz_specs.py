@@ -233,10 +233,10 @@ def gen_spec(rng):
     features = set(rng.sample(["softmax", "entropy", "moment2", "wmean", "wvar", "mean", "var", "m3", "absmax",
                                "quant", "fp8", "rms", "argmax", "argmin", "argprob", "topk", "topk_prob",
                                "attn", "prod", "min", "twoaxis", "total", "colred", "lse", "scalar_chain",
-                               "expmix", "nofuse"],
+                               "expmix", "nofuse", "argsel", "crossaxis", "intmask"],
                               rng.randint(1, 5)))
     need = lambda *f: features.update(f)  # noqa: E731
-    if features & {"entropy", "moment2", "wmean", "wvar", "argprob", "topk_prob", "attn", "lse", "expmix", "nofuse"}:
+    if features & {"entropy", "moment2", "wmean", "wvar", "argprob", "topk_prob", "attn", "lse", "expmix", "nofuse", "argsel"}:
         need("softmax")
     if features & {"expmix", "nofuse"}:
         need("mean")
@@ -306,6 +306,26 @@ def gen_spec(rng):
                                        "nf[r] = prod(c: @x - m[r] + 1)", "nf[r] = max(c: @x - mu[r]) + sum(c: @x)",
                                        "nf[r] = sum(c: log(1 + abs(@x - mu[r])))"])))
         g.out("nf", 1.0)
+    if "argsel" in features:
+        # an index found by one reduction selects elements in the next (a gather written as a mask)
+        g.define("ia", sub("ia[r] = argmax(c: @x)"))
+        g.define("ga", sub(rng.choice(["ga[r] = sum(c: select(c == ia[r], X[r,c], 0))",
+                                       "ga[r] = max(c: select(c <= ia[r], @x, -inf))",
+                                       "ga[r] = sum(c: exp(@x - m[r]) * select(c < ia[r], 1, 0))"])))
+        g.out("ga", 1.0)
+    if "crossaxis" in features:
+        # a reduction over r (per column) read by a reduction over c (per row)
+        g.define("cmx", sub("cmx[c] = max(r: @x)"))
+        g.define("rx", sub(rng.choice(["rx[r] = sum(c: exp(@x - cmx[c]))", "rx[r] = max(c: @x - cmx[c])",
+                                       "rx[r] = argmin(c: cmx[c] - @x)"])))
+        g.out("rx", 1.0)
+    if "intmask" in features:
+        # per-row lengths as integer data (varlen masks; lengths <= 0 mask the whole row)
+        g.inp("L", "L[R] : i32")
+        g.define("lm", sub("lm[r] = max(c: select(c < L[r] * 3, @x, -inf))"))
+        g.define("ls", sub("ls[r] = sum(c: select(c < L[r] * 3, exp(@x - lm[r]), 0))"))
+        g.out("ls", 1.0)
+        g.out("lm", 0.5)
     if "absmax" in features:
         g.define("a", sub("a[r] = max(c: abs(@x))"))
         g.out("a", 0.3)
@@ -399,7 +419,7 @@ def gen_topk(g, sub, C, on_prob):
     g.out("TV", 0.7)
     g.out("TI", 0.7, (None, "i64"))
     follow = rng.sample(["softmax_k", "renorm_k", "entropy_k", "argmax_k", "threshold", "gate", "topk_of_topk",
-                         "sum_k"], rng.randint(1, 3))
+                         "sum_k", "kc", "thr_mean"], rng.randint(1, 3))
     if "softmax_k" in follow or "entropy_k" in follow:
         # Mixtral: a softmax over the k chosen logits only
         g.define("mk", "mk[r] = max(k: TV[r,k])")
@@ -430,6 +450,15 @@ def gen_topk(g, sub, C, on_prob):
         g.defined.add("I2")
         g.out("V2", 1.0)
         g.out("I2", 0.5)
+    if "kc" in follow:
+        # a reduction over the k axis and the original axis at once
+        g.define("kc", sub("kc[r] = sum(k, c: TV[r,k] * @x)"))
+        g.out("kc", 1.0)
+    if "thr_mean" in follow:
+        # the mean of the chosen values as a threshold over the original axis
+        g.define("tm", f"tm[r] = sum(k: TV[r,k]) / {Ktext}")
+        g.define("ct", sub("ct[r] = sum(c: select(@x > tm[r], @x, 0))"))
+        g.out("ct", 1.0)
     if "sum_k" in follow:
         g.define("sk", "sk[r] = sum(k: TV[r,k] * f32(bf16(TV[r,k])))")
         g.out("sk", 1.0)
@@ -614,6 +643,8 @@ def main():
     failing, n = 0, 0
     while n < count and not (a.minutes and time.time() - start > a.minutes * 60):
         spec, meta = make_legacy_spec(rng) if a.legacy else gen_spec(rng)
+        if a.legacy:
+            meta = {"features": [], "sizes": {}, "symbolic": "none"}
         path = os.path.join(tmp, f"fuzz{a.seed}_{n}.rf")
         with open(path, "w") as f:
             f.write(spec)
