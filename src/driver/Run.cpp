@@ -214,8 +214,13 @@ bool check_outputs(const Kernel &k, const RunOptions &o, const SizeBinding &size
                  << unfused_vs_exact.max_rel_err << ")\n";
         }
         text << "  " << out.name << ": max_abs_err " << r.max_abs_err << ", max_rel_err " << r.max_rel_err
-             << (exact ? " (exact)" : " (tolerance " + tolerance_text(tol, r.cancellation) + ")") << (r.ok ? "  ok" : "  FAILED")
-             << "\n";
+             << (exact ? " (exact)" : " (tolerance " + tolerance_text(tol, r.cancellation) + ")");
+        // The errors above are over finite pairs only: say how many elements failed, and how many of
+        // them are NaN where the reference has a number (else a NaN output reads "max_abs_err 0 ... FAILED").
+        if (!r.ok)
+            text << ", " << r.mismatches << " element(s) wrong"
+                 << (r.nans ? " (" + std::to_string(r.nans) + " NaN where the reference has a number)" : "");
+        text << (r.ok ? "  ok" : "  FAILED") << "\n";
     }
     return ok;
 }
