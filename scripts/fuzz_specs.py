@@ -683,9 +683,9 @@ def main():
         if bad:
             failing += 1
             print("  " + spec.replace("\n", "\n  "))
-            for label, argv, cls, tail in bad:
+            for label, argv, cls, lines in bad:
                 print(f"  [{cls}] $ {a.redfuse} {' '.join(argv)}")
-                for line in tail:
+                for line in lines:
                     print("    " + line)
         n += 1
     if a.print:
