@@ -301,9 +301,10 @@ def gen_spec(rng):
                                        "xm[r] = sum(c: exp(@x - m[r] + mu[r]) * (@x - m[r]))"])))
         g.out("xm", 1.0)
     if "nofuse" in features:
-        # forms no anchor derives (a second pass, with the reason): they must still run right
+        # forms no anchor derives (a second pass, with the reason): they must still run right (the
+        # product's factors stay near 1: x - m + 1 cancels to ~0, ill-conditioned in any order)
         g.define("nf", sub(rng.choice(["nf[r] = sum(c: max(@x, m[r] - 1))", "nf[r] = sum(c: exp(@x * mu[r]))",
-                                       "nf[r] = prod(c: @x - m[r] + 1)", "nf[r] = max(c: @x - mu[r]) + sum(c: @x)",
+                                       "nf[r] = prod(c: 1 + 0.01 * (@x - m[r]))", "nf[r] = max(c: @x - mu[r]) + sum(c: @x)",
                                        "nf[r] = sum(c: log(1 + abs(@x - mu[r])))"])))
         g.out("nf", 1.0)
     if "argsel" in features:
@@ -314,10 +315,12 @@ def gen_spec(rng):
                                        "ga[r] = sum(c: exp(@x - m[r]) * select(c < ia[r], 1, 0))"])))
         g.out("ga", 1.0)
     if "crossaxis" in features:
-        # a reduction over r (per column) read by a reduction over c (per row)
+        # a reduction over r (per column) read by a reduction over c (per row); the arg-selection
+        # gets a tie-breaker: cmx[c] - x is exactly 0 at each column's maximum, and float32 computes
+        # the two x along different paths (a GEMM, a loop), so exact ties flip by rounding
         g.define("cmx", sub("cmx[c] = max(r: @x)"))
         g.define("rx", sub(rng.choice(["rx[r] = sum(c: exp(@x - cmx[c]))", "rx[r] = max(c: @x - cmx[c])",
-                                       "rx[r] = argmin(c: cmx[c] - @x)"])))
+                                       "rx[r] = argmin(c: cmx[c] - @x + 0.01 * c)"])))
         g.out("rx", 1.0)
     if "intmask" in features:
         # per-row lengths as integer data (varlen masks; lengths <= 0 mask the whole row)
