@@ -212,8 +212,12 @@ private:
         default: {
             bool mx = s->op == ReduceOp::Max;
             if (simd_) {
-                // A vector max/min reduction ignores NaN; a flag remembers one (NaN propagates).
-                pad(ind) << "{ " << T << " v_ = " << v << "; " << t << "_nan |= (v_ != v_); " << t << " = (v_ "
+                // A vector max/min reduction ignores NaN; a flag remembers one (NaN propagates). The
+                // flag is a select under a max reduction, not `|= (v_ != v_)` under an OR: GCC 12.2
+                // at -O3 with AVX-512 and -fno-trapping-math left garbage in the OR-reduced (or
+                // summed) flag of a nested select (every row of max(c: select(c <= ia[r],
+                // select(W[c] > 0, X, -inf), -inf)) came out NaN; fuzz_specs.py seed 12 #89).
+                pad(ind) << "{ " << T << " v_ = " << v << "; " << t << "_nan = (v_ != v_) ? 1 : " << t << "_nan; " << t << " = (v_ "
                          << (mx ? ">" : "<") << " " << t << ") ? v_ : " << t << "; }\n";
             } else {
                 pad(ind) << t << " = rfk::" << (mx ? "max" : "min") << "<" << T << ">(" << t << ", " << v << ");\n";
@@ -321,7 +325,7 @@ private:
             for (const std::string &f : flags) pad(ind + 1) << "int " << f << "_nan = 0;\n";
             pad(ind + 1) << "#pragma omp simd";
             for (const std::string &r : reds) os_ << " " << r;
-            for (const std::string &f : flags) os_ << " reduction(|:" << f << "_nan)";
+            for (const std::string &f : flags) os_ << " reduction(max:" << f << "_nan)";  // see print_accum
             os_ << "\n";
             pad(ind + 1) << head << " {\n";
             body(s->body, ind + 2, true);

@@ -194,9 +194,36 @@ Groups group_chains(const std::vector<RedInfo> &reds) {
     std::vector<size_t> parent(n);
     std::iota(parent.begin(), parent.end(), 0);
     std::function<size_t(size_t)> find = [&](size_t x) { return parent[x] == x ? x : parent[x] = find(parent[x]); };
+    // may_share_chain looks at one pair; a union joins whole groups, so a group can also gain a
+    // member x and a member y with a reduction k outside the group between them (x -> k -> y: TV
+    // and ct joined through m in `m = max(c: X)`, `TV = topk(c: X)`, `tm = sum(k: TV)`,
+    // `ct = sum(c: ... tm ...)`) — the chains would depend on each other in a cycle. Refuse such a
+    // union (reductions inside the group may lie between members: they run in a later pass).
+    std::vector<std::set<size_t>> members(n);
+    for (size_t i = 0; i < n; i++) members[i] = {i};
+    auto between_outside = [&](const std::set<size_t> &g) {
+        for (size_t k = 0; k < n; k++) {
+            if (g.count(k)) continue;
+            bool after_member = false, before_member = false;
+            for (size_t x : g) {
+                after_member = after_member || closure[k].count(x);
+                before_member = before_member || closure[x].count(k);
+            }
+            if (after_member && before_member) return true;
+        }
+        return false;
+    };
     for (size_t j = 0; j < n; j++)
-        for (size_t i = 0; i < j; i++)
-            if (may_share_chain(reds, closure, i, j)) parent[find(i)] = find(j);
+        for (size_t i = 0; i < j; i++) {
+            if (!may_share_chain(reds, closure, i, j)) continue;
+            size_t a = find(i), b = find(j);
+            if (a == b) continue;
+            std::set<size_t> joined = members[a];
+            joined.insert(members[b].begin(), members[b].end());
+            if (between_outside(joined)) continue;
+            parent[a] = b;
+            members[b] = std::move(joined);
+        }
     Groups groups;
     for (size_t i = 0; i < n; i++) groups[find(i)].push_back(i);
     return groups;

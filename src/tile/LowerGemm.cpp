@@ -278,8 +278,20 @@ std::vector<StmtP> PassLowering::shared_update(const std::string &P, const Membe
     std::vector<StmtP> s = rescale(P, m, x, d);
     std::string tn = "$t" + std::to_string(uid_++);
     s.push_back(decl(tn, LocalClass::Tile, {}, real_c(0)));
-    s.push_back(for_loop(jh(), local_var("$tb", SType::Int), local_var("$te", SType::Int),
-                         {accum(ReduceOp::Sum, local_var(tn), shared_at(F))}, LoopKind::Simd));
+    std::vector<StmtP> loop{accum(ReduceOp::Sum, local_var(tn), shared_at(F))};
+    // A member whose terms the epilogue reuses (Y = exp(X - m) / s: split_for_term_reuse) stores
+    // each term, as plain_update does: the epilogue only divides what is stored. Without this, a
+    // term shared with a GEMM member (O = Σ exp(X - m)·V / s beside Y) left Y unwritten.
+    if (auto it = ctx_.term_store.find(m.def->name); it != ctx_.term_store.end()) {
+        if (it->second[0] == '$') {
+            loop.push_back(assign(local_at(it->second, add_i(mul_i(rr(), L_), jh())), shared_at(F)));
+        } else {
+            std::vector<Expr> at(row_vars_.begin(), row_vars_.end());
+            at.push_back(jh());
+            loop.push_back(store(make_load(it->second, at, DType::f64, SType::Real), shared_at(F)));
+        }
+    }
+    s.push_back(for_loop(jh(), local_var("$tb", SType::Int), local_var("$te", SType::Int), loop, LoopKind::Simd));
     s.push_back(accum(ReduceOp::Sum, acc(P, m, x), local_var(tn)));
     for (const StmtP &q : after_terms(P, m, x, d)) s.push_back(q);
     return s;

@@ -195,12 +195,21 @@ public:
         if (boxed) box_.erase(s->var->name);
     }
     void visit_expr(const Expr &e) override {
+        // The axes of nested reductions (a prologue's sum(e: select(c + e < R, ...))) vary inside
+        // the expression: a condition on one is decided per element of that reduction, never per
+        // tile (decide() would take e for an invariant and the tile's test would read it unbound).
+        std::set<Expr> inner_axes;
+        rf::visit(e, [&](Expr n) {
+            if (n->kind == Kind::Reduce)
+                for (size_t i = 0; i < n->num_axes(); i++) inner_axes.insert(n->axis(i));
+        });
         rf::visit(e, [&](Expr n) {
             if (n->kind != Kind::Select) return;
             Expr c = n->args[0];
             bool on_box = false;
             for (const auto &[v, r] : box_) on_box = on_box || mentions(c, v);
-            Decided d = on_box && no_unboxed_locals(c) ? decide(c, box_) : Decided{};
+            bool on_inner_axis = any_of(c, [&](Expr v) { return inner_axes.count(v) > 0; });
+            Decided d = on_box && !on_inner_axis && no_unboxed_locals(c) ? decide(c, box_) : Decided{};
             if (!d.full || !d.dead) {  // every occurrence of a mask must be decided on its box
                 bad.insert(c);
                 return;

@@ -322,3 +322,17 @@ TEST(Cli, EmitForAGpuWithoutSizesSaysWhatToPass) {
     }
     std::filesystem::remove_all(dir);
 }
+
+TEST(Cli, SizesTooLargeForMemoryOnTheGpuTargetsAreAUserError) {
+    // Issue 15: the same refusal as on the CPU for opencl and cuda (their host buffers are checked before
+    // the device is asked for any): 4e9 elements, 96 GB of buffers, sizes whose kernels fit the work-group
+    // (R = C = 400000 is refused earlier, for its shared memory). Without a runtime: that message, exit 1.
+    for (const char *target : {"opencl", "cuda"}) {
+        Result r = sh("run " + ex("softmax") + " --target " + target + " --size R=4000000,C=1000");
+        EXPECT_EQ(r.status, 1) << target << ": " << r.out;
+        bool refused = r.out.find("for the run's buffers") != std::string::npos;
+        bool no_runtime = r.out.find("no OpenCL") != std::string::npos || r.out.find("no CUDA driver") != std::string::npos;
+        EXPECT_TRUE(refused || no_runtime) << target << ": " << r.out;
+        EXPECT_EQ(r.out.find("internal error"), std::string::npos) << target << ": " << r.out;
+    }
+}

@@ -118,3 +118,26 @@ output O : bf16
     SizeBinding sizes = bind_sizes(c->program, {});
     for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
 }
+
+TEST(FuzzRegression, NoChainHoldsTwoMembersWithAnotherChainBetweenThem) {
+    // fuzz_analyze (a seed from scripts/fuzz_specs.py): m and TV read X alike, so do m and ct; the
+    // pairwise rule kept TV and ct apart (TV -> tm -> ct, tm over k), but the union through m put
+    // them in one chain, which then needed tm before and after itself: an internal error ("the
+    // plan's chains depend on each other in a cycle") in the plan interpreter and the tile lowering.
+    ArenaScope arena;
+    auto c = test::compile(R"(
+size R = 3, C = 64
+input X[R, C] : f32
+m[r] = max(c: X[r,c])
+TV[r,k], TI[r,k] = topk(c, 4: X[r,c])
+tm[r] = sum(k: TV[r,k])
+ct[r] = sum(c: select(X[r,c] > tm[r], X[r,c], 0))
+output ct, m
+)");
+    const ChainPlan *with_topk = test::chain_of(*c, "TV"), *with_ct = test::chain_of(*c, "ct"), *with_tm = test::chain_of(*c, "tm");
+    ASSERT_TRUE(with_topk && with_ct && with_tm);
+    EXPECT_NE(with_topk, with_ct);
+    EXPECT_NE(with_tm, with_ct);
+    SizeBinding sizes = bind_sizes(c->program, {});
+    for (uint64_t seed : {1, 2, 3}) EXPECT_LE(test::plan_vs_reference(*c, sizes, seed), 1e-12);
+}
