@@ -44,6 +44,10 @@ if [ "${REDFUSE_NO_SANITIZE:-0}" != "1" ]; then
   # merge-catching runs of tests/unit/MergeCases.h (PlannerChosen*, SelectionTies*,
   # StabilityInputs*) are numerics, covered by the first pass: under ASan and a Debug reference
   # interpreter they took ~6 minutes more.
+  # The CPU example suites' size sets and dtype sweeps (SizeSetsAgainstTheReference, EveryFloatDtype)
+  # and the interpreter's size sets (PlanEqualsReferenceAtSeveralSizeSets) are numerics too: with
+  # sanitized kernels they took over 15 minutes here; TailsSegmentsAndTheUnfusedPlan still runs every
+  # example's sanitized kernels (segments, merges, the unfused plan).
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs" -E "OpenCLExamples|OpenCLBackend|CudaCubins|CudaGemmEmulated|CudaGemmDevice|CudaEmulat|PlannerChosen|SelectionTies|StabilityInputs"
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -E "OpenCLExamples|OpenCLBackend|CudaCubins|CudaGemmEmulated|CudaGemmDevice|CudaEmulat|PlannerChosen|SelectionTies|StabilityInputs|CpuExamples.SizeSetsAgainstTheReference|CpuExamples.EveryFloatDtype|PlanEqualsReferenceAtSeveralSizeSets"
 fi
