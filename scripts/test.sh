@@ -47,7 +47,9 @@ if [ "${REDFUSE_NO_SANITIZE:-0}" != "1" ]; then
   # The CPU example suites' size sets and dtype sweeps (SizeSetsAgainstTheReference, EveryFloatDtype)
   # and the interpreter's size sets (PlanEqualsReferenceAtSeveralSizeSets) are numerics too: with
   # sanitized kernels they took over 15 minutes here; TailsSegmentsAndTheUnfusedPlan still runs every
-  # example's sanitized kernels (segments, merges, the unfused plan).
+  # example's sanitized kernels (segments, merges, the unfused plan). OpenCLProbe.ProbeLibrary is
+  # left out too: at its exit LeakSanitizer's tracer crashes (signal 11) among PoCL's threads (seen
+  # 2026-12-01 on this machine; the test passes, the leak check cannot run).
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs" -E "OpenCLExamples|OpenCLBackend|CudaCubins|CudaGemmEmulated|CudaGemmDevice|CudaEmulat|PlannerChosen|SelectionTies|StabilityInputs|CpuExamples.SizeSetsAgainstTheReference|CpuExamples.EveryFloatDtype|PlanEqualsReferenceAtSeveralSizeSets"
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -E "OpenCLExamples|OpenCLBackend|CudaCubins|CudaGemmEmulated|CudaGemmDevice|CudaEmulat|PlannerChosen|SelectionTies|StabilityInputs|CpuExamples.SizeSetsAgainstTheReference|CpuExamples.EveryFloatDtype|PlanEqualsReferenceAtSeveralSizeSets|OpenCLProbe.ProbeLibrary"
 fi
