@@ -37,6 +37,11 @@ nlohmann::json member_json(const MemberAnalysis &m, int pass) {
         if (!t.matrix.empty()) j["shift"] = t.matrix;
         j["degree"] = m.degree;
         j["basis"] = t.basis;
+        // Extension (docs/cli.md): the moments an earlier member already sums, with their sign.
+        nlohmann::json comp = nlohmann::json::array();
+        for (size_t b = 0; b < m.companion.size(); b++)
+            if (!m.companion[b].empty()) comp.push_back({{"moment", static_cast<int64_t>(b)}, {"member", m.companion[b]}, {"scale", m.companion_scale[b]}});
+        if (!comp.empty()) j["companions"] = comp;
     }
     j["init"] = t.init;
     j["update"] = t.update;

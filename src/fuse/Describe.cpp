@@ -143,8 +143,13 @@ std::string init_of(ReduceOp op, const std::string &s) {
 /** The exponential-polynomial form: its basis sums, the triangular map, update, merge, epilogue. */
 void describe_exp_polynomial(const MemberAnalysis &m, MemberText &t) {
     const std::string &s = m.name;
-    for (size_t k = 0; k < m.alphas.size(); k++)
-        t.basis.push_back("S_" + index_text(m.alphas[k]) + " = Σ " + text(restore_deltas(m, m.basis[k])));
+    for (size_t k = 0; k < m.alphas.size(); k++) {
+        std::string line = "S_" + index_text(m.alphas[k]) + " = Σ " + text(restore_deltas(m, m.basis[k]));
+        if (k < m.companion.size() && !m.companion[k].empty())
+            line += "   = " + std::string(m.companion_scale[k] < 0 ? "−" : "") + m.companion[k] +
+                    " (a companion sum: the update sums these terms once, for " + m.companion[k] + " and " + s + ")";
+        t.basis.push_back(line);
+    }
     std::string ds;
     for (size_t i = 0; i < m.delta_exprs.size(); i++) ds += (i ? ", " : "") + text(m.delta_exprs[i]);
     t.H = text(restore_deltas(m, m.H_run)) + " · (polynomial of degree " + std::to_string(m.degree) + " in (" + ds + "))";

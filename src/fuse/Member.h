@@ -58,6 +58,10 @@ struct MemberAnalysis {
     // Exponential-polynomial: F = e^{λ·δ} Q(x, δ) with Q polynomial; basis = e^{λ·δ} ∂^α Q / α!,
     // H_run = e^{λ·δ}, alpha = e^{λ·(δ - δ_old)} multiplies the binomial shift (docs/design.md §3).
     std::vector<double> rates;             ///< λ_i per δ_i (empty for the other forms)
+    /** Shift forms: companion[β] names an earlier multiplicative member of the pass whose running sum
+     *  is S_β / companion_scale[β] (the entropy's S_1 = −s), "" when none (fuse/Companions.cpp). */
+    std::vector<std::string> companion;
+    std::vector<double> companion_scale;
 
     std::vector<std::string> preconditions;  ///< facts the derivation relies on, as text
     std::string reason;                      ///< why not fusible (relation None) or notes
@@ -76,6 +80,15 @@ struct AnalysisContext {
 /** Analyses one reduction definition. Never throws for unfusible bodies (relation None with a
  *  reason); throws InternalError when a derived form fails its numeric re-check. */
 MemberAnalysis analyze_member(const TensorDef &def, const AnalysisContext &ctx);
+
+/** An earlier member of a pass, as find_companions sees it. */
+struct Companion {
+    const TensorDef *def = nullptr;
+    const MemberAnalysis *analysis = nullptr;
+};
+/** Fills t.companion / t.companion_scale: which moments of a shift-form member t equal ±1 times the
+ *  running sum of an earlier multiplicative member of its pass (fuse/Companions.cpp). */
+void find_companions(MemberAnalysis &t, const TensorDef &t_def, const std::vector<Companion> &earlier);
 
 /** True for a node that rounds its argument: a cast to a type narrower than f32, round, floor, ceil. */
 bool is_rounding(Expr n);

@@ -369,6 +369,12 @@ void place_member(ChainPlan &c, const Program &p, const std::vector<RedInfo> &re
     } else if (move) {
         c.split_reasons.insert(SplitReason::Rounding);
     }
+    std::vector<Companion> earlier;
+    if (pass < static_cast<int>(c.passes.size()))
+        for (size_t i = 0; i < c.passes[pass].members.size(); i++)
+            earlier.push_back({p.find_def(c.passes[pass].members[i]), &c.passes[pass].members_exec[i]});
+    find_companions(exec, d, earlier);
+    if (!move) find_companions(verdict, d, earlier);
     c.pass_of.push_back(pass);
     c.verdicts.push_back(verdict);
     if (static_cast<int>(c.passes.size()) <= pass) c.passes.resize(pass + 1);

@@ -316,6 +316,7 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
     }
     plan_gemms(P);
     plan_shared_rescales(P);
+    plan_companions(P);
     for (const MemberInfo &m : members_) {
         const MemberAnalysis &a = *m.a;
         Mode run{P, false, false}, san{P, false, true};
@@ -370,6 +371,7 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
                 Expr nb = int_c(static_cast<int64_t>(a.alphas.size()));
                 for (size_t b = 0; b < a.basis.size(); b++)
                     s.push_back(accum(ReduceOp::Sum, local_at(field(P, m.k, "_S"), add_i(mul_i(sl(m, x), nb), int_c(static_cast<int64_t>(b)))), local_var(accs[b])));
+                for (const StmtP &q : companion_updates(P, m, x, accs)) s.push_back(q);
                 for (size_t i = 0; i < cv.size(); i++) s.push_back(assign(tag(P, m, x, i), cv[i]));
                 s.push_back(assign(seen(P, m, x), real_c(1)));
                 return s;
@@ -481,6 +483,11 @@ std::vector<StmtP> PassLowering::mult_update(const std::string &P, const MemberI
     std::vector<Expr> d;
     std::vector<StmtP> s = rescale(P, m, x, d);
     std::vector<Expr> t = tags(P, m, x);
+    if (companion_into_.count(m.k)) {  // its tile sum is added in a later member's loop (LowerCompanions.cpp)
+        for (size_t i = 0; i < d.size(); i++) s.push_back(assign(t[i], d[i]));
+        s.push_back(assign(seen(P, m, x), real_c(1)));
+        return s;
+    }
     // The update term is the body as written divided by the deferred factors (keeps 0/0 = 0);
     // U itself where H_def is 0 or not finite.
     Expr j = jvar();

@@ -216,6 +216,12 @@ private:
     /** acc[rr][x] += Σ_j F[rr][j] · W(j, x) as one GEMM over the block and the tile. */
     std::vector<StmtP> member_gemm(const std::string &P, const MemberInfo &m, const MemberGemm &g);
 
+    /** Companion sums (LowerCompanions.cpp): which multiplicative members get their tile sum from a
+     *  later shift-form member's loop. */
+    void plan_companions(const std::string &P);
+    /** After t's loop: acc_s += κ·(t's tile sum of the moment s accompanies), for each companion s. */
+    std::vector<StmtP> companion_updates(const std::string &P, const MemberInfo &t, Expr x, const std::vector<std::string> &tile_sums);
+
     // ---- Per-tile update (PlanInterp::update).
     std::vector<StmtP> update_tile(const std::string &P);
 
@@ -275,6 +281,8 @@ private:
      *  so one flag and one tag per row hold what X of them held: the state shrinks from 3X to X + 2
      *  values per row, and the writes of flags and tags move out of the loops over the points. */
     std::set<int> row_flagged_;
+    std::map<int, int> companion_into_;  ///< multiplicative member -> the shift-form member whose loop sums its terms
+    std::map<int, std::vector<std::pair<size_t, int>>> companion_sums_;  ///< shift-form member -> (moment, member)
     std::map<int, int> rescale_first_;           ///< first member of a group -> the member whose tags it reads
     std::vector<StmtP> epilogue_arrays_;  ///< row buffers of streamed epilogue outputs
     std::set<std::string> int8_arrays_;

@@ -103,6 +103,24 @@ TEST(CudaEmulator, SelectionTiesGoToTheLowestIndex) {
     test::check_ties("cuda", {37});
 }
 
+TEST(CudaEmulator, CompanionSumsAtRowBlocksAndSegments) {
+    // The softmax sum s gets its tile sums from the entropy's loop (src/tile/LowerCompanions.cpp):
+    // block level with rows per group and merged segments, and warp level.
+    auto path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "specs" / "masked_entropy.rf";
+    test::ScopedCudaEmulation emu;
+    RunOptions o;
+    o.fusion_level = FusionLevel::Block;
+    o.tile = 128;
+    o.segments = 3;
+    o.row_block = 4;
+    test::check_run(path, test::read_text(path), o, "cuda", {1, 2});
+    o = RunOptions{};
+    o.fusion_level = FusionLevel::Warp;
+    o.tile = 64;
+    o.segments = 2;
+    test::check_run(path, test::read_text(path), o, "cuda", {3});
+}
+
 TEST(CudaEmulator, StabilityInputsOfThePlanInterpreter) {
     test::ScopedCudaEmulation emu;
     test::check_stability("cuda", {38});
