@@ -276,8 +276,35 @@ std::vector<size_t> execution_order(const Groups &groups, const std::map<size_t,
     return roots;
 }
 
+/** The row of a chain whose members read computed tensors (prologues, earlier reductions): the
+ *  leading member vars those reads use. A member var after them is an extra point of the row, as O's
+ *  d is in attention: in the derived backward dQ[b,h,i,d] = Σ_j K[b,h,j,d]·f(S_sum[b,h,i,j]) and
+ *  dK[b,h,j,d] = Σ_i Q[b,h,i,d]·f(S_sum[b,h,i,j]), the per-tile prologue (QKᵀ) and f are then
+ *  computed once per row and tile and the lowering sees Σ F·W(·, d) as a GEMM, instead of
+ *  recomputing both for every d (D times the work). Reads of inputs do not count: W = K[b,h,j,d]
+ *  is what the extra point indexes. Returns n_row when no computed tensor is read, or when every
+ *  member var is used. */
+size_t computed_reads_row(const ChainPlan &c, const Program &p, const std::vector<RedInfo> &reds,
+                          const std::vector<size_t> &idx) {
+    std::set<std::string> computed;
+    for (const TensorDef &d : p.defs) computed.insert(d.name);
+    size_t row = 0;
+    bool any = false;
+    for (size_t k : idx) {
+        const RedInfo &m = reds[k];
+        visit(m.def->body, [&](Expr n) {
+            if (n->kind != Kind::Load || !computed.count(n->name)) return;
+            any = true;
+            for (size_t v = 0; v < m.outer.size(); v++)
+                if (mentions(n, m.outer[v]->name)) row = std::max(row, v + 1);
+        });
+        if (m.def->is_topk()) return c.n_row;
+    }
+    return any && row >= 1 && row < c.n_row ? row : c.n_row;
+}
+
 /** A chain before its passes: axes, the shared row, its prologues. */
-ChainPlan chain_shape(const std::vector<RedInfo> &reds, const std::vector<size_t> &idx, size_t root,
+ChainPlan chain_shape(const Program &p, const std::vector<RedInfo> &reds, const std::vector<size_t> &idx, size_t root,
                       const std::map<size_t, size_t> &prologue_of) {
     ChainPlan c;
     const RedInfo &first = reds[idx[0]];
@@ -287,6 +314,7 @@ ChainPlan chain_shape(const std::vector<RedInfo> &reds, const std::vector<size_t
     for (size_t k : idx) c.n_row = std::min(c.n_row, reds[k].outer.size());
     for (auto &[pi, proot] : prologue_of)
         if (proot == root) c.prologue.push_back(reds[pi].def->name);
+    c.n_row = computed_reads_row(c, p, reds, idx);
     return c;
 }
 
@@ -468,7 +496,7 @@ Plan make_plan(const Program &p, const PlanOptions &opts) {
     std::map<size_t, size_t> prologue_of = find_prologues(reds, groups);
     for (size_t root : execution_order(groups, prologue_of)) {
         const std::vector<size_t> &idx = groups.at(root);
-        ChainPlan c = chain_shape(reds, idx, root, prologue_of);
+        ChainPlan c = chain_shape(p, reds, idx, root, prologue_of);
         for (size_t k : idx) place_member(c, p, reds, reds[k], opts, plan.not_fused);
         attach_epilogue(c, p);
         choose_strategy(c, p, opts);
