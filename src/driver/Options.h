@@ -23,6 +23,7 @@ namespace rf {
 /** The stages of the pipeline that can be dumped (`analyze --emit STAGE`, REDFUSE_DUMP=STAGE,...). */
 enum class Stage : uint8_t {
     Ir,         ///< the checked program (ir/Program.h)
+    IrRates,    ///< the program after the rate split ("ir:rates"; the same as ir when no sum is split)
     Graph,      ///< the dependence graph of its reductions
     Plan,       ///< chains, passes, members and their derived parts
     TileLower,  ///< the tile IR as lowered, before any pass ("tile:lowered")
