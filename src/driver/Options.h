@@ -41,7 +41,7 @@ struct DumpRequest {
     bool operator==(const DumpRequest &o) const { return stage == o.stage && pass == o.pass; }
 };
 
-/** "ir", "graph", "plan", "tile:lowered", "tile:after-exp2", "tile", "cpp", "opencl", "cuda".
+/** "ir", "ir:rates", "graph", "plan", "tile:lowered", "tile:after-exp2", "tile", "cpp", "opencl", "cuda".
  *  UserError listing the valid names (and the tile passes' names) otherwise. */
 DumpRequest parse_dump(const std::string &name);
 std::string to_string(const DumpRequest &d);
