@@ -103,7 +103,8 @@ rf::Target analyze_target(const Args &a, const std::optional<rf::DumpRequest> &s
  *  pipeline's own dumps (so what is shown is what is built). */
 std::string stage_text(const rf::Compilation &c, const rf::DumpRequest &d) {
     switch (d.stage) {
-    case rf::Stage::Ir: return rf::to_string(c.program);
+    case rf::Stage::Ir: return rf::to_string(c.checked);
+    case rf::Stage::IrRates: return rf::to_string(c.program);
     case rf::Stage::Graph: return rf::to_string(rf::dependence_graph(c.program), c.program);
     case rf::Stage::Plan: return rf::plan_dump(c);
     case rf::Stage::TileLower: case rf::Stage::TilePass: {

@@ -81,8 +81,12 @@ GpuLaunch GpuKernelPrinter::print(std::ostringstream &out) {
     out << "// " << safe_comment(k_.what) << "\n";
     // Block and warp launches without a GEMM are memory-bound: ask for 1024 resident threads
     // per SM (at most 64 registers each; ptxas's own choice spilled a few). GEMM launches and
-    // states per thread take the registers they need (up to 255).
-    int min_blocks = per_thread || access_of(loop_).gemm ? 1 : std::max(1, 1024 / T_);
+    // states per thread take the registers they need (up to 255). A running state of more than
+    // 48 replicated locals (two exponential-polynomial states next to two softmaxes: the
+    // symmetric KL, 56) does not fit next to a tile's values in 64 registers (it spilled at the
+    // warp level): 512 resident threads, at most 128 registers each.
+    const int resident = place_.replicated_count() > 48 ? 512 : 1024;
+    int min_blocks = per_thread || access_of(loop_).gemm ? 1 : std::max(1, resident / T_);
     if (cuda) out << "extern \"C\" __global__ void __launch_bounds__(" << T_ << ", " << min_blocks << ") " << name_ << "(";
     else out << "__kernel __attribute__((reqd_work_group_size(" << T_ << ", 1, 1))) void " << name_ << "(";
     for (size_t i = 0; i < m_.buffers.size(); i++) {

@@ -37,6 +37,8 @@ public:
      *  targets then stay shared too. */
     void replicate(const std::vector<tile::StmtP> &body);
     bool replicated(const std::string &local) const { return replicated_.count(local) > 0; }
+    /** How many locals are replicated (a measure of the registers the running state takes). */
+    size_t replicated_count() const { return replicated_.size(); }
     /** True when every thread may run s at once with the same result in each: s writes no buffer
      *  and only replicated locals or locals it declares. */
     bool replicable(const tile::StmtP &s) const;

@@ -45,7 +45,7 @@ std::vector<std::string> parse_tile_pass_list(const std::string &list) {
 }
 
 std::vector<std::string> dump_names() {
-    std::vector<std::string> out{"ir", "graph", "plan", "tile:lowered"};
+    std::vector<std::string> out{"ir", "ir:rates", "graph", "plan", "tile:lowered"};
     for (const std::string &p : tile_pass_names()) out.push_back("tile:after-" + p);
     for (const char *s : {"tile", "cpp", "opencl", "cuda"}) out.push_back(s);
     return out;
@@ -54,6 +54,7 @@ std::vector<std::string> dump_names() {
 std::string to_string(const DumpRequest &d) {
     switch (d.stage) {
     case Stage::Ir: return "ir";
+    case Stage::IrRates: return "ir:rates";
     case Stage::Graph: return "graph";
     case Stage::Plan: return "plan";
     case Stage::TileLower: return "tile:lowered";
@@ -73,7 +74,7 @@ DumpRequest parse_dump(const std::string &name) {
         for (const std::string &p : tile_pass_names())
             if (p == pass) return {Stage::TilePass, pass};
     }
-    for (Stage s : {Stage::Ir, Stage::Graph, Stage::Plan, Stage::TileLower, Stage::Tile, Stage::Cpp, Stage::OpenCL, Stage::Cuda})
+    for (Stage s : {Stage::Ir, Stage::IrRates, Stage::Graph, Stage::Plan, Stage::TileLower, Stage::Tile, Stage::Cpp, Stage::OpenCL, Stage::Cuda})
         if (name == to_string(DumpRequest{s, ""})) return {s, ""};
     throw UserError({}, "unknown stage '" + name + "' (valid: " + joined(dump_names()) + ")");
 }

@@ -23,6 +23,7 @@ namespace rf {
 /** The stages of the pipeline that can be dumped (`analyze --emit STAGE`, REDFUSE_DUMP=STAGE,...). */
 enum class Stage : uint8_t {
     Ir,         ///< the checked program (ir/Program.h)
+    IrRates,    ///< the program after the rate split ("ir:rates"; the same as ir when no sum is split)
     Graph,      ///< the dependence graph of its reductions
     Plan,       ///< chains, passes, members and their derived parts
     TileLower,  ///< the tile IR as lowered, before any pass ("tile:lowered")
@@ -40,7 +41,7 @@ struct DumpRequest {
     bool operator==(const DumpRequest &o) const { return stage == o.stage && pass == o.pass; }
 };
 
-/** "ir", "graph", "plan", "tile:lowered", "tile:after-exp2", "tile", "cpp", "opencl", "cuda".
+/** "ir", "ir:rates", "graph", "plan", "tile:lowered", "tile:after-exp2", "tile", "cpp", "opencl", "cuda".
  *  UserError listing the valid names (and the tile passes' names) otherwise. */
 DumpRequest parse_dump(const std::string &name);
 std::string to_string(const DumpRequest &d);

@@ -15,6 +15,7 @@
 #include "driver/Environment.h"
 #include "driver/Report.h"
 #include "fuse/Graph.h"
+#include "fuse/SplitRates.h"
 #include "ir/Eval.h"
 #include "runtime/CpuBackend.h"
 #include "runtime/GpuBackend.h"
@@ -157,8 +158,12 @@ std::unique_ptr<Compilation> analyze_source(const std::string &source, const std
     const Options &o = c->options;
     auto t0 = std::chrono::steady_clock::now();
     spec::ParsedSpec parsed = spec::parse_statements(source);                      // parse
-    c->program = spec::check_program(parsed.stmts, parsed.end, file);              // check and lower to IR
-    dump(o, {Stage::Ir, ""}, [&] { return to_string(c->program); });
+    c->checked = spec::check_program(parsed.stmts, parsed.end, file);              // check and lower to IR
+    dump(o, {Stage::Ir, ""}, [&] { return to_string(c->checked); });
+    RateSplitResult split = split_sums_by_rate(c->checked);                        // split sums by rate
+    c->program = std::move(split.program);
+    c->rate_splits = std::move(split.splits);
+    dump(o, {Stage::IrRates, ""}, [&] { return to_string(c->program); });
     dump(o, {Stage::Graph, ""}, [&] { return to_string(dependence_graph(c->program), c->program); });  // analyze
     c->sizes = planning_sizes(c->program, o);
     PlanOptions po = plan_options(target, o);

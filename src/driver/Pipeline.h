@@ -13,6 +13,7 @@
 #include "codegen/CodeGen_GPU.h"
 #include "driver/Options.h"
 #include "fuse/Plan.h"
+#include "fuse/SplitRates.h"
 #include "ir/Program.h"
 #include "target/Target.h"
 #include "tile/TileIR.h"
@@ -27,7 +28,9 @@ struct Compilation {
     std::string file, source;
     Target target;
     Options options;   ///< with the environment applied (driver/Environment.h)
-    Program program;
+    Program checked;   ///< the program as checked and lowered (`--emit ir`); the reference of `run --check`
+    Program program;   ///< checked, then rewritten before planning (the rate split, fuse/SplitRates.h)
+    std::vector<RateSplit> rate_splits;  ///< the sums the rate split replaced, in definition order
     Plan plan;
     SizeBinding sizes; ///< the sizes the plan and schedule were chosen for (Options::sizes over the spec's defaults)
     double analyze_ms = 0;

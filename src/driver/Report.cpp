@@ -2,6 +2,7 @@
  * The `analyze` report in its two forms (text for people, JSON per docs/cli.md for tools) and the
  * `--emit plan` dump, all printed from the plan's derived expressions.
  */
+#include <algorithm>
 #include <sstream>
 
 #include "driver/Report.h"
@@ -54,6 +55,14 @@ nlohmann::json member_json(const MemberAnalysis &m, int pass) {
     return j;
 }
 
+/** The rate splits whose parts are members of the chain (docs/design.md §3, the rate split). */
+std::vector<const RateSplit *> splits_of(const Compilation &c, const ChainPlan &ch) {
+    std::vector<const RateSplit *> out;
+    for (const RateSplit &s : c.rate_splits)
+        if (std::find(ch.members.begin(), ch.members.end(), s.parts[0]) != ch.members.end()) out.push_back(&s);
+    return out;
+}
+
 }  // namespace
 
 nlohmann::json analysis_json(const Compilation &c) {
@@ -75,6 +84,8 @@ nlohmann::json analysis_json(const Compilation &c) {
         cj["prologue"] = ch.prologue;
         cj["epilogue"] = ch.epilogue;
         if (!ch.note.empty()) cj["note"] = ch.note;
+        for (const RateSplit *rs : splits_of(c, ch))
+            cj["rate_splits"].push_back({{"name", rs->name}, {"parts", rs->parts}, {"rates", rs->rates}});
         cj["members_detail"] = nlohmann::json::array();
         for (size_t k = 0; k < ch.members.size(); k++) cj["members_detail"].push_back(member_json(ch.verdicts[k], ch.pass_of[k]));
         j["chains"].push_back(cj);
@@ -99,6 +110,10 @@ std::string analysis_text(const Compilation &c) {
             os << (a ? ", " : "") << ch.axes[a] << " < " << to_string(ch.axis_extents[a]);
         os << ": " << (ch.fused ? "fused" : "not fused") << ", strategy " << to_string(ch.strategy) << "\n";
         os << "  why: " << ch.strategy_reason << "\n";
+        for (const RateSplit *rs : splits_of(c, ch)) {
+            os << "  split by exponential rate: " << to_string(*rs) << "\n";
+            for (size_t k = 0; k < rs->parts.size(); k++) os << "      " << rs->parts[k] << ": rate " << rs->rates[k] << "\n";
+        }
         if (!ch.prologue.empty()) {
             os << "  prologue (per tile):";
             for (const std::string &p : ch.prologue) os << " " << p;
@@ -144,6 +159,7 @@ std::string analysis_text(const Compilation &c) {
 
 std::string plan_dump(const Compilation &c) {
     std::ostringstream os;
+    for (const RateSplit &s : c.rate_splits) os << "split " << to_string(s) << "\n";
     for (const ChainPlan &ch : c.plan.chains) {
         os << "chain [";
         for (size_t k = 0; k < ch.members.size(); k++) os << (k ? ", " : "") << ch.members[k];

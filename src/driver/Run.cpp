@@ -159,8 +159,11 @@ std::string tolerance_text(double tol, const CompareResult &r, bool widened) {
 bool check_outputs(const Kernel &k, const RunOptions &o, const SizeBinding &sizes, const std::map<std::string, Tensor> &inputs,
                    const std::map<std::string, Tensor> &outputs, nlohmann::json &j, std::ostringstream &text) {
     const Program &p = k.compilation().program;
+    // The reference runs the program as checked, before the rewrites the plan was made from (the
+    // rate split): the check then also covers them.
+    const Program &checked = k.compilation().checked.outputs.empty() ? p : k.compilation().checked;
     bool f32 = k.target().kind != TargetKind::Interp;
-    std::map<std::string, Tensor> ref = run_reference(p, sizes, inputs);
+    std::map<std::string, Tensor> ref = run_reference(checked, sizes, inputs);
     // Where the reference's terms cancel, float arithmetic is only accurate relative to Σ|terms|:
     // the magnitude reference widens the tolerance there (interp/Magnitude.h). Widening can only
     // turn a failure into a pass, so it is computed (about one more reference run) only once an
@@ -175,7 +178,7 @@ bool check_outputs(const Kernel &k, const RunOptions &o, const SizeBinding &size
     bool approximate = o.approx && plan_is_approximate(k.compilation().plan);
     if (approximate) {
         rounding_eps = narrowest_rounding_epsilon(p);
-        exact_arith = run_reference(without_rounding(p), sizes, inputs);
+        exact_arith = run_reference(without_rounding(checked), sizes, inputs);
     }
     bool ok = true;
     std::vector<std::string> widened_outputs;
@@ -202,7 +205,7 @@ bool check_outputs(const Kernel &k, const RunOptions &o, const SizeBinding &size
         // widened: the normwise tolerance rejected the output and the magnitude reference decided.
         bool widened = false;
         if (!r.ok && !exact) {
-            if (magnitude.empty()) magnitude = run_magnitude(p, sizes, ref);
+            if (magnitude.empty()) magnitude = run_magnitude(checked, sizes, ref);
             auto mag = magnitude.find(out.name);
             if (mag != magnitude.end()) {
                 r = compare(outputs.at(out.name), ref_out, tol, exact, &mag->second, compute_tolerance(f32, n));

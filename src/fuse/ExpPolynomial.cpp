@@ -12,6 +12,9 @@
  * keeps e^{λ·(c' - c)} <= 1 and every update term e^{λ·c} ∂^α Q (x, c) = e.g. exp(X - m_run) <= 1:
  * the stabilised online algorithm. The result is T_0 moved to the final δ.
  * λ = 0 is the polynomial form and p = 0 the multiplicative one; both are tried first.
+ * One rate per member: a sum whose additive terms have several constant rates was already split
+ * into one sum per rate before planning (fuse/SplitRates.cpp); what reaches here with two rates
+ * mixes them inside one term (sqrt(exp(X - m) + exp(2X - 2m))) and is refused.
  */
 #include <cmath>
 
@@ -45,7 +48,8 @@ bool find_rates(const Body &b, std::vector<double> &rates, std::string &reason) 
             if (k == 0) rates.push_back(r->value);
             else if (rates[i] != r->value) {
                 reason = "exponentials of the earlier results with different rates: " +
-                         shown(exps[0]) + " and " + shown(exps[k]);
+                         shown(exps[0]) + " and " + shown(exps[k]) +
+                         " (one rate per member; the rate split makes one sum per rate only of additive terms)";
                 return false;
             }
         }
@@ -96,8 +100,8 @@ bool derive_exp_polynomial(const Body &b, MemberAnalysis &m, std::string &reason
         if (n->kind == Kind::Call && n->func == Func::exp && depends_on_d(b, n->args[0])) left = true;
     });
     if (left) {
-        reason = "terms of F grow with different exponential rates in the earlier results (one rate per member "
-                 "is supported): F · exp(-λ·d) = " + shown(q.F);
+        reason = "terms of F grow with different exponential rates in the earlier results (one rate per member; "
+                 "the rate split makes one sum per rate only of additive terms): F · exp(-λ·d) = " + shown(q.F);
         return false;
     }
     std::string why;

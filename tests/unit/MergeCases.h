@@ -382,10 +382,11 @@ inline std::vector<StabilityCase> stability_cases() {
     scale50.scale = 50;
     for (const char *name : {"softmax.rf", "log_softmax.rf", "logsumexp.rf", "moe_routing.rf", "argmax_softmax.rf",
                              "attention_causal.rf", "decode_gqa.rf", "linear_cross_entropy.rf",
-                             "softmax_weighted_variance.rf"}) {
+                             "softmax_weighted_variance.rf", "symmetric_kl.rf"}) {
         out.push_back({std::string("scale 50, ") + name, ex / name, {}, scale50, {}});
     }
     out.push_back({"scale 50, softmax, long rows", ex / "softmax.rf", {{"R", 3}, {"C", 2053}}, scale50, {}});
+    out.push_back({"scale 50, symmetric_kl (rate split), long rows", ex / "symmetric_kl.rf", {{"R", 3}, {"C", 2053}}, scale50, {}});
     out.push_back({"scale 50, decode_gqa, long rows", ex / "decode_gqa.rf", {{"B", 1}, {"Hq", 3}, {"Hkv", 1}, {"N", 2053}, {"D", 8}},
                    scale50, {}});
     return out;

@@ -336,3 +336,33 @@ TEST(Cli, SizesTooLargeForMemoryOnTheGpuTargetsAreAUserError) {
         EXPECT_EQ(r.out.find("internal error"), std::string::npos) << target << ": " << r.out;
     }
 }
+
+TEST(Cli, TheRateSplitShowsInAnalyzeAndInItsOwnDump) {
+    // symmetric_kl.rf: J's terms have two exponential rates; J is split into J.rate0 + J.rate1.
+    Result r = sh("analyze " + ex("symmetric_kl"));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("split by exponential rate: J = J.rate0 + J.rate1"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("J.rate0: rate -1 on mx[r]"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("J.rate1 = sum: exp-polynomial"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("not fused"), std::string::npos) << r.out;
+    Result j = sh("analyze " + ex("symmetric_kl") + " --json");
+    ASSERT_EQ(j.status, 0) << j.out;
+    auto c = nlohmann::json::parse(j.out)["chains"][0];
+    EXPECT_EQ(c["members"], nlohmann::json({"mx", "sx", "my", "sy", "J.rate0", "J.rate1"}));
+    EXPECT_EQ(c["passes"], 1);
+    EXPECT_EQ(c["rate_splits"][0]["parts"], nlohmann::json({"J.rate0", "J.rate1"}));
+    EXPECT_FALSE(nlohmann::json::parse(sh("analyze " + ex("softmax") + " --json").out)["chains"][0].contains("rate_splits"));
+    // --emit ir is the checked program; --emit ir:rates the program the plan is made from.
+    std::string ir = stdout_of(std::string(REDFUSE_BINARY) + " analyze " + ex("symmetric_kl") + " --emit ir");
+    std::string rates = stdout_of(std::string(REDFUSE_BINARY) + " analyze " + ex("symmetric_kl") + " --emit ir:rates");
+    EXPECT_EQ(ir.find("J.rate0"), std::string::npos) << ir;
+    EXPECT_NE(ir.find("J[r:R] = sum(c: "), std::string::npos) << ir;
+    EXPECT_NE(rates.find("J.rate0[r:R] = sum(c: "), std::string::npos) << rates;
+    EXPECT_NE(rates.find("J[r:R] = J.rate0[r] + J.rate1[r]"), std::string::npos) << rates;
+    EXPECT_EQ(stdout_of(std::string(REDFUSE_BINARY) + " analyze " + ex("softmax") + " --emit ir:rates"),
+              stdout_of(std::string(REDFUSE_BINARY) + " analyze " + ex("softmax") + " --emit ir"));
+    // Every command works on the rewritten program.
+    EXPECT_EQ(sh("run " + ex("symmetric_kl") + " --target cpu --check --size R=3,C=5000 --scale 50").status, 0);
+    EXPECT_EQ(sh("partial " + ex("symmetric_kl")).status, 0);
+    EXPECT_EQ(sh("grad " + ex("symmetric_kl")).status, 0);
+}

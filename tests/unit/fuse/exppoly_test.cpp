@@ -118,8 +118,9 @@ TEST(ExpPolynomial, WhatStillDoesNotFuseSaysWhichFormsWereTried) {
         {"sum(c: max(X[r,c], m[r]))", "exponential-polynomial form: F has no exponential"},
         {"sum(c: exp(X[r,c] * m[r]))", "exponential-polynomial form: the exponent of"},
         {"prod(c: X[r,c] - m[r] + 1)", "apply to sums only"},
-        {"sum(c: exp(X[r,c] - m[r]) + exp(2 * X[r,c] - 2 * m[r]))", "different rates"},
-        {"sum(c: exp(X[r,c] - m[r]) * X[r,c] + m[r] * X[r,c])", "different exponential rates"},
+        // Two rates inside one term: the rate split (split_rates_test.cpp) cannot separate them.
+        {"sum(c: sqrt(exp(X[r,c] - m[r]) + exp(2 * X[r,c] - 2 * m[r])))", "different rates"},
+        {"sum(c: log(1 + exp(X[r,c] - m[r])))", "different exponential rates"},
     };
     for (const Case &k : cases) {
         ArenaScope arena;

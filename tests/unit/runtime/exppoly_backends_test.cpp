@@ -1,5 +1,6 @@
 /** \file exppoly_backends_test.cpp
- * The exponential-polynomial examples (softmax entropy, softmax-weighted variance) on the CPU and
+ * The exponential-polynomial examples (softmax entropy, softmax-weighted variance, the symmetric KL
+ * divergence through the rate split) on the CPU and
  * OpenCL (PoCL) kernels at long rows (C = 32768, so the running state is rescaled tile after tile and
  * segments are merged) and large magnitudes (scale 50): the fused plan passes the check and its error
  * is reported next to the unfused (two-pass) plan's.
@@ -23,7 +24,7 @@ double worst_error(const RunReport &r) {
 }
 
 void fused_vs_two_pass(const std::string &target, int64_t segments) {
-    for (const char *ex : {"softmax_entropy", "softmax_weighted_variance"}) {
+    for (const char *ex : {"softmax_entropy", "softmax_weighted_variance", "symmetric_kl"}) {
         ArenaScope arena;
         auto c = compile_file(std::string(REDFUSE_SOURCE_DIR) + "/examples/" + ex + ".rf", {});
         for (double scale : {1.0, 50.0}) {

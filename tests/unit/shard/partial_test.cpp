@@ -106,7 +106,7 @@ INSTANTIATE_TEST_SUITE_P(Examples, PartialExamples,
                                            "attention_softcap", "attention_sinks", "attention_gqa", "decode_gqa",
                                            "mla_decode", "logsumexp", "variance", "moment_of_inertia", "prod_normalized",
                                            "softmax_entropy", "softmax_weighted_variance", "moe_routing", "argmax_softmax",
-                                           "linear_cross_entropy", "rmsnorm_gemm"));
+                                           "linear_cross_entropy", "rmsnorm_gemm", "symmetric_kl"));
 
 TEST(Partial, StatesOfRowBlocksMergeLikeWholeStates) {
     auto c = analyze_file(example("attention_causal"), analysis_target(), Options{});
