@@ -268,8 +268,9 @@ def _attention_mask(causal: bool, window: Optional[int]) -> Optional[str]:
 
 
 def _attention_spec(dtype: torch.dtype, causal: bool, scale: Optional[float], softcap: Optional[float],
-                    window: Optional[int], alibi: bool) -> str:
-    score = "sum(d: Q[b,h,i,d] * K[b,h / G,j,d]) * scale"
+                    window: Optional[int], alibi: bool, grouped: bool = True) -> str:
+    kv_head = "h / G" if grouped else "h"
+    score = f"sum(d: Q[b,h,i,d] * K[b,{kv_head},j,d]) * scale"
     if softcap is not None:
         c = _real(softcap)
         score = f"{c} * tanh({score} / {c})"
@@ -279,7 +280,8 @@ def _attention_spec(dtype: torch.dtype, causal: bool, scale: Optional[float], so
     mask = _attention_mask(causal, window)
     if mask is not None:
         score = f"select({mask}, {score}, -inf)"
-    return _render("attention", dtype=_SPEC_DTYPE[dtype], score=score,
+    return _render("attention", dtype=_SPEC_DTYPE[dtype], score=score, kv_head=kv_head,
+                   kv_heads="Hkv" if grouped else "Hq",
                    slope_input="input slope[Hq] : f32" if alibi else "",
                    scale="1 / sqrt(D)" if scale is None else _real(scale))
 
@@ -294,8 +296,9 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     if _numel(shape) == 0:
         return q.new_empty(shape)
     alibi = alibi_slopes is not None
-    key = ("attention", q.dtype, causal, scale, softcap, window, alibi)
-    kern = _kernel(key, q.device, lambda: _attention_spec(q.dtype, causal, scale, softcap, window, alibi))
+    grouped = k.shape[1] != q.shape[1]  # MHA gets the ungrouped spec (its backward is Hq times cheaper)
+    key = ("attention", q.dtype, causal, scale, softcap, window, alibi, grouped)
+    kern = _kernel(key, q.device, lambda: _attention_spec(q.dtype, causal, scale, softcap, window, alibi, grouped))
     return _run(kern, [q, k, v] + ([alibi_slopes] if alibi else []))[0]
 
 

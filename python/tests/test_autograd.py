@@ -130,3 +130,22 @@ def test_a_kernel_without_a_derived_backward():
     out = k(a, w, sw)
     with pytest.raises(RuntimeError, match="no autograd formula"):
         out.float().sum().backward()
+
+
+@pytest.mark.parametrize("Hq,Hkv,causal", [(4, 4, False), (4, 4, True), (4, 2, True)])
+def test_ops_attention_gradients_mha_and_gqa(Hq, Hkv, causal):
+    # MHA (Hq = Hkv) runs the ungrouped spec, whose dK and dV sum over their own head only; GQA the
+    # grouped one. Both must give SDPA's gradients.
+    import redfuse.ops as rops
+    gen = torch.Generator().manual_seed(11)
+    q = torch.randn(2, Hq, 37, 16, generator=gen, requires_grad=True)
+    k = torch.randn(2, Hkv, 41, 16, generator=gen, requires_grad=True)
+    v = torch.randn(2, Hkv, 41, 8, generator=gen, requires_grad=True)
+    g = torch.randn(2, Hq, 37, 8, generator=gen)
+    rops.attention(q, k, v, causal=causal).backward(g)
+    ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    torch.nn.functional.scaled_dot_product_attention(*ref, is_causal=causal, enable_gqa=True).backward(g.double())
+    for t, r in zip((q, k, v), ref):
+        torch.testing.assert_close(t.grad.double(), r.grad, rtol=1e-4, atol=1e-5)
+    grouped = [key[7] for key in rops._kernels if key[0] == "attention"]
+    assert (Hq != Hkv) in grouped
