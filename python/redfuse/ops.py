@@ -18,7 +18,7 @@ import math
 import numbers
 import string
 import threading
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -189,8 +189,8 @@ def _run(kern: Kernel, tensors: List[torch.Tensor]) -> List[torch.Tensor]:
 def _call(op: object, *args: object) -> object:
     """Runs an op: through its custom op (torch.ops.redfuse.<name>) when torch traces or a mode is
     active; otherwise its implementation directly, which skips the dispatcher's cost and, when an
-    input requires grad, runs each kernel through its derived backward (docs/grad.md): the custom
-    op itself has no autograd formula, so under torch.compile these ops are forward only."""
+    input requires grad, runs each kernel through its derived backward (docs/grad.md). Traced, the
+    custom op's autograd formula (_make_backward, below) does the same on the saved inputs."""
     impl = getattr(op, "_init_fn", None)  # the decorated function (torch keeps it on the op)
     if impl is None or _traced_or_intercepted(torch):
         return op(*args)
@@ -321,7 +321,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     - causal: key j is visible iff j <= i (top-left aligned, SDPA's is_causal);
     - window w >= 1: with causal, the w most recent keys (i - w < j <= i); without causal, the keys
       within distance w on either side (|i - j| < w).
-    A row with no visible key gives 0 (SDPA gives NaN). Differentiable eagerly (derived backward).
+    A row with no visible key gives 0 (SDPA gives NaN). Differentiable (derived backward), also under torch.compile.
     """
     op = _ATTN
     _tensors(op, ("alibi_slopes",), q=q, k=k, v=v, alibi_slopes=alibi_slopes)
@@ -416,7 +416,7 @@ def rms_norm(input: torch.Tensor, normalized_shape: Union[int, Sequence[int]], w
     normalized shape, input's dtype. eps=None follows the installed PyTorch's F.rms_norm
     (finfo(input.dtype).eps in 2.5, finfo(float32).eps for 16-bit inputs in later versions). The
     result has input's dtype; the sum of squares and the scaling are computed in float32 or wider
-    and rounded once. Differentiable eagerly (derived backward).
+    and rounded once. Differentiable (derived backward), also under torch.compile.
     """
     _tensors(_RMS, ("weight",), input=input, weight=weight)
     return _call(_rms_norm_op, input, _normalized_shape(_RMS, normalized_shape), weight,
@@ -461,7 +461,7 @@ def layer_norm(input: torch.Tensor, normalized_shape: Union[int, Sequence[int]],
 
     input: bfloat16, float16 or float32; weight and bias (optional): the normalized shape, input's
     dtype. The mean and variance fuse into one pass (Welford); the result has input's dtype.
-    Differentiable eagerly (derived backward).
+    Differentiable (derived backward), also under torch.compile.
     """
     _tensors(_LN, ("weight", "bias"), input=input, weight=weight, bias=bias)
     return _call(_layer_norm_op, input, _normalized_shape(_LN, normalized_shape), weight, bias,
@@ -528,7 +528,7 @@ def softmax(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) 
 
     input: bfloat16, float16 or float32; the result has ``dtype`` (default: input's). Unlike
     F.softmax, which casts the input to ``dtype`` first, the input is read in its own dtype and the
-    result rounded once to ``dtype``. A row of all -inf gives 0 (F.softmax gives NaN). Differentiable eagerly.
+    result rounded once to ``dtype``. A row of all -inf gives 0 (F.softmax gives NaN). Differentiable, also under torch.compile.
     """
     _tensors("softmax", input=input)
     return _call(_softmax_op, input, _py_int("softmax", "dim", dim, optional=False), dtype)
@@ -537,7 +537,7 @@ def softmax(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) 
 def log_softmax(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """Log-softmax over ``dim`` (negative allowed), as F.log_softmax: x - max - log(sum(exp(x - max))).
 
-    Dtypes as :func:`softmax`. Differentiable eagerly.
+    Dtypes as :func:`softmax`. Differentiable, also under torch.compile.
     """
     _tensors("log_softmax", input=input)
     return _call(_log_softmax_op, input, _py_int("log_softmax", "dim", dim, optional=False), dtype)
@@ -592,7 +592,7 @@ def moe_topk_softmax(logits: torch.Tensor, k: int, renormalize: bool = False,
     Returns (weights, indices) of shape [..., k], like torch.topk(torch.softmax(logits, -1), k):
     in decreasing order, ties to the lower expert index, indices int64. renormalize=True divides
     the k weights by their sum (computed in the kernel). weights has ``dtype`` (default: logits').
-    logits: bfloat16, float16 or float32; 1 <= k <= number of experts. Differentiable eagerly (weights; indices are not).
+    logits: bfloat16, float16 or float32; 1 <= k <= number of experts. Differentiable (weights; indices are not), also under torch.compile.
     """
     op = _MOE
     _tensors(op, logits=logits)
@@ -632,6 +632,8 @@ def _check_lce(x: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, igno
 
 def _check_labels(labels: torch.Tensor, valid: torch.Tensor, classes: int, ignore_index: int) -> None:
     # A label outside [0, V) would silently match no logit in the kernel; F.cross_entropy refuses it.
+    if getattr(_mode, "replay", False):
+        return  # the backward's replay of a forward that passed this check (data-dependent: not traced)
     bad = valid & ((labels < 0) | (labels >= classes))
     if bool(bad.any()):
         raise ValueError(f"{_LCE}: label {int(labels[bad][0])} is out of range [0, {classes}) "
@@ -677,7 +679,7 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, labels: torch.Te
     int64, in [0, V) or equal to ignore_index (else ValueError). The per-token loss is float32; the
     masking of ignored tokens and the reduction ('mean' over the tokens not ignored, 'sum', 'none')
     run in torch, and the result has x's dtype (as F.cross_entropy of x's-dtype logits). No
-    label_smoothing or class weights. Differentiable eagerly (x and weight).
+    label_smoothing or class weights. Differentiable (x and weight), also under torch.compile.
     """
     op = _LCE
     _tensors(op, x=x, weight=weight, labels=labels)
@@ -685,3 +687,49 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, labels: torch.Te
         raise TypeError(f"{op}: reduction must be a str, got {type(reduction).__name__}")
     return _call(_lce_op, x, weight, labels, _py_int(op, "ignore_index", ignore_index,
                                                                                  optional=False), reduction)
+
+
+# ---------------------------------------------------------------------------------------------
+# autograd of the custom ops (torch.compile): the derived backward, through the op's own Kernel
+
+
+def _autograd_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    ctx.args = inputs
+    ctx.save_for_backward(*[a for a in inputs if isinstance(a, torch.Tensor)])
+
+
+def _make_backward(op: Any) -> Callable[..., tuple]:
+    impl = op._init_fn
+
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        # The op again, eagerly differentiable: each Kernel runs its forward with residuals and its
+        # derived backward (docs/grad.md); one more forward than a saved-residual formula would need.
+        saved = iter(ctx.saved_tensors)
+        args, leaves = [], []
+        for a in ctx.args:
+            if isinstance(a, torch.Tensor):
+                t = next(saved).detach()
+                if t.is_floating_point():
+                    t.requires_grad_()
+                    leaves.append(t)
+                args.append(t)
+            else:
+                args.append(a)
+        with torch.enable_grad():
+            _mode.differentiable = _mode.replay = True
+            try:
+                out = impl(*args)
+            finally:
+                _mode.differentiable = _mode.replay = False
+            outs = out if isinstance(out, tuple) else (out,)
+            pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+            got = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True) \
+                if pairs else [None] * len(leaves)
+        it = iter(got)
+        return tuple(next(it) if isinstance(a, torch.Tensor) and a.is_floating_point() else None for a in args)
+
+    return backward
+
+
+for _op in (_attention_op, _rms_norm_op, _layer_norm_op, _softmax_op, _log_softmax_op, _moe_op, _lce_op):
+    _op.register_autograd(_make_backward(_op), setup_context=_autograd_setup)

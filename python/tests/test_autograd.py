@@ -149,3 +149,47 @@ def test_ops_attention_gradients_mha_and_gqa(Hq, Hkv, causal):
         torch.testing.assert_close(t.grad.double(), r.grad, rtol=1e-4, atol=1e-5)
     grouped = [key[7] for key in rops._kernels if key[0] == "attention"]
     assert (Hq != Hkv) in grouped
+
+
+def _ops_cases():
+    import redfuse.ops as rops
+    F = torch.nn.functional
+    gen = torch.Generator().manual_seed(5)
+
+    def rnd(*s):
+        return torch.randn(*s, generator=gen)
+
+    labels = torch.tensor([1, 5, -100, 3, 0, 6, 2])
+
+    def moe_ref(x):
+        w, i = torch.topk(torch.softmax(x, -1), 2, dim=-1)
+        return w, i
+
+    return [
+        ("attention", lambda q, k, v: rops.attention(q, k, v, causal=True),
+         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), [rnd(1, 2, 9, 8), rnd(1, 2, 11, 8), rnd(1, 2, 11, 4)]),
+        ("rms_norm", lambda x, w: rops.rms_norm(x, [16], w, eps=1e-6), lambda x, w: F.rms_norm(x, [16], w, eps=1e-6), [rnd(3, 5, 16), rnd(16)]),
+        ("layer_norm", lambda x, w, b: rops.layer_norm(x, [16], w, b), lambda x, w, b: F.layer_norm(x, [16], w, b), [rnd(4, 16), rnd(16), rnd(16)]),
+        ("softmax", lambda x: rops.softmax(x, 0), lambda x: torch.softmax(x, 0), [rnd(13, 3)]),
+        ("log_softmax", lambda x: rops.log_softmax(x, -1), lambda x: torch.log_softmax(x, -1), [rnd(3, 13)]),
+        ("moe_topk_softmax", lambda x: rops.moe_topk_softmax(x, 2)[0], lambda x: moe_ref(x)[0], [rnd(6, 8)]),
+        ("linear_cross_entropy", lambda x, w: rops.linear_cross_entropy(x, w, labels),
+         lambda x, w: F.cross_entropy(x @ w.T, labels), [rnd(7, 16), rnd(9, 16)]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_ops_train_under_torch_compile(case):
+    # The custom ops carry an autograd formula (the derived backward through the op's Kernel), so a
+    # compiled training step differentiates them; the gradients are torch autograd's of the same math.
+    # AOTAutograd is where the formula is needed: aot_eager checks it without inductor's (slow)
+    # code generation, inductor itself runs on attention.
+    name, ours, ref, xs = _ops_cases()[case]
+    leaves = [x.clone().requires_grad_() for x in xs]
+    backend = "inductor" if name == "attention" else "aot_eager"
+    compiled = torch.compile(lambda *a: ours(*a).sum(), fullgraph=True, backend=backend)
+    compiled(*leaves).backward()
+    want = [x.clone().requires_grad_() for x in xs]
+    ref(*want).sum().backward()
+    for g, w in zip(leaves, want):
+        torch.testing.assert_close(g.grad, w.grad, rtol=1e-4, atol=1e-5, msg=name)
