@@ -18,6 +18,10 @@ Every spec runs through (each family can be chosen with --commands):
   cpu      `run --target cpu --check`, sometimes with a forced tile/segments/row block or --unfused
   opencl   `run --target opencl --check` at a random fusion level / forced schedule (PoCL)
   emit     `emit --target cpu|opencl|cuda`, each with and without --size
+  grad     `grad --check` (the derived backward against central finite differences of the float64
+           reference) at the spec's sizes capped at 4, sometimes with --wrt one input or
+           --straight-through (not in the default set: each check runs the reference ~20 times per
+           gradient; `--commands grad` or `analyze,...,grad`)
 
 An outcome is a bug when redfuse exits with 3 (internal error), dies of a signal, runs past
 --timeout, or fails --check (a wrong answer); exit 1 or 2 with a message naming the problem (a
@@ -571,6 +575,10 @@ def commands(rng, path, meta, families, n, outdir):
                             ["--fusion-level", "thread", "--segments", "3"],
                             ["--tile", "3", "--segments", "2", "--row-block", "3"], ["--unfused"]])
         cmds.append(("opencl", "run opencl", ["run", path, "--target", "opencl", "--check"] + seed + run_sz + extra))
+    if "grad" in families:
+        small = ["--size", size_arg({k: min(v, 4) for k, v in meta["sizes"].items()})] if meta["sizes"] else []
+        extra = rng.choice([[], [], ["--straight-through"]])
+        cmds.append(("grad", "grad --check", ["grad", path, "--check", "--seed", str(n)] + small + extra))
     if "emit" in families:
         for tgt in ("cpu", "opencl", "cuda"):
             for with_size in (False, True):
@@ -635,7 +643,7 @@ def main():
     a = ap.parse_args()
     rng = random.Random(a.seed)
     families = set(a.commands.split(","))
-    unknown = families - {"analyze", "interp", "cpu", "opencl", "emit"}
+    unknown = families - {"analyze", "interp", "cpu", "opencl", "emit", "grad"}
     if unknown:
         ap.error(f"unknown command families: {', '.join(sorted(unknown))}")
     count = a.count if (not a.minutes or "--count" in sys.argv) else 10 ** 9

@@ -47,9 +47,17 @@ if [ "${REDFUSE_NO_SANITIZE:-0}" != "1" ]; then
   # The CPU example suites' size sets and dtype sweeps (SizeSetsAgainstTheReference, EveryFloatDtype)
   # and the interpreter's size sets (PlanEqualsReferenceAtSeveralSizeSets) are numerics too: with
   # sanitized kernels they took over 15 minutes here; TailsSegmentsAndTheUnfusedPlan still runs every
-  # example's sanitized kernels (segments, merges, the unfused plan). OpenCLProbe.ProbeLibrary is
-  # left out too: at its exit LeakSanitizer's tracer crashes (signal 11) among PoCL's threads (seen
-  # 2026-12-01 on this machine; the test passes, the leak check cannot run).
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs" -E "OpenCLExamples|OpenCLBackend|CudaCubins|CudaGemmEmulated|CudaGemmDevice|CudaEmulat|PlannerChosen|SelectionTies|StabilityInputs|CpuExamples.SizeSetsAgainstTheReference|CpuExamples.EveryFloatDtype|PlanEqualsReferenceAtSeveralSizeSets|OpenCLProbe.ProbeLibrary"
+  # example's sanitized kernels (segments, merges, the unfused plan).
+  # LeakSanitizer's tracer crashes (signal 11) at the exit of a process that loaded PoCL, among its
+  # threads (seen 2026-12-01 on this machine, in a different set of OpenCL tests from run to run;
+  # the tests pass, the leak check cannot run). So the leak check runs for every test but those that
+  # may load an OpenCL driver: the tests named OpenCL*, and the stages (ctest labels) whose tests run
+  # `--target opencl` among others (tile, codegen, driver, cli); those run under ASan and UBSan
+  # without it.
+  pocl_stages="^(tile|codegen|driver|cli)\$"
+  excluded="OpenCLExamples|OpenCLBackend|CudaCubins|CudaGemmEmulated|CudaGemmDevice|CudaEmulat|PlannerChosen|SelectionTies|StabilityInputs|CpuExamples.SizeSetsAgainstTheReference|CpuExamples.EveryFloatDtype|PlanEqualsReferenceAtSeveralSizeSets"
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE "$pocl_stages" -E "$excluded|OpenCL"
+  ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE "$pocl_stages" -R "OpenCL" -E "$excluded"
+  ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "$pocl_stages" -E "$excluded"
 fi

@@ -14,6 +14,7 @@
 #include "driver/Compiler.h"
 #include "driver/Run.h"
 #include "fuse/Graph.h"
+#include "grad/Check.h"
 #include "grad/Grad.h"
 #include "shard/Partial.h"
 #include "spec/Frontend.h"
@@ -153,6 +154,25 @@ void write_text(const std::string &path, const std::string &text) {
     if (!f) throw UsageError("cannot write '" + path + "'");
 }
 
+/** `grad --check`: the backward of the spec (widened to f64) against central finite differences
+ *  of its reference; exit 1 when a gradient disagrees (docs/cli.md). */
+int check_grad(const Args &a, const rf::Program &forward, const rf::GradOptions &o) {
+    rf::Program p = rf::widened_to_f64(o.straight_through ? rf::without_rounding(forward) : forward);
+    rf::GradResult g = rf::derive_backward(p, o);
+    rf::SizeBinding sizes = rf::bind_sizes(p, parse_sizes(a.size_items));
+    rf::GradCheckReport r = rf::check_against_finite_differences(p, g, sizes, a.seed, 10);
+    for (const rf::GradientCheck &c : r.gradients) {
+        std::cout << "  " << c.gradient << ": " << c.checked << " point(s) against central differences ("
+                  << c.skipped << " skipped: not differentiable there), max_abs_err " << c.max_abs_err
+                  << " (tolerance " << rf::GradCheckReport::kTolerance * c.scale << ")";
+        if (c.worst >= 0 && !c.ok) std::cout << " at element " << c.worst;
+        std::cout << (c.ok ? "  ok" : "  FAILED") << "\n";
+    }
+    if (!r.forward_finite) std::cout << "  (an output of the forward is not finite at these inputs: nothing to compare)\n";
+    std::cout << "check: " << (r.ok ? "ok" : "FAILED") << "\n";
+    return r.ok ? 0 : 1;
+}
+
 int cmd_grad(const Args &a) {
     std::ifstream in(a.spec, std::ios::binary);
     if (!in) throw rf::UserError({}, "cannot read the spec file");
@@ -167,6 +187,7 @@ int cmd_grad(const Args &a) {
         while (std::getline(items, item, ','))
             if (!item.empty()) o.wrt.push_back(item);
     }
+    if (a.check) return check_grad(a, forward, o);
     rf::GradResult g = rf::derive_backward(forward, o);
     std::string forward_path = !a.forward_out.empty() ? a.forward_out : a.out_file.empty() ? "" : default_forward_path(a.out_file);
     if (a.out_file.empty()) std::cout << g.backward_spec;
@@ -364,6 +385,9 @@ void add_grad(CLI::App &app, Args &a) {
     cmd->add_option("-o", a.out_file, "Write the backward spec here (default: stdout)");
     cmd->add_option("--forward-out", a.forward_out, "Write the forward-with-residuals spec here (default with -o OUT.rf: OUT.forward.rf)");
     cmd->add_flag("--straight-through", a.straight_through, "Differentiate rounding casts and round() as the identity");
+    cmd->add_flag("--check", a.check, "Check the backward against central finite differences (float64 reference) instead of printing it");
+    cmd->add_option("--size", a.size_items, "With --check: size binding NAME=VALUE (repeatable; default: the spec's)");
+    cmd->add_option("--seed", a.seed, "With --check: seed of the random inputs, adjoints and points");
 }
 
 void add_partial(CLI::App &app, Args &a) {

@@ -190,9 +190,28 @@ struct Resolver {
     const Choice &choice(const std::string &e) {
         auto it = chosen.find(e);
         if (it != chosen.end()) return it->second;
-        // A top-k's two tensors are one definition: resolve it under its values' name.
+        // A top-k's two tensors are one definition. Its indices follow its values: recomputed with
+        // them (the recomputed definition's index tensor), else saved beside them as an integer
+        // residual. (Aliasing the indices to the values' choice read the values where the
+        // routing select(c == I[r,k], ...) needs the indices: scripts/fuzz_specs.py --commands
+        // grad, seed 101 #1.)
         const TensorDef *d = p.find_def(e);
-        if (d->is_topk() && e == d->index_name && !is_output(e)) return chosen[e] = choice(d->name);
+        if (d->is_topk() && e == d->index_name && !is_output(e)) {
+            Choice values = choice(d->name);
+            Choice c = values;
+            if (values.how == How::Recompute) {
+                for (const TensorDef &r : recomputed)
+                    if (r.name == d->name) c.name = r.index_name;
+            } else {
+                c.how = How::Input;
+                c.name = e;
+                out.forward.outputs.push_back({e, DType::i32, d->loc});
+                out.backward.inputs.push_back(input_for(*d, e, DType::i32));
+                out.notes.push_back("residual '" + spec_identifier(e) + "': the indices of the top-k '" +
+                                    spec_identifier(d->name) + "'");
+            }
+            return chosen[e] = c;
+        }
         Choice c = decide(e);
         return chosen[e] = c;
     }

@@ -366,3 +366,13 @@ TEST(Cli, TheRateSplitShowsInAnalyzeAndInItsOwnDump) {
     EXPECT_EQ(sh("partial " + ex("symmetric_kl")).status, 0);
     EXPECT_EQ(sh("grad " + ex("symmetric_kl")).status, 0);
 }
+
+TEST(Cli, GradCheckComparesWithFiniteDifferences) {
+    auto ok = sh("grad " + ex("attention_causal") + " --check --size B=1,H=2,N=7,D=3 --seed 4");
+    EXPECT_EQ(ok.status, 0) << ok.out;
+    EXPECT_NE(ok.out.find("dK: 10 point(s) against central differences"), std::string::npos) << ok.out;
+    EXPECT_NE(ok.out.find("check: ok"), std::string::npos) << ok.out;
+    auto st = sh("grad " + ex("quant_gemm_int8") + " --check --straight-through");
+    EXPECT_EQ(st.status, 0) << st.out;  // the program without its rounding, whose derivative it stands for
+    EXPECT_EQ(sh("grad " + ex("quant_gemm_int8") + " --check").status, 1);  // rounding refused, exit 1
+}

@@ -1,0 +1,144 @@
+/** \file Check.cpp
+ * Central finite differences of the forward's float64 reference against the derived backward
+ * (grad/Check.h). With φ(x) = Σ_O <dO, O(x)> for random adjoints dO, ∂φ/∂x_i is exactly what the
+ * backward's dX[i] computes, and (φ(x + h e_i) − φ(x − h e_i)) / 2h = ∂φ/∂x_i + O(h²).
+ */
+#include "grad/Check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "fuse/Member.h"
+#include "interp/Inputs.h"
+#include "interp/Reference.h"
+
+namespace rf {
+
+Program widened_to_f64(Program p) {
+    for (auto &in : p.inputs)
+        if (is_float(in.dtype)) in.dtype = DType::f64;
+    for (auto &o : p.outputs)
+        if (is_float(o.dtype)) o.dtype = DType::f64;
+    return p;
+}
+
+Program without_rounding(Program p) {
+    for (TensorDef &d : p.defs) d.body = strip_rounding(d.body);
+    return p;
+}
+
+namespace {
+
+/** The forward's outputs that have adjoints, at `in`. */
+std::map<std::string, Tensor> outputs_at(const Program &p, const SizeBinding &s, const std::map<std::string, Tensor> &in,
+                                         const GradResult &g) {
+    auto res = run_reference(p, s, in);
+    std::map<std::string, Tensor> out;
+    for (const auto &[o, d] : g.adjoints) out[o] = res.at(o);
+    return out;
+}
+
+/** φ(b) − φ(a) = Σ_O <dO, O_b − O_a>, differenced element by element: an output that does not move
+ *  with the perturbed input contributes exactly 0 however large it is (a cubic moment of 1e4-sized
+ *  values next to a softmax made the differenced sum lose every digit). `noise` gets the rounding
+ *  error of the elements that do move. */
+double phi_difference(const std::map<std::string, Tensor> &b, const std::map<std::string, Tensor> &a, const GradResult &g,
+                      const std::map<std::string, Tensor> &adj, double &noise) {
+    double d = 0;
+    for (const auto &[o, dn] : g.adjoints) {
+        const Tensor &tb = b.at(o), &ta = a.at(o), &w = adj.at(dn);
+        for (size_t i = 0; i < tb.data.size(); i++) {
+            double step = tb.data[i] - ta.data[i];
+            if (step == 0) continue;
+            d += w.data[i] * step;
+            noise += std::fabs(w.data[i]) * (std::fabs(tb.data[i]) + std::fabs(ta.data[i])) * 4e-16;
+        }
+    }
+    return d;
+}
+
+bool all_finite(const std::map<std::string, Tensor> &outs) {
+    for (const auto &[n, t] : outs)
+        for (double v : t.data)
+            if (!std::isfinite(v)) return false;
+    return true;
+}
+
+/** The backward's results on the inputs, the adjoints and the forward's residuals. */
+std::map<std::string, Tensor> run_backward(const GradResult &g, const SizeBinding &s,
+                                           const std::map<std::string, Tensor> &inputs,
+                                           const std::map<std::string, Tensor> &adj) {
+    auto fwd = run_reference(g.forward, bind_sizes(g.forward, s), inputs);
+    Program b = g.backward;
+    std::map<std::string, Tensor> bin;
+    for (auto &in : b.inputs) {
+        in.dtype = DType::f64;  // residuals are f32 in the spec; the check is of the math
+        if (inputs.count(in.name)) bin[in.name] = inputs.at(in.name);
+        else if (adj.count(in.name)) bin[in.name] = adj.at(in.name);
+        else bin[in.name] = fwd.at(in.name);
+    }
+    return run_reference(b, bind_sizes(b, s), bin);
+}
+
+}  // namespace
+
+GradCheckReport check_against_finite_differences(const Program &p, const GradResult &g, const SizeBinding &s,
+                                                 uint64_t seed, int points) {
+    auto inputs = make_random_inputs(p, s, seed);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal;
+    std::map<std::string, Tensor> adj;
+    for (const auto &[o, d] : g.adjoints) {
+        Tensor t(def_shape(*p.find_def(o), s));
+        for (auto &v : t.data) v = normal(rng);
+        adj[d] = t;
+    }
+    auto res = run_backward(g, s, inputs, adj);
+    GradCheckReport report;
+    auto base = outputs_at(p, s, inputs, g);
+    report.forward_finite = all_finite(base);
+    for (const auto &[x, dx] : g.gradients) {
+        GradientCheck c;
+        c.input = x;
+        c.gradient = dx;
+        const Tensor &grad = res.at(dx);
+        c.elements = static_cast<int64_t>(grad.data.size());
+        for (double v : grad.data) c.scale = std::max(c.scale, std::fabs(v));
+        if (grad.data.empty() || !report.forward_finite) {  // nothing to compare with
+            report.gradients.push_back(c);
+            continue;
+        }
+        std::uniform_int_distribution<size_t> pick(0, grad.data.size() - 1);
+        double tolerance = GradCheckReport::kTolerance * c.scale;
+        for (int k = 0; k < points; k++) {
+            size_t i = pick(rng);
+            auto plus = inputs, minus = inputs;
+            double h = 1e-5 * std::max(1.0, std::fabs(inputs.at(x).data[i]));
+            plus[x].data[i] += h;
+            minus[x].data[i] -= h;
+            auto op = outputs_at(p, s, plus, g), om = outputs_at(p, s, minus, g);
+            double noise = 0;
+            double up = phi_difference(op, base, g, adj, noise), down = phi_difference(base, om, g, adj, noise);
+            // Where the forward is undefined (log 0) or not differentiable (a kink of max or abs, a
+            // tie that size 1 makes exact) there is no derivative to compare with.
+            if (!all_finite(op) || !all_finite(om) || std::fabs(up / h - down / h) > 1e-3 * c.scale + 2 * noise / h) {
+                c.skipped++;
+                continue;
+            }
+            double err = std::fabs(grad.data[i] - (up + down) / (2 * h));
+            if (!(err - noise / h <= c.max_abs_err)) {  // NaN counts as the worst
+                c.max_abs_err = std::isnan(err) ? INFINITY : std::max(0.0, err - noise / h);
+                c.worst = static_cast<int64_t>(i);
+            }
+            c.checked++;
+        }
+        c.ok = c.max_abs_err <= tolerance && (grad.data.size() <= 1 || c.checked > 0);
+        report.ok = report.ok && c.ok;
+        report.gradients.push_back(c);
+    }
+    return report;
+}
+
+}  // namespace rf
