@@ -17,6 +17,18 @@
 namespace rf {
 
 Program widened_to_f64(Program p) {
+    // A cast that was exact on the input's own dtype (f32(U) of a bf16 U) would round the widened
+    // input: it goes, so the finite differences see the function the backward differentiates.
+    std::map<std::string, DType> declared;
+    for (const auto &in : p.inputs) declared[in.name] = in.dtype;
+    for (TensorDef &d : p.defs)
+        d.body = substitute(d.body, [&](Expr n) -> Expr {
+            if (n->kind != Kind::Cast || n->args[0]->kind != Kind::Load || !declared.count(n->args[0]->name)) return nullptr;
+            DType from = declared.at(n->args[0]->name);
+            bool exact = is_float(from) && (n->dtype == from || n->dtype == DType::f64 ||
+                                            (n->dtype == DType::f32 && from != DType::f64));
+            return exact ? n->args[0] : nullptr;
+        });
     for (auto &in : p.inputs)
         if (is_float(in.dtype)) in.dtype = DType::f64;
     for (auto &o : p.outputs)
