@@ -12,13 +12,14 @@ templates' placeholders are filled only with validated values (dtype names from 
 floats as ``repr(float(x))``, ints as ``int(x)``, fragments written in this file), never user text.
 docs/python.md (section redfuse.ops) is the contract.
 """
+import contextlib
 import functools
 import importlib.resources
 import math
 import numbers
 import string
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -197,11 +198,19 @@ def _call(op: object, *args: object) -> object:
     grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
     if not grad:
         return impl(*args)
-    _mode.differentiable = True
-    try:
+    with _differentiable():
         return impl(*args)
+
+
+@contextlib.contextmanager
+def _differentiable(replay: bool = False) -> Iterator[None]:
+    """Within: ops run through their Kernels' derived backward (_run); ``replay`` marks the
+    backward's second run of a forward whose data-dependent checks already passed."""
+    _mode.differentiable, _mode.replay = True, replay
+    try:
+        yield
     finally:
-        _mode.differentiable = False
+        _mode.differentiable = _mode.replay = False
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -716,11 +725,8 @@ def _make_backward(op: Any) -> Callable[..., tuple]:
             else:
                 args.append(a)
         with torch.enable_grad():
-            _mode.differentiable = _mode.replay = True
-            try:
+            with _differentiable(replay=True):
                 out = impl(*args)
-            finally:
-                _mode.differentiable = _mode.replay = False
             outs = out if isinstance(out, tuple) else (out,)
             pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
             got = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True) \

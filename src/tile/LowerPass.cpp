@@ -482,10 +482,8 @@ std::vector<StmtP> PassLowering::mult_update(const std::string &P, const MemberI
     Expr j0 = local_var("$tb", SType::Int), j1 = local_var("$te", SType::Int);
     std::vector<Expr> d;
     std::vector<StmtP> s = rescale(P, m, x, d);
-    std::vector<Expr> t = tags(P, m, x);
     if (companion_into_.count(m.k)) {  // its tile sum is added in a later member's loop (LowerCompanions.cpp)
-        for (size_t i = 0; i < d.size(); i++) s.push_back(assign(t[i], d[i]));
-        s.push_back(assign(seen(P, m, x), real_c(1)));
+        for (const StmtP &q : after_terms(P, m, x, d)) s.push_back(q);
         return s;
     }
     // The update term is the body as written divided by the deferred factors (keeps 0/0 = 0);
@@ -507,8 +505,7 @@ std::vector<StmtP> PassLowering::mult_update(const std::string &P, const MemberI
     s.push_back(for_loop(j, j0, j1, {accum(a.op == ReduceOp::Prod ? ReduceOp::Prod : ReduceOp::Sum, local_var(tn), term)}, LoopKind::Simd));
     s.push_back(accum(a.op == ReduceOp::Prod ? ReduceOp::Prod : ReduceOp::Sum, acc(P, m, x), local_var(tn)));
     if (row_flagged_.count(m.k)) return s;  // update_tile writes the row's flag and tags after the points
-    for (size_t i = 0; i < d.size(); i++) s.push_back(assign(t[i], d[i]));
-    s.push_back(assign(seen(P, m, x), real_c(1)));
+    for (const StmtP &q : after_terms(P, m, x, d)) s.push_back(q);
     return s;
 }
 

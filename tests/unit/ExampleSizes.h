@@ -25,6 +25,13 @@ inline std::string read_text(const std::filesystem::path &p) {
     return ss.str();
 }
 
+/** How many times `what` occurs in `text` (tile IR and generated source checks). */
+inline size_t count_of(const std::string &text, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
+    return n;
+}
+
 inline std::vector<std::filesystem::path> example_paths() {
     std::vector<std::filesystem::path> out;
     for (const auto &e : std::filesystem::directory_iterator(std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples"))

@@ -31,12 +31,6 @@ struct Fixture {
     Placement place{k, o};
 };
 
-size_t count(const std::string &text, const std::string &what) {
-    size_t n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
-    return n;
-}
-
 }  // namespace
 
 TEST(GpuPlacement, ScalarStatesUpdatedByEveryThreadAreRegisters) {
@@ -103,17 +97,17 @@ TEST(GpuPlacement, WarpLevelCudaUsesShufflesAndWarpBarriersOnly) {
     GpuModule warp = test::generate_gpu_for(text, path.string(), TargetKind::Cuda, go);
     ASSERT_EQ(warp.launches.size(), 1u);
     const std::string &src = warp.source.substr(warp.source.find("__global__ void __launch_bounds__"));
-    EXPECT_GT(count(src, "__shfl_xor_sync"), 0u);
-    EXPECT_EQ(count(src, "RF_BARRIER()"), 0u) << "a warp never waits for the work-group";
+    EXPECT_GT(test::count_of(src, "__shfl_xor_sync"), 0u);
+    EXPECT_EQ(test::count_of(src, "RF_BARRIER()"), 0u) << "a warp never waits for the work-group";
     EXPECT_NE(src.find("(RF_LID >> 5) * ("), std::string::npos) << "each warp its own shared slots";
     EXPECT_EQ(warp.launches[0].threads, 128);  // 4 rows per work-group of 128
     go.fusion_level = FusionLevel::Block;
     GpuModule block = test::generate_gpu_for(text, path.string(), TargetKind::Cuda, go);
     const std::string &bsrc = block.source.substr(block.source.find("__global__ void __launch_bounds__"));
-    EXPECT_GT(count(bsrc, "RF_BARRIER()"), 0u);
+    EXPECT_GT(test::count_of(bsrc, "RF_BARRIER()"), 0u);
     // Softmax's running states, tags and tile partials are all registers: the only shared slot is
     // the reduction scratch.
-    EXPECT_EQ(count(bsrc, "RF_SHARED "), 2u) << bsrc;  // rf_red's declaration: "RF_SHARED float *rf_red = (RF_SHARED float *)"
+    EXPECT_EQ(test::count_of(bsrc, "RF_SHARED "), 2u) << bsrc;  // rf_red's declaration: "RF_SHARED float *rf_red = (RF_SHARED float *)"
     // OpenCL has no sub-groups: the warp is a work-group of 32.
     go.fusion_level = FusionLevel::Warp;
     GpuModule ocl = test::generate_gpu_for(text, path.string(), TargetKind::OpenCL, go);
@@ -159,6 +153,6 @@ TEST(GpuPlacement, AttentionRowMaxAndSumAreGroupReductions) {
     // Two row reductions (max, sum), each combined within groups of lanes by shuffles; the output
     // columns' rescale and accumulation spread over the groups too (a round loop each).
     std::string k = g.source.substr(g.source.find("__global__ void __launch_bounds__"));
-    EXPECT_EQ(count(k, "for (int o_ = "), 2u) << k;
-    EXPECT_GE(count(k, "for (int64_t r_"), 4u) << k;
+    EXPECT_EQ(test::count_of(k, "for (int o_ = "), 2u) << k;
+    EXPECT_GE(test::count_of(k, "for (int64_t r_"), 4u) << k;
 }

@@ -22,12 +22,6 @@ std::string entropy_source() {
     return test::read_text(std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "softmax_entropy.rf");
 }
 
-size_t count(const std::string &text, const std::string &what) {
-    size_t n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
-    return n;
-}
-
 /** The tile IR of the first kernel's tile loop, as text. */
 std::string tile_text(const std::string &src, TargetKind target) {
     auto c = analyze_source(src, "t.rf", make_target(target), {});
@@ -48,9 +42,9 @@ TEST(LowerCompanions, TheSoftmaxSumIsSummedInTheEntropysLoop) {
         std::string tile = tile_text(src, target);
         // Before: three loops over the tile (max, s, t), with two exponentials per element; and the
         // epilogue's loop.
-        EXPECT_EQ(count(tile, ") simd:"), loops) << tile;
-        EXPECT_EQ(count(tile, "$A1_acc[0] sum= -$t"), 0u) << tile;
-        EXPECT_GE(count(tile, "$A1_acc[$x2_"), 1u) << tile;  // s += -(Σ_tile S_1's terms), in t's block
+        EXPECT_EQ(test::count_of(tile, ") simd:"), loops) << tile;
+        EXPECT_EQ(test::count_of(tile, "$A1_acc[0] sum= -$t"), 0u) << tile;
+        EXPECT_GE(test::count_of(tile, "$A1_acc[$x2_"), 1u) << tile;  // s += -(Σ_tile S_1's terms), in t's block
         }
     }
 }
@@ -61,7 +55,7 @@ TEST(LowerCompanions, AMemberReadingTheCompanionInBetweenKeepsItsOwnLoop) {
     src.insert(src.find("t[r]"), "u[r] = sum(c: X[r,c] / s[r])\n");
     src += "output u : f32\n";
     std::string tile = tile_text(src, TargetKind::Cpu);
-    EXPECT_EQ(count(tile, ") simd:"), 5u) << tile;  // m, s, u, t and the epilogue
+    EXPECT_EQ(test::count_of(tile, ") simd:"), 5u) << tile;  // m, s, u, t and the epilogue
 }
 
 TEST(LowerCompanions, EveryBackendAtSchedulesThatRescaleMergeAndBlockRows) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../ExampleRuns.h"
+#include "../ExampleSizes.h"
 #include "driver/Compiler.h"
 #include "runtime/OpenCLRuntime.h"
 #include "tile/TileIR.h"
@@ -30,12 +31,6 @@ std::string spec(const std::string &p_dtype) {
            "output P : " + p_dtype + "\n";
 }
 
-size_t count(const std::string &text, const std::string &what) {
-    size_t n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
-    return n;
-}
-
 }  // namespace
 
 TEST(LowerGemm, ATermSharedWithAGemmIsStoredForTheEpilogue) {
@@ -44,7 +39,7 @@ TEST(LowerGemm, ATermSharedWithAGemmIsStoredForTheEpilogue) {
     ArenaScope arena;
     auto c = analyze_source(spec("f32"), "t.rf", make_target(TargetKind::Cpu), {});
     std::string tile = tile::to_string(generate(*c).module);
-    EXPECT_EQ(count(tile, "store P["), 2u) << tile;  // the term in the pass, the division in the epilogue
+    EXPECT_EQ(test::count_of(tile, "store P["), 2u) << tile;  // the term in the pass, the division in the epilogue
     EXPECT_NE(tile.find("gemm "), std::string::npos) << tile;
 }
 
