@@ -11,6 +11,7 @@ rebuild: ``redfuse.stats()["builds"]``). This layer is thin and typed over the C
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import operator
 import os
@@ -61,7 +62,7 @@ _TORCH_OF_NAMES = {
     "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f8e4m3": "float8_e4m3fn",
     "f8e5m2": "float8_e5m2", "i8": "int8", "i32": "int32", "i64": "int64",
 }
-_op_counter = [0]
+_op_names: Dict[str, int] = {}  # op base name -> how many kernels of this process have it
 
 
 def _torch():
@@ -326,8 +327,14 @@ class Kernel:
 
     def _make_op(self, name: Optional[str]) -> Any:
         torch = _torch()
-        _op_counter[0] += 1
-        op_name = f"redfuse::{name or 'kernel'}_{_op_counter[0]}"
+        # The name comes from what the kernel computes (spec, target, build options), not from the
+        # order kernels were made: torch.compile's on-disk caches keep graphs that call ops by name,
+        # and a counter named different kernels alike in different processes (a cached backward
+        # called redfuse::kernel_train_4, which the next process had not made: AttributeError).
+        key = json.dumps([self._spec, self.target, sorted(self._build.items())], default=str)
+        base = f"{name or 'kernel'}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+        _op_names[base] = _op_names.get(base, 0) + 1
+        op_name = f"redfuse::{base}" if _op_names[base] == 1 else f"redfuse::{base}_{_op_names[base]}"
 
         def run(inputs):
             return self._run_torch(list(inputs))
@@ -365,7 +372,7 @@ class Kernel:
 
     @property
     def op(self) -> Any:
-        """The torch.library custom op of this kernel (``torch.ops.redfuse.<name>_<n>``): takes and
+        """The torch.library custom op of this kernel (``torch.ops.redfuse.<name>_<hash>``, the hash of its spec, target and build options): takes and
         returns lists of tensors; traced by torch.compile through its fake implementation."""
         if self._op is None:
             self._op = self._make_op(self._name)
@@ -460,7 +467,7 @@ def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Op
     target:   "auto" (the CPU kernel for CPU tensors and NumPy arrays; the CUDA kernel, compiled on
               first use, for CUDA tensors), "cpu", "cuda", "opencl", "interp" (the float64 plan
               interpreter: the reference) or "interp-f32".
-    name:     the name of the kernel's torch.library op (torch.ops.redfuse.<name>_<n>).
+    name:     the name of the kernel's torch.library op (torch.ops.redfuse.<name>_<hash>: stable across processes).
     sizes:    the sizes the schedule is chosen for (the kernel accepts any sizes at run time), and
               the values of sizes that no input's dimension names.
     unfused:  our unfused plan (one kernel per definition), the baseline fusion is measured against.
