@@ -172,23 +172,87 @@ std::vector<std::set<size_t>> dependence_closure(const std::vector<RedInfo> &red
     return closure;
 }
 
+/** Every read of reduction r moves with the reading reduction's axis, and r is no output: the
+ *  value is needed only tile by tile. (Σ_e O·dO of the attention backward is also read at the row
+ *  by dQ: it must be stored, so it runs as a chain of its own.) */
+bool only_read_along_axes(const Program &p, const std::vector<RedInfo> &reds, size_t r) {
+    const std::string &name = reds[r].def->name;
+    for (const OutputDecl &o : p.outputs)
+        if (o.name == name) return false;
+    for (const TensorDef &d : p.defs) {
+        if (&d == reds[r].def || !mentions(d.body, name)) continue;
+        if (!d.is_reduction()) return false;
+        for (Expr l : loads_of(d.body, name)) {
+            bool along = false;
+            for (size_t a = 0; a < d.body->num_axes(); a++) along = along || mentions(l, d.body->axis(a)->name);
+            if (!along) return false;
+        }
+    }
+    return true;
+}
+
+/** Reduction r can be computed per tile where it is read: every read moves with the reader's
+ *  axis, at plain index variables (a tile of r), and r is no top-k (its values come in k-lists). */
+bool tile_prologue_candidate(const Program &p, const std::vector<RedInfo> &reds, size_t r) {
+    if (reds[r].def->is_topk() || !only_read_along_axes(p, reds, r)) return false;
+    for (const RedInfo &c : reds)
+        for (Expr l : loads_of(c.def->body, reds[r].def->name))
+            for (Expr a : l->args)
+                if (a->kind != Kind::Var || a->role != VarRole::Index) return false;
+    return true;
+}
+
+/** Where a load's indices sit among member m's loop variables (its outer vars, then its axes;
+ *  -1 for an index that is none of them). */
+std::vector<int> loop_slots(const RedInfo &m, Expr load) {
+    std::vector<Expr> loop = m.outer;
+    loop.insert(loop.end(), m.axes.begin(), m.axes.end());
+    std::vector<int> slots;
+    for (Expr a : load->args) {
+        auto at = std::find(loop.begin(), loop.end(), a);
+        slots.push_back(at == loop.end() ? -1 : static_cast<int>(at - loop.begin()));
+    }
+    return slots;
+}
+
+/** a and b read a per-tile prologue candidate at different positions of their loops: dQ[b,h,i,d] =
+ *  Σ_j K·f(S[b,h,i,j]) and dK[b,h,j,d] = Σ_i Q·f(S[b,h,i,j]) when M = N. In one chain the tile would
+ *  be needed once as S and once as Sᵀ; as two chains each computes its own tile. */
+bool read_in_other_orders(const Program &p, const std::vector<RedInfo> &reds, const RedInfo &a, const RedInfo &b) {
+    for (size_t r = 0; r < reds.size(); r++) {
+        if (!tile_prologue_candidate(p, reds, r)) continue;
+        std::set<std::vector<int>> orders;
+        for (const RedInfo *m : {&a, &b})
+            for (Expr l : loads_of(m->def->body, reds[r].def->name)) orders.insert(loop_slots(*m, l));
+        if (orders.size() > 1) return true;
+    }
+    return false;
+}
+
 /** i and j (i < j) may share a chain: same axes and rows, no reduction k between them (i -> k -> j:
  *  k would need i's final value and feed j, so the chains would depend on each other in a cycle),
  *  and connected by data at the row or by reading the same input the same way. */
-bool may_share_chain(const std::vector<RedInfo> &reds, const std::vector<std::set<size_t>> &closure, size_t i, size_t j) {
+bool may_share_chain(const Program &p, const std::vector<RedInfo> &reds, const std::vector<std::set<size_t>> &closure, size_t i, size_t j) {
     const RedInfo &a = reds[i], &b = reds[j];
     if (a.extents.size() != b.extents.size() || !same_exprs(a.extents, b.extents, a.extents.size())) return false;
     size_t rows = std::min(a.outer.size(), b.outer.size());
     if (!same_exprs(outer_extents(*a.def), outer_extents(*b.def), rows)) return false;
     for (size_t k : closure[j])
         if (k != i && closure[k].count(i)) return false;
-    return (reads(*b.def, *a.def) && data_connected(a, b, rows)) || input_connected(a, b, rows);
+    if (reads(*b.def, *a.def) && data_connected(a, b, rows)) return true;
+    // A reduction read along another reduction's axis is that chain's per-tile prologue (QKᵀ in
+    // attention; dO·Vᵀ in its backward): computed per tile where it is read, never stored. Joined to
+    // a chain only for reading the same input, it would be stored whole instead (B·H·M·N for dO·Vᵀ
+    // beside the backward's D = Σ_e O·dO).
+    if (tile_prologue_candidate(p, reds, i) || tile_prologue_candidate(p, reds, j)) return false;
+    if (read_in_other_orders(p, reds, a, b)) return false;
+    return input_connected(a, b, rows);
 }
 
 /** Chains as union-find groups: root -> member indices in definition order. */
 using Groups = std::map<size_t, std::vector<size_t>>;
 
-Groups group_chains(const std::vector<RedInfo> &reds) {
+Groups group_chains(const Program &p, const std::vector<RedInfo> &reds) {
     size_t n = reds.size();
     std::vector<std::set<size_t>> closure = dependence_closure(reds);
     std::vector<size_t> parent(n);
@@ -215,7 +279,7 @@ Groups group_chains(const std::vector<RedInfo> &reds) {
     };
     for (size_t j = 0; j < n; j++)
         for (size_t i = 0; i < j; i++) {
-            if (!may_share_chain(reds, closure, i, j)) continue;
+            if (!may_share_chain(p, reds, closure, i, j)) continue;
             size_t a = find(i), b = find(j);
             if (a == b) continue;
             std::set<size_t> joined = members[a];
@@ -231,12 +295,12 @@ Groups group_chains(const std::vector<RedInfo> &reds) {
 
 // ---- Stage 3: prologues (epilogues are attached per chain, once its members are known).
 
-/** Singleton groups read per tile by another group over a different axis are its prologue:
- *  reduction index -> consuming group root (the first consumer in group order). */
-std::map<size_t, size_t> find_prologues(const std::vector<RedInfo> &reds, const Groups &groups) {
-    std::map<size_t, size_t> prologue_of;
+/** Singleton groups read per tile by other groups over a different axis are their prologue:
+ *  reduction index -> the roots of every consuming group (each computes it per tile). */
+std::map<size_t, std::set<size_t>> find_prologues(const Program &p, const std::vector<RedInfo> &reds, const Groups &groups) {
+    std::map<size_t, std::set<size_t>> prologue_of;
     for (auto &[root, idx] : groups) {
-        if (idx.size() != 1) continue;
+        if (idx.size() != 1 || !tile_prologue_candidate(p, reds, idx[0])) continue;
         const RedInfo &r = reds[idx[0]];
         for (auto &[root2, idx2] : groups) {
             if (root2 == root) continue;
@@ -244,7 +308,7 @@ std::map<size_t, size_t> find_prologues(const std::vector<RedInfo> &reds, const 
                 const RedInfo &c = reds[k];
                 for (Expr l : loads_of(c.def->body, r.def->name))
                     for (Expr a : c.axes)
-                        if (mentions(l, a->name) && !prologue_of.count(idx[0])) prologue_of[idx[0]] = root2;
+                        if (mentions(l, a->name)) prologue_of[idx[0]].insert(root2);
             }
         }
     }
@@ -266,7 +330,7 @@ void attach_epilogue(ChainPlan &c, const Program &p) {
 // ---- Stage 4: order the chains.
 
 /** Roots of the groups that run as chains (not prologues), by the definition position of their last member. */
-std::vector<size_t> execution_order(const Groups &groups, const std::map<size_t, size_t> &prologue_of) {
+std::vector<size_t> execution_order(const Groups &groups, const std::map<size_t, std::set<size_t>> &prologue_of) {
     std::vector<std::pair<size_t, size_t>> order;  // (last index, root)
     for (auto &[root, idx] : groups)
         if (!prologue_of.count(idx[0]) || idx.size() > 1) order.push_back({idx.back(), root});
@@ -305,15 +369,15 @@ size_t computed_reads_row(const ChainPlan &c, const Program &p, const std::vecto
 
 /** A chain before its passes: axes, the shared row, its prologues. */
 ChainPlan chain_shape(const Program &p, const std::vector<RedInfo> &reds, const std::vector<size_t> &idx, size_t root,
-                      const std::map<size_t, size_t> &prologue_of) {
+                      const std::map<size_t, std::set<size_t>> &prologue_of) {
     ChainPlan c;
     const RedInfo &first = reds[idx[0]];
     for (Expr a : first.axes) c.axes.push_back(a->name);
     c.axis_extents = first.extents;
     c.n_row = first.outer.size();
     for (size_t k : idx) c.n_row = std::min(c.n_row, reds[k].outer.size());
-    for (auto &[pi, proot] : prologue_of)
-        if (proot == root) c.prologue.push_back(reds[pi].def->name);
+    for (auto &[pi, roots] : prologue_of)
+        if (roots.count(root)) c.prologue.push_back(reds[pi].def->name);
     c.n_row = computed_reads_row(c, p, reds, idx);
     return c;
 }
@@ -461,8 +525,11 @@ void choose_fused_strategy(ChainPlan &c, const Program &p, const PlanOptions &o)
         return;
     }
     c.strategy = Strategy::Incremental;
-    c.strategy_reason = std::to_string(rows) + " rows give enough parallelism and a row of " + std::to_string(len) +
-                        " elements does not fit in fast memory: one online pass with running rescaling";
+    c.strategy_reason = !c.prologue.empty()
+                            ? std::to_string(rows) + " rows give enough parallelism and the per-tile prologue is computed "
+                              "tile by tile: one online pass with running rescaling"
+                            : std::to_string(rows) + " rows give enough parallelism and a row of " + std::to_string(len) +
+                                  " elements does not fit in fast memory: one online pass with running rescaling";
 }
 
 void choose_strategy(ChainPlan &c, const Program &p, const PlanOptions &o) {
@@ -492,8 +559,8 @@ Plan make_plan(const Program &p, const PlanOptions &opts) {
     Plan plan;
     plan.program = &p;
     std::vector<RedInfo> reds = collect_reductions(p);
-    Groups groups = group_chains(reds);
-    std::map<size_t, size_t> prologue_of = find_prologues(reds, groups);
+    Groups groups = group_chains(p, reds);
+    std::map<size_t, std::set<size_t>> prologue_of = find_prologues(p, reds, groups);
     for (size_t root : execution_order(groups, prologue_of)) {
         const std::vector<size_t> &idx = groups.at(root);
         ChainPlan c = chain_shape(p, reds, idx, root, prologue_of);

@@ -68,7 +68,7 @@ void PassLowering::prepare() {
     axis_ext_ = c_.axis_extents;
     L_ = product(axis_ext_);
     for (size_t k = 0; k < ctx_.pass->members.size(); k++) members_.push_back(info(static_cast<int>(k)));
-    for (const std::string &d : ctx_.tile_prologues) prologue_local(d);
+    for (const auto &[d, slots] : ctx_.tile_prologues) prologue_local(d);
     for (const MemberInfo &m : members_) {
         names_[m.def->name] = m.k;
         if (m.def->is_topk()) names_[m.def->index_name] = m.k;
@@ -304,12 +304,15 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
     std::vector<StmtP> out;
     Expr j0 = local_var("$tb", SType::Int), j1 = local_var("$te", SType::Int);
     for (const auto &[def, local] : prologue_ids_) {
-        if (!ctx_.tile_prologues.count(def)) continue;
+        auto slots = ctx_.tile_prologues.find(def);
+        if (slots == ctx_.tile_prologues.end()) continue;
         const TensorDef *d = p_.find_def(def);
         Expr j = jvar();
         std::map<std::string, Expr> vars;
-        for (size_t i = 0; i < c_.n_row; i++) vars[d->vars[i]->name] = row_vars_[i];
-        for (size_t i = c_.n_row; i < d->vars.size(); i++) vars[d->vars[i]->name] = unravel(j, axis_ext_, i - c_.n_row);
+        for (size_t i = 0; i < d->vars.size(); i++) {
+            size_t slot = slots->second[i];
+            vars[d->vars[i]->name] = slot < c_.n_row ? row_vars_[slot] : unravel(j, axis_ext_, slot - c_.n_row);
+        }
         Expr v = translate(d->body, vars, nullptr, Mode{});
         // A dot product over the row block (QKᵀ) becomes a GEMM in the recognize_gemms pass.
         out.push_back(rows_of_block({for_loop(j, j0, j1, {assign(local_at(local, add_i(mul_i(rr(), int_c(row_stride())), make_sub(j, j0))), v)}, LoopKind::Simd)}));

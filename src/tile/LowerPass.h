@@ -19,8 +19,9 @@ struct PassContext {
     const ChainPlan *chain = nullptr;
     const PassPlan *pass = nullptr;
     Schedule schedule;
-    /** Prologue definitions computed per tile inside this kernel (else they are read from buffers). */
-    std::set<std::string> tile_prologues;
+    /** Prologue definitions computed per tile inside this kernel (else they are read from buffers),
+     *  each with the slot of every definition var: k < n_row is row var k, n_row + a is axis a. */
+    std::map<std::string, std::vector<size_t>> tile_prologues;
     /** Element-wise definitions computed per row at the end of this kernel, in order. */
     std::vector<const TensorDef *> epilogues;
     std::string scratch_buffer;  ///< for multi-segment: the buffer holding segment states

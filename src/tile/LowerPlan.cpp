@@ -140,40 +140,67 @@ public:
 
 private:
     // ---- Per-tile prologues: a reduction over another axis read by members at (row, axis) exactly.
+    /** A reduction every reader of which is a member of a chain it can be the prologue of: it is
+     *  then computed per tile inside each such chain (recomputed in every one: the derived attention
+     *  backward computes QKᵀ and dO·Vᵀ in its dQ chain and again in its dK/dV chain, as the
+     *  FlashAttention-2 backward does, instead of storing two B·H·M·N tensors). */
     bool tile_prologue(const std::string &name, const std::vector<ChainPlan> &chains) {
+        if (prologue_slots_.count(name)) return true;
+        for (const OutputDecl &out : p_.outputs)
+            if (out.name == name) return false;  // an output is stored
+        std::map<size_t, std::vector<size_t>> where;
         for (size_t ci = 0; ci < chains.size(); ci++)
-            if (prologue_ok(name, chains[ci])) {
-                prologue_chain_[name] = ci;
-                return true;
-            }
-        return false;
+            if (auto slots = prologue_slots(name, chains[ci])) where[ci] = *slots;
+        if (where.empty()) return false;
+        for (const TensorDef &u : p_.defs) {
+            if (u.name == name || !mentions(u.body, name)) continue;
+            bool covered = false;
+            for (const auto &[ci, slots] : where)
+                covered = covered || std::find(chains[ci].members.begin(), chains[ci].members.end(), u.name) != chains[ci].members.end();
+            if (!covered) return false;
+        }
+        prologue_slots_[name] = where;
+        return true;
     }
 
-    bool prologue_ok(const std::string &name, const ChainPlan &c) {
-        if (std::find(c.prologue.begin(), c.prologue.end(), name) == c.prologue.end()) return false;
+    /** Where the prologue's definition vars sit in chain c's loops, when every member of c that
+     *  reads it reads it at the same distinct loop vars (row vars, axis vars): slot k < n_row is row
+     *  var k, slot n_row + a is axis a. S_sum[b,h,i,j] read by dQ[b,h,i,d] = Σ_j gives (0,1,2,3);
+     *  read by dK[b,h,j,d] = Σ_i it gives (0,1,3,2), the transposed tile; read by the grouped
+     *  dK[b,g,j,d] = Σ_{h,i} it gives (0,3,4,2) (g unused). nullopt when c reads it otherwise. */
+    std::optional<std::vector<size_t>> prologue_slots(const std::string &name, const ChainPlan &c) {
+        if (std::find(c.prologue.begin(), c.prologue.end(), name) == c.prologue.end()) return std::nullopt;
         const TensorDef *d = p_.find_def(name);
-        if (!d || d->is_topk() || d->vars.size() != c.n_row + c.axis_extents.size()) return false;
-        std::set<std::string> members(c.members.begin(), c.members.end());
-        bool read = false;
-        for (const TensorDef &u : p_.defs) {
-            if (u.name == name) continue;
-            bool ok = true;
-            bool is_member = members.count(u.name) > 0;
-            visit(u.body, [&](Expr n) {
-                if (n->kind != Kind::Load || n->name != name) return;
-                read = true;
-                if (!is_member || u.body->kind != Kind::Reduce || u.body->num_axes() != c.axis_extents.size()) {
-                    ok = false;
-                    return;
+        size_t n_axes = c.axis_extents.size();
+        if (!d || d->is_topk() || d->vars.size() > c.n_row + n_axes) return std::nullopt;
+        std::optional<std::vector<size_t>> found;
+        bool ok = true;
+        for (const std::string &member : c.members) {
+            const TensorDef *u = p_.find_def(member);
+            if (!u || !mentions(u->body, name)) continue;
+            if (u->body->kind != Kind::Reduce || u->body->num_axes() != n_axes || u->vars.size() < c.n_row) return std::nullopt;
+            std::vector<Expr> loop_vars(u->vars.begin(), u->vars.begin() + static_cast<long>(c.n_row));
+            std::vector<Expr> loop_ext(u->extents.begin(), u->extents.begin() + static_cast<long>(c.n_row));
+            for (size_t a = 0; a < n_axes; a++) {
+                loop_vars.push_back(u->body->axis(a));
+                loop_ext.push_back(c.axis_extents[a]);
+            }
+            visit(u->body, [&](Expr n) {
+                if (n->kind != Kind::Load || n->name != name || !ok) return;
+                std::vector<size_t> slots;
+                std::set<size_t> used;
+                for (size_t i = 0; i < n->args.size() && ok; i++) {
+                    auto at = std::find(loop_vars.begin(), loop_vars.end(), n->args[i]);
+                    size_t slot = static_cast<size_t>(at - loop_vars.begin());
+                    ok = at != loop_vars.end() && used.insert(slot).second && d->extents[i] == loop_ext[slot];
+                    slots.push_back(slot);
                 }
-                for (size_t i = 0; i < c.n_row; i++) ok = ok && n->args[i] == u.vars[i];
-                for (size_t i = 0; i < c.axis_extents.size(); i++) ok = ok && n->args[c.n_row + i] == u.body->axis(i);
+                ok = ok && (!found || *found == slots);
+                if (ok) found = slots;
             });
-            if (!ok) return false;
+            if (!ok) return std::nullopt;
         }
-        for (size_t i = 0; i < c.axis_extents.size(); i++)
-            if (d->extents[c.n_row + i] != c.axis_extents[i]) return false;
-        return read;
+        return found;
     }
 
     void choose_prologues(const std::vector<ChainPlan> &chains) {
@@ -196,7 +223,7 @@ private:
             outputs.insert(out.name);
         }
         for (const TensorDef &d : p_.defs) {
-            if (prologue_chain_.count(d.name)) continue;
+            if (prologue_slots_.count(d.name)) continue;
             for (const std::string &n : {d.name, d.index_name}) {
                 if (n.empty()) continue;
                 if (read.count(n) || !outputs.count(n)) m_.buffers.push_back({n, Buffer::Role::Temp, DType::f64, d.extents});
@@ -219,7 +246,7 @@ private:
             for (const std::string &n : loads_of(d.body))
                 if (!own.count(n) && !done.count(n)) {
                     // A per-tile prologue is ready once what it reads is.
-                    if (auto it = prologue_chain_.find(n); it != prologue_chain_.end()) {
+                    if (prologue_slots_.count(n)) {
                         for (const std::string &q : loads_of(p_.find_def(n)->body))
                             if (!done.count(q)) return false;
                         continue;
@@ -299,9 +326,9 @@ private:
         if (o_.force_row_block > 0) s.row_block = o_.force_row_block;
         if (o_.force_segments > 0) s.segments = o_.force_segments;
         if (s.segments > 1) s.strategy = Strategy::MultiSegment;
-        std::set<std::string> prologues;
-        for (auto &[name, chain] : prologue_chain_)
-            if (chain == ci) prologues.insert(name);
+        std::map<std::string, std::vector<size_t>> prologues;
+        for (auto &[name, where] : prologue_slots_)
+            if (auto it = where.find(ci); it != where.end()) prologues[name] = it->second;
         std::vector<PassContext> ctxs;
         for (const PassPlan &pp : c.passes) {
             PassContext ctx;
@@ -493,7 +520,8 @@ private:
     const Program &p_;
     const LowerOptions &o_;
     Module m_;
-    std::map<std::string, size_t> prologue_chain_;
+    /** Per-tile prologue -> the chains computing it -> its slots there (prologue_slots). */
+    std::map<std::string, std::map<size_t, std::vector<size_t>>> prologue_slots_;
     std::deque<ChainPlan> split_chains_;
     std::string term_owner_;  ///< the element-wise definition whose terms go to a row buffer  ///< chains re-split for term reuse (kernels point into them)
 };

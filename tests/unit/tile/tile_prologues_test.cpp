@@ -1,0 +1,86 @@
+/** \file tile_prologues_test.cpp
+ * Per-tile prologues (src/tile/LowerPlan.cpp, src/fuse/Planner.cpp): a reduction read along other
+ * chains' axes is computed tile by tile inside every chain that reads it, also transposed (the
+ * derived attention backward's S = QKᵀ and dP = dO·Vᵀ in its dQ chain and again in its dK/dV chain),
+ * and never stored whole; the kernels agree with the reference on every backend.
+ */
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../ExampleRuns.h"
+#include "../ExampleSizes.h"
+#include "driver/Compiler.h"
+#include "grad/Grad.h"
+#include "runtime/OpenCLRuntime.h"
+#include "spec/Frontend.h"
+#include "tile/TileIR.h"
+
+using namespace rf;
+
+namespace {
+
+std::string backward_of(const std::string &example) {
+    std::filesystem::path path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / (example + ".rf");
+    return derive_backward(parse_program(test::read_text(path), path.string()), {}).backward_spec;
+}
+
+const char *const kAttentionVariants[] = {"attention", "attention_causal", "attention_gqa", "attention_softcap",
+                                          "attention_alibi", "attention_sliding_window", "decode_gqa"};
+
+}  // namespace
+
+TEST(TilePrologues, AttentionBackwardStoresNoScoreTensor) {
+    // The FlashAttention-2 backward's memory: the row statistics (D = Σ O·dO) and nothing of size
+    // M×N. Before, S and dP were stored B·H·M·N each, in f64.
+    for (const char *name : kAttentionVariants) {
+        SCOPED_TRACE(name);
+        ArenaScope arena;
+        std::string spec = backward_of(name);
+        for (TargetKind target : {TargetKind::Cpu, TargetKind::OpenCL, TargetKind::Cuda}) {
+            auto c = analyze_source(spec, "backward.rf", make_target(target), {});
+            tile::Module m = generate(*c).module;
+            for (const tile::Buffer &b : m.buffers)
+                if (b.role == tile::Buffer::Role::Temp) EXPECT_LE(b.dims.size(), 3u) << b.name << " is stored whole";
+            std::string text = tile::to_string(m);
+            // S and dP as GEMMs over the row block in the dQ chain and, transposed, the dK/dV chain.
+            // The grouped form's dK/dV chain sums over (h, i) flattened: its tiles are not
+            // recognized as GEMMs yet (docs/grad.md, Limits), only the dQ chain's three are.
+            size_t gemms = std::string(name) == "attention_gqa" ? 3 : 4;
+            EXPECT_GE(test::count_of(text, "gemm "), gemms) << text;
+        }
+    }
+}
+
+TEST(TilePrologues, EveryChainThatReadsAPrologueComputesItsOwnTile) {
+    ArenaScope arena;
+    auto c = analyze_source(backward_of("attention_causal"), "backward.rf", make_target(TargetKind::Cpu), {});
+    int with_both = 0;
+    for (const ChainPlan &ch : c->plan.chains) {
+        bool s = std::find(ch.prologue.begin(), ch.prologue.end(), "S_sum") != ch.prologue.end();
+        bool dp = std::find(ch.prologue.begin(), ch.prologue.end(), "dS_sum.sum") != ch.prologue.end();
+        with_both += s && dp;
+    }
+    // dQ over the keys, dK and dV over the queries: M = N here, and still two chains (one would
+    // need the tile once as S and once as Sᵀ).
+    EXPECT_EQ(with_both, 2);
+    EXPECT_EQ(c->plan.chains.size(), 3u);
+}
+
+TEST(TilePrologues, TransposedProloguesRunRightOnEveryBackend) {
+    for (const char *name : {"attention", "attention_causal", "attention_gqa"}) {
+        std::string spec = backward_of(name);
+        RunOptions o;
+        test::check_run(std::string(name) + "_backward.rf", spec, o, "cpu", {1, 2});
+        o.row_block = 3;  // partial row blocks of the transposed tile
+        o.tile = 4;
+        test::check_run(std::string(name) + "_backward.rf", spec, o, "cpu", {3});
+        o.segments = 2;
+        test::check_run(std::string(name) + "_backward.rf", spec, o, "cpu", {4});
+    }
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    for (const char *name : {"attention", "attention_causal"}) {
+        RunOptions o;
+        test::check_run(std::string(name) + "_backward.rf", backward_of(name), o, "opencl", {1});
+    }
+}
