@@ -78,8 +78,10 @@ bool all_finite(const std::map<std::string, Tensor> &outs) {
     return true;
 }
 
+}  // namespace
+
 /** The backward's results on the inputs, the adjoints and the forward's residuals. */
-std::map<std::string, Tensor> run_backward(const GradResult &g, const SizeBinding &s,
+std::map<std::string, Tensor> run_backward_reference(const GradResult &g, const SizeBinding &s,
                                            const std::map<std::string, Tensor> &inputs,
                                            const std::map<std::string, Tensor> &adj) {
     auto fwd = run_reference(g.forward, bind_sizes(g.forward, s), inputs);
@@ -94,8 +96,6 @@ std::map<std::string, Tensor> run_backward(const GradResult &g, const SizeBindin
     return run_reference(b, bind_sizes(b, s), bin);
 }
 
-}  // namespace
-
 GradCheckReport check_against_finite_differences(const Program &p, const GradResult &g, const SizeBinding &s,
                                                  uint64_t seed, int points) {
     auto inputs = make_random_inputs(p, s, seed);
@@ -107,7 +107,7 @@ GradCheckReport check_against_finite_differences(const Program &p, const GradRes
         for (auto &v : t.data) v = normal(rng);
         adj[d] = t;
     }
-    auto res = run_backward(g, s, inputs, adj);
+    auto res = run_backward_reference(g, s, inputs, adj);
     GradCheckReport report;
     auto base = outputs_at(p, s, inputs, g);
     report.forward_finite = all_finite(base);

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "grad/Grad.h"
+#include "interp/Tensor.h"
 #include "ir/Program.h"
 
 namespace rf {
@@ -37,6 +39,12 @@ Program widened_to_f64(Program p);
  *  program whose derivative the straight-through estimator stands for (`grad --check
  *  --straight-through` checks that one; a rounded forward is piecewise constant). */
 Program without_rounding(Program p);
+
+/** The backward `g` run by the float64 reference on `inputs`, the adjoints `adjoints` (by their
+ *  input names, dO, ...) and the residuals of g.forward at `inputs`: every gradient, by name. */
+std::map<std::string, Tensor> run_backward_reference(const GradResult &g, const SizeBinding &s,
+                                                     const std::map<std::string, Tensor> &inputs,
+                                                     const std::map<std::string, Tensor> &adjoints);
 
 /** The backward `g` of `forward` (widened by widened_to_f64) run by the float64 reference at sizes
  *  `s`, against (φ(x + h) − φ(x − h)) / 2h with φ = Σ_O <dO, O>, at up to `points` random elements

@@ -1,7 +1,7 @@
 /** \file Grad.cpp
  * derive_backward: the passes of src/grad/ in order — stabilizers and their shift laws
  * (Stabilizer.cpp), reverse mode in gather form (Reverse.cpp, Gather.cpp, Rounding.cpp), residuals
- * (Residuals.cpp) — then both programs printed as specs (spec/Print.h) and parsed back, so what
+ * (Residuals.cpp), empty rows (EmptyRows.cpp) — then both programs printed as specs (spec/Print.h) and parsed back, so what
  * `redfuse grad` writes is exactly what the other commands read.
  */
 #include "grad/Grad.h"
@@ -82,6 +82,7 @@ GradResult derive_backward(const Program &forward, const GradOptions &options) {
     for (const auto &o : raw.adjoint_inputs) out.adjoints.push_back({o, raw.adjoint_of.at(o)});
     out.gradients = raw.gradients;
     grad::Resolved res = grad::resolve_residuals(forward, std::move(raw), laws, names);
+    grad::guard_empty_reciprocals(res.backward, res.forward);
 
     std::vector<std::string> header = {"Backward pass derived by `redfuse grad`; an ordinary spec.",
                                        "Inputs: the forward's inputs, the adjoints of its outputs and its residuals."};

@@ -92,4 +92,8 @@ Resolved resolve_residuals(const Program &p, RawBackward raw, const std::vector<
  *  simultaneously. */
 Expr rename_vars(Expr e, const std::map<std::string, Expr> &to);
 
+/** Negative powers of the backward read as 0 where their base is 0 (EmptyRows.cpp): a fully masked
+ *  row's gradient is 0, as its forward output is. */
+void guard_empty_reciprocals(Program &backward, const Program &forward);
+
 }  // namespace rf::grad

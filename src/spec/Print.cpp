@@ -1,7 +1,7 @@
 /** \file Print.cpp
  * print_spec: Program -> `.rf` text. The expression printer keeps the tree's exact shape (binary
- * Sub/Div/Neg as the parser made them, n-ary Add/Mul of canonical forms as left-associated chains)
- * and parenthesizes by the language's precedence (language.md §4), so parsing the text gives back
+ * Sub/Div/Neg as the parser made them, n-ary Add/Mul of canonical forms as left-associated chains,
+ * a sum's negative terms as subtractions after the others) and parenthesizes by the language's precedence (language.md §4), so parsing the text gives back
  * the same nodes for frontend programs and equal values for derived ones.
  */
 #include "spec/Print.h"
@@ -73,6 +73,33 @@ private:
         return s;
     }
 
+    /** The negation of a term with a negative coefficient (c·x with c < 0, or a constant c < 0), else null. */
+    static Expr negated(Expr t) {
+        if (t->kind == Kind::Const && t->stype == SType::Real && t->value < 0) return make_const(-t->value);
+        if (t->kind != Kind::Mul || t->args.empty()) return nullptr;
+        Expr c = t->args[0];
+        if (c->kind != Kind::Const || c->stype != SType::Real || !(c->value < 0)) return nullptr;
+        std::vector<Expr> rest(t->args.begin() + 1, t->args.end());
+        if (c->value != -1) rest.insert(rest.begin(), make_const(-c->value));
+        return rest.size() == 1 ? rest[0] : make_mul(rest);
+    }
+
+    /** An n-ary sum with its negative terms as subtractions after the others (x + -1·m as x - m), so
+     *  the masking convention of `-` ((-inf) - (-inf) = -inf, language.md §8) holds in derived
+     *  programs as in the user's: the backward's exp(S - L) over a fully masked row is 0, not NaN. */
+    std::string sum(const std::vector<Expr> &a) {
+        std::vector<Expr> pos;
+        std::vector<Expr> neg;
+        for (Expr t : a) {
+            if (Expr n = negated(t)) neg.push_back(n);
+            else pos.push_back(t);
+        }
+        if (neg.empty() || pos.empty()) return chain(a, "+", P_ADD);
+        std::string s = chain(pos, "+", P_ADD);
+        for (Expr n : neg) s += " - " + print(n, P_ADD + 1);
+        return s;
+    }
+
     std::string call(const char *f, const std::vector<Expr> &a) {
         std::string s = std::string(f) + "(";
         for (size_t i = 0; i < a.size(); i++) s += (i ? ", " : "") + print(a[i], 0);
@@ -95,7 +122,7 @@ private:
             for (size_t i = 0; i < a.size(); i++) s += (i ? ", " : "") + print(a[i], 0);
             return s + "]";
         }
-        case Kind::Add: return chain(a, "+", P_ADD);
+        case Kind::Add: return sum(a);
         case Kind::Sub: return chain(a, "-", P_ADD);
         case Kind::Mul: return chain(a, "*", P_MUL);
         case Kind::Div: case Kind::IDiv: return chain(a, "/", P_MUL);

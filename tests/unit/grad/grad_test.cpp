@@ -227,3 +227,66 @@ TEST(Grad, TopKValuesRouteThroughTheirSavedIndices) {
     EXPECT_NE(g.forward_spec.find("output TI"), std::string::npos) << g.forward_spec;
     for (uint64_t seed : {1, 2, 3}) expect_matches_finite_differences(p, g, bind_sizes(p, {}), seed);
 }
+
+namespace {
+
+std::filesystem::path test_spec(const std::string &name) {
+    return std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "specs" / (name + ".rf");
+}
+
+/** Every gradient of `spec` at random inputs and adjoints: finite everywhere, and 0 on the leading
+ *  `masked_rows` rows of dinput (rows whose every element the forward masks). */
+void expect_masked_rows_get_zero_gradients(const std::string &spec, const std::string &dinput, int64_t masked_rows) {
+    SCOPED_TRACE(spec);
+    Program p = parse_f64(test_spec(spec));
+    GradResult g = derive_backward(p, {});
+    SizeBinding s = bind_sizes(p, {});
+    auto inputs = make_random_inputs(p, s, 5);
+    std::map<std::string, Tensor> adj;
+    std::mt19937_64 rng(7);
+    std::normal_distribution<double> normal;
+    for (const auto &[o, d] : g.adjoints) {
+        Tensor t(def_shape(*p.find_def(o), s));
+        for (double &v : t.data) v = normal(rng);
+        adj[d] = t;
+    }
+    auto res = run_backward_reference(g, s, inputs, adj);
+    for (const auto &[x, dx] : g.gradients)
+        for (double v : res.at(dx).data) ASSERT_TRUE(std::isfinite(v)) << dx << " has " << v << "\n" << g.backward_spec;
+    const Tensor &d = res.at(dinput);
+    // dinput's leading dimensions up to the row: every dimension before the last two is outer.
+    int64_t row_len = 1;
+    for (size_t i = d.shape.size() - 1; i < d.shape.size(); i++) row_len *= d.shape[i];
+    int64_t rows_per_outer = d.shape.size() >= 2 ? d.shape[d.shape.size() - 2] : 1;
+    for (size_t i = 0; i < d.data.size(); i++) {
+        int64_t row = static_cast<int64_t>(i) / row_len % rows_per_outer;
+        if (row < masked_rows) EXPECT_EQ(d.data[i], 0.0) << dinput << " at " << i;
+    }
+}
+
+}  // namespace
+
+TEST(Grad, FullyMaskedRowsGetZeroGradientsNotNaN) {
+    // A fully masked row has stabilizer m = -inf, normalizer s = 0 and output 0 (0/0 = 0), so it is
+    // constant in the inputs. The backward's exp(S - L) keeps the masking convention of `-` (the
+    // printer writes x + -1·L as x - L), and its s^-1 reads 0 at s = 0 (EmptyRows.cpp).
+    ArenaScope scope;
+    expect_masked_rows_get_zero_gradients("masked_attention", "dQ", 2);
+    expect_masked_rows_get_zero_gradients("masked_routing", "dX", 2);
+    expect_masked_rows_get_zero_gradients("masked_entropy", "dX", 1);
+}
+
+TEST(Grad, NegativePowersOfPossiblyZeroBasesAreGuarded) {
+    ArenaScope scope;
+    Program p = parse_program("size R = 3, C = 4\ninput X[R, C] : f32\ninput B[C] : f32\n"
+                              "s[r] = sum(c: select(B[c] > 0, exp(X[r,c]), 0))\n"
+                              "Y[r,c] = select(B[c] > 0, exp(X[r,c]), 0) / s[r]\n"
+                              "V[r] = sum(c: X[r,c] * X[r,c]) / C\n"
+                              "Z[r,c] = X[r,c] * rsqrt(V[r] + 1e-5)\n"
+                              "output Y, Z\n", "masked_softmax.rf");
+    GradResult g = derive_backward(p, {});
+    // s can be 0 (every column masked): its reciprocal is guarded; V + 1e-5 is positive: not.
+    EXPECT_NE(g.backward_spec.find("select(s[r] == 0"), std::string::npos) << g.backward_spec;
+    EXPECT_EQ(g.backward_spec.find("1e-05 == 0"), std::string::npos) << g.backward_spec;
+    for (uint64_t seed : {1, 2}) expect_matches_finite_differences(widened_to_f64(p), g, bind_sizes(p, {}), seed);
+}
