@@ -213,6 +213,18 @@ def _differentiable(replay: bool = False) -> Iterator[None]:
         _mode.differentiable = _mode.replay = False
 
 
+def _prepare_backward(make_kernel: Callable[[], Kernel], *tensors: Optional[torch.Tensor]) -> None:
+    """In an op's fake implementation (torch.compile traces it before it loads a cached graph):
+    when the op will be differentiated, make its Kernel and the Kernel's forward-with-residuals and
+    backward custom ops now. The op's autograd formula calls those ops, so a compiled backward taken
+    from a warm on-disk cache refers to them by name; made only when the formula first ran, they
+    would not exist yet in a new process (AttributeError on torch.ops.redfuse). Fake propagation
+    runs with grad mode off, so an input that requires grad is the sign (a no_grad inference
+    compile of a model whose weights require grad makes them too: compile time only)."""
+    if any(t is not None and t.requires_grad for t in tensors):
+        make_kernel()._training()
+
+
 def _numel(shape: Sequence[int]) -> int:
     n = 1
     for s in shape:
@@ -304,16 +316,23 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     shape = _check_attention(q, k, v, causal, scale, softcap, window, alibi_slopes)
     if _numel(shape) == 0:
         return q.new_empty(shape)
+    kern = _attention_kernel(q, k, causal, scale, softcap, window, alibi_slopes)
+    return _run(kern, [q, k, v] + ([alibi_slopes] if alibi_slopes is not None else []))[0]
+
+
+def _attention_kernel(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: Optional[float], softcap: Optional[float],
+                      window: Optional[int], alibi_slopes: Optional[torch.Tensor]) -> Kernel:
     alibi = alibi_slopes is not None
     grouped = k.shape[1] != q.shape[1]  # MHA gets the ungrouped spec (its backward is Hq times cheaper)
     key = ("attention", q.dtype, causal, scale, softcap, window, alibi, grouped)
-    kern = _kernel(key, q.device, lambda: _attention_spec(q.dtype, causal, scale, softcap, window, alibi, grouped))
-    return _run(kern, [q, k, v] + ([alibi_slopes] if alibi else []))[0]
+    return _kernel(key, q.device, lambda: _attention_spec(q.dtype, causal, scale, softcap, window, alibi, grouped))
 
 
 @_attention_op.register_fake
 def _(q, k, v, causal, scale, softcap, window, alibi_slopes):
-    return q.new_empty(_check_attention(q, k, v, causal, scale, softcap, window, alibi_slopes))
+    shape = _check_attention(q, k, v, causal, scale, softcap, window, alibi_slopes)
+    _prepare_backward(lambda: _attention_kernel(q, k, causal, scale, softcap, window, alibi_slopes), q, k, v, alibi_slopes)
+    return q.new_empty(shape)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: Optional[float] = None,
@@ -396,6 +415,13 @@ def _rms_norm_op(input: torch.Tensor, normalized_shape: List[int], weight: Optio
     _check_norm(_RMS, input, normalized_shape, {"weight": weight}, eps)
     if input.numel() == 0:
         return torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    kern = _rms_norm_kernel(input, weight, eps)
+    n = len(normalized_shape)
+    ins = [_rows(input, n)] + ([weight.reshape(-1)] if weight is not None else [])
+    return _run(kern, ins)[0].reshape(input.shape)
+
+
+def _rms_norm_kernel(input: torch.Tensor, weight: Optional[torch.Tensor], eps: Optional[float]) -> Kernel:
     eps = _rms_norm_default_eps(input.dtype) if eps is None else eps
     has_w = weight is not None
 
@@ -404,15 +430,13 @@ def _rms_norm_op(input: torch.Tensor, normalized_shape: List[int], weight: Optio
                        weight_input=f"input g[C] : {_SPEC_DTYPE[input.dtype]}" if has_w else "",
                        weight_term=" * g[c]" if has_w else "")
 
-    kern = _kernel(("rms_norm", input.dtype, has_w, eps), input.device, spec)
-    n = len(normalized_shape)
-    ins = [_rows(input, n)] + ([weight.reshape(-1)] if has_w else [])
-    return _run(kern, ins)[0].reshape(input.shape)
+    return _kernel(("rms_norm", input.dtype, has_w, eps), input.device, spec)
 
 
 @_rms_norm_op.register_fake
 def _(input, normalized_shape, weight, eps):
     _check_norm(_RMS, input, normalized_shape, {"weight": weight}, eps)
+    _prepare_backward(lambda: _rms_norm_kernel(input, weight, eps), input, weight)
     return input.new_empty(input.shape)
 
 
@@ -443,6 +467,13 @@ def _layer_norm_op(input: torch.Tensor, normalized_shape: List[int], weight: Opt
     _check_norm(_LN, input, normalized_shape, {"weight": weight, "bias": bias}, eps)
     if input.numel() == 0:
         return torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    kern = _layer_norm_kernel(input, weight, bias, eps)
+    ins = [_rows(input, len(normalized_shape))] + [p.reshape(-1) for p in (weight, bias) if p is not None]
+    return _run(kern, ins)[0].reshape(input.shape)
+
+
+def _layer_norm_kernel(input: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                       eps: float) -> Kernel:
     has_w, has_b = weight is not None, bias is not None
     dt = _SPEC_DTYPE[input.dtype]
 
@@ -452,14 +483,13 @@ def _layer_norm_op(input: torch.Tensor, normalized_shape: List[int], weight: Opt
                        bias_input=f"input beta[C] : {dt}" if has_b else "",
                        weight_term=" * gamma[c]" if has_w else "", bias_term=" + beta[c]" if has_b else "")
 
-    kern = _kernel(("layer_norm", input.dtype, has_w, has_b, eps), input.device, spec)
-    ins = [_rows(input, len(normalized_shape))] + [p.reshape(-1) for p in (weight, bias) if p is not None]
-    return _run(kern, ins)[0].reshape(input.shape)
+    return _kernel(("layer_norm", input.dtype, has_w, has_b, eps), input.device, spec)
 
 
 @_layer_norm_op.register_fake
 def _(input, normalized_shape, weight, bias, eps):
     _check_norm(_LN, input, normalized_shape, {"weight": weight, "bias": bias}, eps)
+    _prepare_backward(lambda: _layer_norm_kernel(input, weight, bias, eps), input, weight, bias)
     return input.new_empty(input.shape)
 
 
@@ -498,9 +528,7 @@ def _softmax_impl(op: str, input: torch.Tensor, dim: int, dtype: Optional[torch.
         return torch.empty(input.shape, dtype=out_dtype, device=input.device)
     shape = list(input.shape) or [1]
     d = dim % len(shape)
-    kern = _kernel((op, input.dtype, out_dtype), input.device,
-                   lambda: _render("softmax_rows", in_dtype=_SPEC_DTYPE[input.dtype],
-                                   out_dtype=_SPEC_DTYPE[out_dtype], value=_SOFTMAX_VALUES[op]))
+    kern = _softmax_kernel(op, input, out_dtype)
     if _numel(shape[d + 1:]) == 1:  # the last dimension (or one followed only by 1s): rows in place
         return _run(kern, [input.reshape(-1, shape[d])])[0].reshape(input.shape)
     # Another dimension is moved last and back: a strided reduction in the kernel (the input read
@@ -508,6 +536,18 @@ def _softmax_impl(op: str, input: torch.Tensor, dim: int, dtype: Optional[torch.
     x = input.reshape(shape).movedim(d, -1)
     y = _run(kern, [x.reshape(-1, shape[d])])[0].reshape(x.shape)
     return y.movedim(-1, d).contiguous().reshape(input.shape)
+
+
+def _softmax_kernel(op: str, input: torch.Tensor, out_dtype: torch.dtype) -> Kernel:
+    return _kernel((op, input.dtype, out_dtype), input.device,
+                   lambda: _render("softmax_rows", in_dtype=_SPEC_DTYPE[input.dtype],
+                                   out_dtype=_SPEC_DTYPE[out_dtype], value=_SOFTMAX_VALUES[op]))
+
+
+def _softmax_fake(op: str, input: torch.Tensor, dim: int, dtype: Optional[torch.dtype]) -> torch.Tensor:
+    out_dtype = _check_softmax(op, input, dim, dtype)
+    _prepare_backward(lambda: _softmax_kernel(op, input, out_dtype), input)
+    return input.new_empty(input.shape, dtype=out_dtype)
 
 
 @torch.library.custom_op("redfuse::softmax", mutates_args=(),
@@ -518,7 +558,7 @@ def _softmax_op(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype]) -> 
 
 @_softmax_op.register_fake
 def _(input, dim, dtype):
-    return input.new_empty(input.shape, dtype=_check_softmax("softmax", input, dim, dtype))
+    return _softmax_fake("softmax", input, dim, dtype)
 
 
 @torch.library.custom_op("redfuse::log_softmax", mutates_args=(),
@@ -529,7 +569,7 @@ def _log_softmax_op(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype])
 
 @_log_softmax_op.register_fake
 def _(input, dim, dtype):
-    return input.new_empty(input.shape, dtype=_check_softmax("log_softmax", input, dim, dtype))
+    return _softmax_fake("log_softmax", input, dim, dtype)
 
 
 def softmax(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
@@ -577,20 +617,24 @@ def _moe_op(logits: torch.Tensor, k: int, renormalize: bool,
     if _numel(shape) == 0:
         return (torch.empty(shape, dtype=out_dtype, device=logits.device),
                 torch.empty(shape, dtype=torch.int64, device=logits.device))
+    kern = _moe_kernel(logits, k, renormalize, out_dtype)
+    w, idx = _run(kern, [logits.reshape(-1, logits.shape[-1])])
+    return w.reshape(shape), idx.reshape(shape)
 
+
+def _moe_kernel(logits: torch.Tensor, k: int, renormalize: bool, out_dtype: torch.dtype) -> Kernel:
     def spec() -> str:
         return _render("moe_topk_softmax", in_dtype=_SPEC_DTYPE[logits.dtype], out_dtype=_SPEC_DTYPE[out_dtype],
                        k=str(int(k)), weights="Wn" if renormalize else "W",
                        renormalized="Wn[t,r] = W[t,r] / sum(q: W[t,q])" if renormalize else "")
 
-    kern = _kernel(("moe_topk_softmax", logits.dtype, out_dtype, int(k), renormalize), logits.device, spec)
-    w, idx = _run(kern, [logits.reshape(-1, logits.shape[-1])])
-    return w.reshape(shape), idx.reshape(shape)
+    return _kernel(("moe_topk_softmax", logits.dtype, out_dtype, int(k), renormalize), logits.device, spec)
 
 
 @_moe_op.register_fake
 def _(logits, k, renormalize, dtype):
     shape, out_dtype = _check_moe(logits, k, dtype)
+    _prepare_backward(lambda: _moe_kernel(logits, k, renormalize, out_dtype), logits)
     return logits.new_empty(shape, dtype=out_dtype), logits.new_empty(shape, dtype=torch.int64)
 
 
@@ -660,8 +704,7 @@ def _lce_op(x: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, ignore_
     if y.numel() == 0:
         loss = torch.zeros(0, dtype=torch.float32, device=x.device)
     else:
-        kern = _kernel(("linear_cross_entropy", x.dtype), x.device,
-                       lambda: _render("linear_cross_entropy", dtype=_SPEC_DTYPE[x.dtype]))
+        kern = _lce_kernel(x)
         loss = _run(kern, [x.reshape(-1, x.shape[-1]), weight, y])[0]
     # The per-token loss (float32) comes from the kernel; ignore_index and the reduction are here.
     loss = torch.where(valid, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
@@ -673,9 +716,16 @@ def _lce_op(x: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, ignore_
     return total.to(x.dtype)
 
 
+def _lce_kernel(x: torch.Tensor) -> Kernel:
+    return _kernel(("linear_cross_entropy", x.dtype), x.device,
+                   lambda: _render("linear_cross_entropy", dtype=_SPEC_DTYPE[x.dtype]))
+
+
 @_lce_op.register_fake
 def _(x, weight, labels, ignore_index, reduction):
-    return x.new_empty(_check_lce(x, weight, labels, ignore_index, reduction))
+    shape = _check_lce(x, weight, labels, ignore_index, reduction)
+    _prepare_backward(lambda: _lce_kernel(x), x, weight)
+    return x.new_empty(shape)
 
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,

@@ -193,3 +193,32 @@ def test_ops_train_under_torch_compile(case):
     ref(*want).sum().backward()
     for g, w in zip(leaves, want):
         torch.testing.assert_close(g.grad, w.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+_WARM_CACHE_STEP = """
+import torch
+import redfuse.ops as rops
+torch.manual_seed(0)
+q, k, v = (torch.randn(1, 2, 16, 8, requires_grad=True) for _ in range(3))
+step = torch.compile(lambda q, k, v: rops.attention(q, k, v, causal=True).sum())
+step(q, k, v).backward()
+print(repr(q.grad.double().sum().item()), repr(v.grad.double().sum().item()))
+"""
+
+
+def test_compiled_training_step_from_a_warm_cache(tmp_path):
+    # A second process loads the compiled backward from the on-disk cache: it calls the Kernel's
+    # forward-with-residuals and backward custom ops by name, which the op's fake implementation
+    # has made by then (ops._prepare_backward). Before, AttributeError: no 'kernel_train_<hash>'.
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               PYTHONPATH=os.pathsep.join([str(pathlib.Path(redfuse.__file__).parent.parent)]
+                                          + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    runs = [subprocess.run([sys.executable, "-c", _WARM_CACHE_STEP], env=env, capture_output=True, text=True,
+                           timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert runs[0].stdout == runs[1].stdout
+    assert any((tmp_path / "inductor").iterdir())  # the second run had a cache to read
