@@ -202,6 +202,19 @@ bool tile_prologue_candidate(const Program &p, const std::vector<RedInfo> &reds,
     return true;
 }
 
+/** The leading vars of m that its reads of computed tensors use (0 when it reads none, or a top-k:
+ *  then every var is a row var). */
+size_t computed_row(const Program &p, const RedInfo &m) {
+    if (m.def->is_topk()) return 0;
+    size_t row = 0;
+    visit(m.def->body, [&](Expr n) {
+        if (n->kind != Kind::Load || !p.find_def(n->name)) return;
+        for (size_t v = 0; v < m.outer.size(); v++)
+            if (mentions(n, m.outer[v]->name)) row = std::max(row, v + 1);
+    });
+    return row;
+}
+
 /** Where a load's indices sit among member m's loop variables (its outer vars, then its axes;
  *  -1 for an index that is none of them). */
 std::vector<int> loop_slots(const RedInfo &m, Expr load) {
@@ -236,6 +249,11 @@ bool may_share_chain(const Program &p, const std::vector<RedInfo> &reds, const s
     const RedInfo &a = reds[i], &b = reds[j];
     if (a.extents.size() != b.extents.size() || !same_exprs(a.extents, b.extents, a.extents.size())) return false;
     size_t rows = std::min(a.outer.size(), b.outer.size());
+    // Members whose reads of computed tensors use only their leading r vars have the row r, their
+    // later vars being extra points (computed_reads_row): dK[b,h,j,d] and dV[b,h,j,e] of the
+    // attention backward share the row (b,h,j) even when d < D and e < Dv differ.
+    size_t r = std::max(computed_row(p, a), computed_row(p, b));
+    if (r >= 1 && r < rows) rows = r;
     if (!same_exprs(outer_extents(*a.def), outer_extents(*b.def), rows)) return false;
     for (size_t k : closure[j])
         if (k != i && closure[k].count(i)) return false;

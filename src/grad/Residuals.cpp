@@ -255,8 +255,12 @@ Resolved resolve_residuals(const Program &p, RawBackward raw, const std::vector<
     r.out.backward.defs = r.recomputed;
     for (auto &d : defs) r.out.backward.defs.push_back(d);
     for (const auto &[x, g] : raw.gradients) {
+        // A gradient has its input's dtype (PyTorch's convention for parameter gradients): the
+        // kernel accumulates in f32 or wider and rounds once at the store, so a bf16 dW costs no
+        // f32 copy. An fp8 input's gradient is f32 (fp8 is a storage format, not a gradient's).
         DType t = p.find_input(x)->dtype;
-        r.out.backward.outputs.push_back({g, t == DType::f64 ? DType::f64 : DType::f32, p.find_input(x)->loc});
+        bool own = t == DType::f64 || t == DType::f32 || t == DType::bf16 || t == DType::f16;
+        r.out.backward.outputs.push_back({g, own ? t : DType::f32, p.find_input(x)->loc});
     }
     r.out.notes.insert(r.out.notes.begin(), raw.notes.begin(), raw.notes.end());
     return r.out;

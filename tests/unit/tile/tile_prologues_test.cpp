@@ -11,6 +11,7 @@
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
 #include "driver/Compiler.h"
+#include "driver/Report.h"
 #include "grad/Grad.h"
 #include "runtime/OpenCLRuntime.h"
 #include "spec/Frontend.h"
@@ -83,4 +84,26 @@ TEST(TilePrologues, TransposedProloguesRunRightOnEveryBackend) {
         RunOptions o;
         test::check_run(std::string(name) + "_backward.rf", backward_of(name), o, "opencl", {1});
     }
+}
+
+TEST(TilePrologues, GradientsOfOneRowShareAChainAcrossTheirExtraPoints) {
+    // dK[b,h,j,d] (d < D) and dV[b,h,j,e] (e < Dv) read S and dP only at (b,h,i,j): their row is
+    // (b,h,j) and d, e are extra points, so they share one chain (and one S tile) even when D and
+    // Dv are different sizes; before, dV was a chain of its own and recomputed S a third time.
+    ArenaScope arena;
+    std::string forward = "size B = 1, H = 2, M = 9, N = 13, D = 4, Dv = 3\n"
+                          "input Q[B, H, M, D] : f32\ninput K[B, H, N, D] : f32\ninput V[B, H, N, Dv] : f32\n"
+                          "S[b,h,i,j] = sum(d: Q[b,h,i,d] * K[b,h,j,d]) / sqrt(D)\n"
+                          "m[b,h,i] = max(j: S[b,h,i,j])\n"
+                          "l[b,h,i] = sum(j: exp(S[b,h,i,j] - m[b,h,i]))\n"
+                          "O[b,h,i,e] = sum(j: exp(S[b,h,i,j] - m[b,h,i]) * V[b,h,j,e]) / l[b,h,i]\n"
+                          "output O\n";
+    std::string spec = derive_backward(parse_program(forward, "attention_dv.rf"), {}).backward_spec;
+    auto c = analyze_source(spec, "backward.rf", make_target(TargetKind::Cpu), {});
+    ASSERT_EQ(c->plan.chains.size(), 3u) << analysis_text(*c);
+    const ChainPlan &last = c->plan.chains.back();
+    EXPECT_EQ(last.members, (std::vector<std::string>{"dK", "dV"})) << analysis_text(*c);
+    EXPECT_EQ(last.n_row, 3u);
+    RunOptions o;
+    test::check_run("attention_dv_backward.rf", spec, o, "cpu", {1, 2});
 }
