@@ -68,6 +68,7 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     lo.force_row_block = o.row_block;
     lo.force_strategy = o.strategy;
     lo.float_states = is_gpu(c.target.kind);  // GPU states are float: tile GEMMs may accumulate into them
+    lo.row_lanes = c.target.kind == TargetKind::Cpu;
     return lo;
 }
 

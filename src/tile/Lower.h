@@ -38,11 +38,14 @@ struct LowerOptions {
     /** States are kept in the compute type (float: the GPU printers), so tile GEMMs may accumulate
      *  into them (the pass accumulate_gemms_into_states runs too). */
     bool float_states = false;
+    /** Column reductions may take the rows of a block as SIMD lanes (Schedule::row_lanes): the CPU. */
+    bool row_lanes = false;
 };
 
 /** The default schedule of a chain at the given sizes (its plan's strategy and segments, a tile
  *  that keeps the tile's working set in L1). */
-Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads, int workers);
+Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads, int workers,
+                          bool row_lanes = false);
 
 /** Plan → tile IR. InternalError if the plan is inconsistent; UserError for constructs the tile IR
  *  cannot express yet (named, with the definition's location). */

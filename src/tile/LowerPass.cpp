@@ -333,6 +333,10 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
             out.push_back(rows_of_block({over_extra(m, [&](Expr x) { return shared_update(P, m, x, t); })}));
             continue;
         }
+        if (m.form == Form::SumShift && lanes(m)) {
+            for (const StmtP &s : lanes_update(P, m, m.def->body->body(), run)) out.push_back(s);
+            continue;
+        }
         switch (m.form) {
         case Form::SumShift: case Form::Select: case Form::Prod: case Form::ArgSelect: case Form::TopK: {
             Expr body = m.sel ? (a.Gsel_literal ? a.Gsel_literal : a.Gsel) : m.def->body->body();
@@ -400,6 +404,30 @@ StmtP PassLowering::shift_at(const std::string &P, const MemberInfo &m, Expr x, 
     Expr S = local_at(field(P, m.k, "_S"), add_i(mul_i(sl(m, x), nb), q));
     Expr scaled = make_select(make_cmp(CmpOp::EQ, S, real_c(0)), S, make_mul(S, local_var(gn)));
     return block({s, decl(gn, LocalClass::State, {}, g), for_loop(q, int_c(0), nb, {assign(S, scaled)})});
+}
+
+bool PassLowering::lanes(const MemberInfo &m) const {
+    return ctx_.schedule.row_lanes && nb_ > 1 && m.X->is_const(1) && !m.sel && !ctx_.term_store.count(m.def->name);
+}
+
+std::vector<StmtP> PassLowering::lanes_update(const std::string &P, const MemberInfo &m, Expr body_expr, const Mode &run) {
+    // The plain shifted sum (plain_update) with the loops exchanged: for each axis position j of the
+    // tile, one vector step over the rows of the block, acc[rr] += v(rr, j) − ref[rr]. Each row's
+    // terms are still added in the order of j, one at a time (no tile partial sum); rows are
+    // independent, so the exchange is exact up to that summation order.
+    std::vector<StmtP> s;
+    Expr x = int_c(0), j0 = local_var("$tb", SType::Int), j1 = local_var("$te", SType::Int);
+    Expr j = jvar();
+    bool masked = any_of(body_expr, [](Expr n) { return n->kind == Kind::Select; });
+    Expr first = masked ? real_c(0) : bind(body_expr, m, x, j0, run);
+    s.push_back(rows_of_block({if_then(make_not(seen_b(P, m, x)),
+                                       {assign(tag(P, m, x, 0), make_select(is_finite(first), first, real_c(0))),
+                                        assign(acc(P, m, x), real_c(0)), assign(seen(P, m, x), real_c(1))})}));
+    Expr v = bind(body_expr, m, x, j, run);
+    StmtP lane = for_loop(rr(), int_c(0), local_var("$nbv", SType::Int),
+                          {assign(acc(P, m, x), make_add(acc(P, m, x), make_sub(v, tag(P, m, x, 0))))}, LoopKind::Simd);
+    s.push_back(for_loop(j, j0, j1, {lane}, LoopKind::Serial));
+    return s;
 }
 
 std::vector<StmtP> PassLowering::plain_update(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run) {

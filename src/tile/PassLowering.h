@@ -142,6 +142,9 @@ private:
     StmtP over_extra(const MemberInfo &m, const std::function<std::vector<StmtP>(Expr)> &body);
 
     Expr jvar() { return make_index("$jj" + std::to_string(uid_++)); }
+    /** Member m's per-tile update takes the block's rows as SIMD lanes (Schedule::row_lanes). */
+    bool lanes(const MemberInfo &m) const;
+    std::vector<StmtP> lanes_update(const std::string &P, const MemberInfo &m, Expr body_expr, const Mode &run);
 
     // ---- Member GEMMs (the operand helpers are GemmOperands.h's, over this pass's row block).
     gemm_operands::Rows block_rows() const;

@@ -320,7 +320,7 @@ std::string to_string(const Module &m) {
         const Schedule &s = k.schedule;
         os << "kernel " << k.name << "  # " << k.what << "\n  schedule strategy=" << to_string(s.strategy) << " tile=" << s.tile
            << " row_block=" << s.row_block << " segments=" << s.segments << " threads=" << s.threads
-           << " level=" << s.fusion_level << "\n";
+           << " level=" << s.fusion_level << (s.row_lanes ? " row_lanes" : "") << "\n";
         print(os, k.body, 1);
     }
     return os.str();

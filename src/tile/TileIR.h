@@ -30,6 +30,10 @@ struct Schedule {
     int64_t segments = 1;     ///< splits of the cascade axis, merged with the derived merge
     int threads = 0;          ///< worker threads (0: every usable CPU)
     std::string fusion_level = "row";  ///< where running states live: row (CPU); thread/warp/block (GPU)
+    /** The rows of a block are the SIMD lanes of the per-tile update: for each axis position, one
+     *  vector step over the block's rows (a column reduction on the CPU, whose inputs are
+     *  contiguous along the row and strided along the axis). */
+    bool row_lanes = false;
 };
 
 /** How a loop runs. Parallel loops are distributed over workers; Simd loops are vector loops whose
