@@ -134,9 +134,11 @@ def test_a_kernel_without_a_derived_backward():
 
 @pytest.mark.parametrize("Hq,Hkv,causal", [(4, 4, False), (4, 4, True), (4, 2, True)])
 def test_ops_attention_gradients_mha_and_gqa(Hq, Hkv, causal):
-    # MHA (Hq = Hkv) runs the ungrouped spec, whose dK and dV sum over their own head only; GQA the
-    # grouped one. Both must give SDPA's gradients.
+    # Differentiated, both run the ungrouped spec, whose dK and dV sum over their own head only (GQA
+    # with K and V repeated per query head, their gradients summed back by repeat_interleave);
+    # inference keeps the grouped spec for GQA. Both must give SDPA's gradients.
     import redfuse.ops as rops
+    before = set(rops._kernels)
     gen = torch.Generator().manual_seed(11)
     q = torch.randn(2, Hq, 37, 16, generator=gen, requires_grad=True)
     k = torch.randn(2, Hkv, 41, 16, generator=gen, requires_grad=True)
@@ -147,6 +149,12 @@ def test_ops_attention_gradients_mha_and_gqa(Hq, Hkv, causal):
     torch.nn.functional.scaled_dot_product_attention(*ref, is_causal=causal, enable_gqa=True).backward(g.double())
     for t, r in zip((q, k, v), ref):
         torch.testing.assert_close(t.grad.double(), r.grad, rtol=1e-4, atol=1e-5)
+    made = [key for key in set(rops._kernels) - before if key[0] == "attention"]
+    assert all(not key[7] for key in made), made  # no grouped kernel for the training step
+    with torch.no_grad():
+        out = rops.attention(q, k, v, causal=causal)
+    torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=causal, enable_gqa=True), rtol=1e-4, atol=1e-5)
     grouped = [key[7] for key in rops._kernels if key[0] == "attention"]
     assert (Hq != Hkv) in grouped
 
