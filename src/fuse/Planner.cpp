@@ -4,6 +4,7 @@
  * merely by equal extents), the passes each cascade needs, and the strategy chosen by a cost model.
  */
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -267,6 +268,25 @@ bool may_share_chain(const Program &p, const std::vector<RedInfo> &reds, const s
     return input_connected(a, b, rows);
 }
 
+/** The members of a would-be group agree on the extents of the row the group would have (the
+ *  leading vars its reads of computed tensors use, as computed_reads_row takes it). Pairs are
+ *  checked by may_share_chain; a union can still join dK[b,h,j,d] (row 3) to a member whose row is
+ *  4 through dV[b,h,j,e], and d < D, e < Dv would then both be row variables. */
+bool rows_agree(const Program &p, const std::vector<RedInfo> &reds, const std::set<size_t> &group) {
+    size_t n = SIZE_MAX, r = 0;
+    bool topk = false;
+    for (size_t k : group) {
+        n = std::min(n, reds[k].outer.size());
+        r = std::max(r, computed_row(p, reds[k]));
+        topk = topk || reds[k].def->is_topk();
+    }
+    size_t rows = !topk && r >= 1 && r < n ? r : n;
+    const TensorDef &first = *reds[*group.begin()].def;
+    for (size_t k : group)
+        if (!same_exprs(outer_extents(first), outer_extents(*reds[k].def), rows)) return false;
+    return true;
+}
+
 /** Chains as union-find groups: root -> member indices in definition order. */
 using Groups = std::map<size_t, std::vector<size_t>>;
 
@@ -302,7 +322,7 @@ Groups group_chains(const Program &p, const std::vector<RedInfo> &reds) {
             if (a == b) continue;
             std::set<size_t> joined = members[a];
             joined.insert(members[b].begin(), members[b].end());
-            if (between_outside(joined)) continue;
+            if (between_outside(joined) || !rows_agree(p, reds, joined)) continue;
             parent[a] = b;
             members[b] = std::move(joined);
         }

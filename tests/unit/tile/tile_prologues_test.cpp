@@ -107,3 +107,28 @@ TEST(TilePrologues, GradientsOfOneRowShareAChainAcrossTheirExtraPoints) {
     RunOptions o;
     test::check_run("attention_dv_backward.rf", spec, o, "cpu", {1, 2});
 }
+
+TEST(TilePrologues, AGroupKeepsOneRowAcrossItsMembers) {
+    // A and Bv share the row (b,h,j) (their reads of computed tensors stop there), Bv and Cc share
+    // (b,h,j,e) (Cc reads T at e); the three together would make d < D and e < Dv both the fourth
+    // row variable. The union is refused (Planner.cpp, rows_agree): A runs in a chain of its own.
+    ArenaScope arena;
+    std::string spec = "size B = 1, H = 2, M = 5, N = 7, D = 4, Dv = 3\n"
+                       "input Q[B, H, M, D] : f32\ninput K[B, H, N, D] : f32\ninput V[B, H, N, Dv] : f32\n"
+                       "input dO[B, H, M, Dv] : f32\n"
+                       "S[b,h,i,j] = sum(d: Q[b,h,i,d] * K[b,h,j,d])\n"
+                       "A[b,h,j,d] = sum(i: exp(S[b,h,i,j]) * Q[b,h,i,d])\n"
+                       "Bv[b,h,j,e] = sum(i: exp(S[b,h,i,j]) * dO[b,h,i,e])\n"
+                       "T[b,h,j,e] = sum(d: K[b,h,j,d] * V[b,h,j,e])\n"
+                       "Cc[b,h,j,e] = sum(i: exp(S[b,h,i,j]) * T[b,h,j,e] * dO[b,h,i,e])\n"
+                       "output A, Bv, Cc\n";
+    auto c = analyze_source(spec, "rows.rf", make_target(TargetKind::Cpu), {});
+    for (const ChainPlan &ch : c->plan.chains) {
+        bool a = std::find(ch.members.begin(), ch.members.end(), "A") != ch.members.end();
+        bool cc = std::find(ch.members.begin(), ch.members.end(), "Cc") != ch.members.end();
+        EXPECT_FALSE(a && cc) << analysis_text(*c);
+    }
+    RunOptions o;
+    test::check_run("rows.rf", spec, o, "cpu", {1});
+    test::check_run("rows.rf", spec, o, "interp", {1});
+}
