@@ -24,6 +24,8 @@
 #include "driver/Compiler.h"
 #include "driver/Kernel.h"
 #include "driver/Run.h"
+#include "grad/Grad.h"
+#include "spec/Frontend.h"
 #include "support/Error.h"
 
 using namespace rf;
@@ -119,6 +121,26 @@ TEST(CudaEmulator, CompanionSumsAtRowBlocksAndSegments) {
     o.tile = 64;
     o.segments = 2;
     test::check_run(path, test::read_text(path), o, "cuda", {3});
+}
+
+TEST(CudaEmulator, TransposedProloguesOfTheAttentionBackward) {
+    // S = QKᵀ and dP = dO·Vᵀ computed per tile in the dQ chain and, transposed, in the dK/dV chain
+    // (src/tile/LowerPlan.cpp, prologue_slots), at block and warp level, with row blocks and tails.
+    for (const char *name : {"attention", "attention_causal"}) {
+        auto path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / (std::string(name) + ".rf");
+        ArenaScope arena;
+        std::string bwd = derive_backward(parse_program(test::read_text(path), path.string()), {}).backward_spec;
+        test::ScopedCudaEmulation emu;
+        RunOptions o;
+        o.fusion_level = FusionLevel::Block;
+        test::check_run(std::string(name) + "_backward.rf", bwd, o, "cuda", {1});
+        o.tile = 4;
+        o.row_block = 3;
+        test::check_run(std::string(name) + "_backward.rf", bwd, o, "cuda", {2});
+        o = RunOptions{};
+        o.fusion_level = FusionLevel::Warp;
+        test::check_run(std::string(name) + "_backward.rf", bwd, o, "cuda", {3});
+    }
 }
 
 TEST(CudaEmulator, StabilityInputsOfThePlanInterpreter) {
