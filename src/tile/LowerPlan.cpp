@@ -238,6 +238,15 @@ private:
             });
             if (!ok) return std::nullopt;
         }
+        // A prologue over fewer vars than the loops is recomputed for every value of the vars it
+        // lacks. Worth it for a tile of rows × axis positions (the grouped dK chain's S lacks only
+        // the K/V head: stored, it would be B·Hq·M·N); not for a vector along the axis alone (a
+        // column max cmx[c] read by a row reduction over c would be recomputed for every row).
+        if (found && d->vars.size() < c.n_row + n_axes) {
+            bool row = false, axis = false;
+            for (size_t slot : *found) (slot < c.n_row ? row : axis) = true;
+            if (!row || !axis) return std::nullopt;
+        }
         return found;
     }
 

@@ -132,3 +132,19 @@ TEST(TilePrologues, AGroupKeepsOneRowAcrossItsMembers) {
     test::check_run("rows.rf", spec, o, "cpu", {1});
     test::check_run("rows.rf", spec, o, "interp", {1});
 }
+
+TEST(TilePrologues, AVectorAlongTheAxisAloneIsStoredNotRecomputedPerRow) {
+    // cmx[c] = max over rows, read by the row reduction rx[r] = max over c: as a per-tile prologue
+    // it would be recomputed for every row r (R times its work); it is stored once instead. A tile
+    // over rows and axis (the grouped dK chain's S, lacking only the K/V head) is computed per tile.
+    ArenaScope arena;
+    std::string spec = "size R = 6, C = 50\ninput X[R, C] : f32\n"
+                       "cmx[c] = max(r: X[r,c])\nrx[r] = max(c: X[r,c] - cmx[c])\noutput rx\n";
+    auto c = analyze_source(spec, "colmax.rf", make_target(TargetKind::Cpu), {});
+    tile::Module m = generate(*c).module;
+    bool stored = false;
+    for (const tile::Buffer &b : m.buffers) stored = stored || (b.name == "cmx" && b.role == tile::Buffer::Role::Temp);
+    EXPECT_TRUE(stored) << tile::to_string(m);
+    RunOptions o;
+    test::check_run("colmax.rf", spec, o, "cpu", {1});
+}
