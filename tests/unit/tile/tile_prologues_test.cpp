@@ -69,21 +69,23 @@ TEST(TilePrologues, EveryChainThatReadsAPrologueComputesItsOwnTile) {
 }
 
 TEST(TilePrologues, TransposedProloguesRunRightOnEveryBackend) {
-    for (const char *name : {"attention", "attention_causal", "attention_gqa"}) {
-        std::string spec = backward_of(name);
+    // Each run builds its kernels (slow under the sanitizers): the default schedule of the plain
+    // and grouped forms, and one forced schedule (partial row blocks of the transposed tile, short
+    // tiles, merged segments) of the plain and causal forms.
+    for (const char *name : {"attention", "attention_gqa"}) {
         RunOptions o;
-        test::check_run(std::string(name) + "_backward.rf", spec, o, "cpu", {1, 2});
-        o.row_block = 3;  // partial row blocks of the transposed tile
-        o.tile = 4;
-        test::check_run(std::string(name) + "_backward.rf", spec, o, "cpu", {3});
-        o.segments = 2;
-        test::check_run(std::string(name) + "_backward.rf", spec, o, "cpu", {4});
+        test::check_run(std::string(name) + "_backward.rf", backward_of(name), o, "cpu", {1, 2});
     }
-    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     for (const char *name : {"attention", "attention_causal"}) {
         RunOptions o;
-        test::check_run(std::string(name) + "_backward.rf", backward_of(name), o, "opencl", {1});
+        o.row_block = 3;
+        o.tile = 4;
+        o.segments = 2;
+        test::check_run(std::string(name) + "_backward.rf", backward_of(name), o, "cpu", {3});
     }
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    RunOptions o;
+    test::check_run("attention_causal_backward.rf", backward_of("attention_causal"), o, "opencl", {1});
 }
 
 TEST(TilePrologues, GradientsOfOneRowShareAChainAcrossTheirExtraPoints) {
@@ -128,8 +130,7 @@ TEST(TilePrologues, AGroupKeepsOneRowAcrossItsMembers) {
         bool cc = std::find(ch.members.begin(), ch.members.end(), "Cc") != ch.members.end();
         EXPECT_FALSE(a && cc) << analysis_text(*c);
     }
-    RunOptions o;
-    test::check_run("rows.rf", spec, o, "cpu", {1});
+    RunOptions o;  // the plan interpreter runs the plan itself (a kernel build is slow under the sanitizers)
     test::check_run("rows.rf", spec, o, "interp", {1});
 }
 
