@@ -207,9 +207,11 @@ bool tile_prologue_candidate(const Program &p, const std::vector<RedInfo> &reds,
  *  then every var is a row var). */
 size_t computed_row(const Program &p, const RedInfo &m) {
     if (m.def->is_topk()) return 0;
+    std::set<std::string> computed;
+    for (const TensorDef &d : p.defs) computed.insert(d.name);
     size_t row = 0;
     visit(m.def->body, [&](Expr n) {
-        if (n->kind != Kind::Load || !p.find_def(n->name)) return;
+        if (n->kind != Kind::Load || !computed.count(n->name)) return;
         for (size_t v = 0; v < m.outer.size(); v++)
             if (mentions(n, m.outer[v]->name)) row = std::max(row, v + 1);
     });
@@ -251,7 +253,7 @@ bool may_share_chain(const Program &p, const std::vector<RedInfo> &reds, const s
     if (a.extents.size() != b.extents.size() || !same_exprs(a.extents, b.extents, a.extents.size())) return false;
     size_t rows = std::min(a.outer.size(), b.outer.size());
     // Members whose reads of computed tensors use only their leading r vars have the row r, their
-    // later vars being extra points (computed_reads_row): dK[b,h,j,d] and dV[b,h,j,e] of the
+    // later vars being extra points (shared_row): dK[b,h,j,d] and dV[b,h,j,e] of the
     // attention backward share the row (b,h,j) even when d < D and e < Dv differ.
     size_t r = std::max(computed_row(p, a), computed_row(p, b));
     if (r >= 1 && r < rows) rows = r;
@@ -268,19 +270,31 @@ bool may_share_chain(const Program &p, const std::vector<RedInfo> &reds, const s
     return input_connected(a, b, rows);
 }
 
-/** The members of a would-be group agree on the extents of the row the group would have (the
- *  leading vars its reads of computed tensors use, as computed_reads_row takes it). Pairs are
- *  checked by may_share_chain; a union can still join dK[b,h,j,d] (row 3) to a member whose row is
- *  4 through dV[b,h,j,e], and d < D, e < Dv would then both be row variables. */
-bool rows_agree(const Program &p, const std::vector<RedInfo> &reds, const std::set<size_t> &group) {
+/** The row of a chain with these members: the leading member vars their reads of computed tensors
+ *  (prologues, earlier reductions) use, when that is fewer than the vars every member has; a
+ *  later var is an extra point of the row, as O's d is in attention. In the derived backward
+ *  dQ[b,h,i,d] = Σ_j K[b,h,j,d]·f(S_sum[b,h,i,j]) and dK[b,h,j,d] = Σ_i Q[b,h,i,d]·f(S_sum[b,h,i,j]):
+ *  the per-tile prologue (QKᵀ) and f are then computed once per row and tile and the lowering sees
+ *  Σ F·W(·, d) as a GEMM, instead of recomputing both for every d (D times the work). Reads of
+ *  inputs do not count: W = K[b,h,j,d] is what the extra point indexes. Every var is a row var when
+ *  no computed tensor is read, when every var is used, or with a top-k member. */
+size_t shared_row(const Program &p, const std::vector<RedInfo> &reds, const std::vector<size_t> &members) {
     size_t n = SIZE_MAX, r = 0;
     bool topk = false;
-    for (size_t k : group) {
+    for (size_t k : members) {
         n = std::min(n, reds[k].outer.size());
         r = std::max(r, computed_row(p, reds[k]));
         topk = topk || reds[k].def->is_topk();
     }
-    size_t rows = !topk && r >= 1 && r < n ? r : n;
+    return !topk && r >= 1 && r < n ? r : n;
+}
+
+/** The members of a would-be group agree on the extents of the row the group would have (the
+ *  leading vars its reads of computed tensors use, shared_row). Pairs are
+ *  checked by may_share_chain; a union can still join dK[b,h,j,d] (row 3) to a member whose row is
+ *  4 through dV[b,h,j,e], and d < D, e < Dv would then both be row variables. */
+bool rows_agree(const Program &p, const std::vector<RedInfo> &reds, const std::set<size_t> &group) {
+    size_t rows = shared_row(p, reds, std::vector<size_t>(group.begin(), group.end()));
     const TensorDef &first = *reds[*group.begin()].def;
     for (size_t k : group)
         if (!same_exprs(outer_extents(first), outer_extents(*reds[k].def), rows)) return false;
@@ -378,33 +392,6 @@ std::vector<size_t> execution_order(const Groups &groups, const std::map<size_t,
     return roots;
 }
 
-/** The row of a chain whose members read computed tensors (prologues, earlier reductions): the
- *  leading member vars those reads use. A member var after them is an extra point of the row, as O's
- *  d is in attention: in the derived backward dQ[b,h,i,d] = Σ_j K[b,h,j,d]·f(S_sum[b,h,i,j]) and
- *  dK[b,h,j,d] = Σ_i Q[b,h,i,d]·f(S_sum[b,h,i,j]), the per-tile prologue (QKᵀ) and f are then
- *  computed once per row and tile and the lowering sees Σ F·W(·, d) as a GEMM, instead of
- *  recomputing both for every d (D times the work). Reads of inputs do not count: W = K[b,h,j,d]
- *  is what the extra point indexes. Returns n_row when no computed tensor is read, or when every
- *  member var is used. */
-size_t computed_reads_row(const ChainPlan &c, const Program &p, const std::vector<RedInfo> &reds,
-                          const std::vector<size_t> &idx) {
-    std::set<std::string> computed;
-    for (const TensorDef &d : p.defs) computed.insert(d.name);
-    size_t row = 0;
-    bool any = false;
-    for (size_t k : idx) {
-        const RedInfo &m = reds[k];
-        visit(m.def->body, [&](Expr n) {
-            if (n->kind != Kind::Load || !computed.count(n->name)) return;
-            any = true;
-            for (size_t v = 0; v < m.outer.size(); v++)
-                if (mentions(n, m.outer[v]->name)) row = std::max(row, v + 1);
-        });
-        if (m.def->is_topk()) return c.n_row;
-    }
-    return any && row >= 1 && row < c.n_row ? row : c.n_row;
-}
-
 /** A chain before its passes: axes, the shared row, its prologues. */
 ChainPlan chain_shape(const Program &p, const std::vector<RedInfo> &reds, const std::vector<size_t> &idx, size_t root,
                       const std::map<size_t, std::set<size_t>> &prologue_of) {
@@ -412,11 +399,9 @@ ChainPlan chain_shape(const Program &p, const std::vector<RedInfo> &reds, const 
     const RedInfo &first = reds[idx[0]];
     for (Expr a : first.axes) c.axes.push_back(a->name);
     c.axis_extents = first.extents;
-    c.n_row = first.outer.size();
-    for (size_t k : idx) c.n_row = std::min(c.n_row, reds[k].outer.size());
     for (auto &[pi, roots] : prologue_of)
         if (roots.count(root)) c.prologue.push_back(reds[pi].def->name);
-    c.n_row = computed_reads_row(c, p, reds, idx);
+    c.n_row = shared_row(p, reds, idx);
     return c;
 }
 

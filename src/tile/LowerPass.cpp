@@ -406,6 +406,18 @@ StmtP PassLowering::shift_at(const std::string &P, const MemberInfo &m, Expr x, 
     return block({s, decl(gn, LocalClass::State, {}, g), for_loop(q, int_c(0), nb, {assign(S, scaled)})});
 }
 
+StmtP PassLowering::shift_reference(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run) {
+    // Σ v = Σ (v - ref) + n·ref with ref the first term: small partial sums keep the mean exact.
+    // Not for a body with a select (a mask, an indicator): its terms are exactly 0 beside values,
+    // no single reference is close to both, and n·ref cancelled all but a few digits of the
+    // float tile sums (Σ exp(x - m)·[c < argmax] over a causal mask lost 3 digits on the CPU;
+    // fuzz_specs.py seed 14 #14). ref = 0 there: the plain sum, as accurate as its terms.
+    bool masked = any_of(body_expr, [](Expr n) { return n->kind == Kind::Select; });
+    Expr first = masked ? real_c(0) : bind(body_expr, m, x, local_var("$tb", SType::Int), run);
+    return if_then(make_not(seen_b(P, m, x)), {assign(tag(P, m, x, 0), make_select(is_finite(first), first, real_c(0))),
+                                               assign(acc(P, m, x), real_c(0)), assign(seen(P, m, x), real_c(1))});
+}
+
 bool PassLowering::lanes(const MemberInfo &m) const {
     return ctx_.schedule.row_lanes && nb_ > 1 && m.X->is_const(1) && !m.sel && !ctx_.term_store.count(m.def->name);
 }
@@ -418,11 +430,7 @@ std::vector<StmtP> PassLowering::lanes_update(const std::string &P, const Member
     std::vector<StmtP> s;
     Expr x = int_c(0), j0 = local_var("$tb", SType::Int), j1 = local_var("$te", SType::Int);
     Expr j = jvar();
-    bool masked = any_of(body_expr, [](Expr n) { return n->kind == Kind::Select; });
-    Expr first = masked ? real_c(0) : bind(body_expr, m, x, j0, run);
-    s.push_back(rows_of_block({if_then(make_not(seen_b(P, m, x)),
-                                       {assign(tag(P, m, x, 0), make_select(is_finite(first), first, real_c(0))),
-                                        assign(acc(P, m, x), real_c(0)), assign(seen(P, m, x), real_c(1))})}));
+    s.push_back(rows_of_block({shift_reference(P, m, x, body_expr, run)}));
     Expr v = bind(body_expr, m, x, j, run);
     StmtP lane = for_loop(rr(), int_c(0), local_var("$nbv", SType::Int),
                           {assign(acc(P, m, x), make_add(acc(P, m, x), make_sub(v, tag(P, m, x, 0))))}, LoopKind::Simd);
@@ -437,16 +445,8 @@ std::vector<StmtP> PassLowering::plain_update(const std::string &P, const Member
     Expr v = bind(body_expr, m, x, j, run);
     switch (m.form) {
     case Form::SumShift: {
-        // Σ v = Σ (v - ref) + n·ref with ref the first term: small partial sums keep the mean exact.
-        // Not for a body with a select (a mask, an indicator): its terms are exactly 0 beside values,
-        // no single reference is close to both, and n·ref cancelled all but a few digits of the
-        // float tile sums (Σ exp(x - m)·[c < argmax] over a causal mask lost 3 digits on the CPU;
-        // fuzz_specs.py seed 14 #14). ref = 0 there: the plain sum, as accurate as its terms.
-        bool masked = any_of(body_expr, [](Expr n) { return n->kind == Kind::Select; });
-        Expr first = masked ? real_c(0) : bind(body_expr, m, x, j0, run);
-        s.push_back(if_then(make_not(seen_b(P, m, x)),
-                            {assign(tag(P, m, x, 0), make_select(is_finite(first), first, real_c(0))),
-                             assign(acc(P, m, x), real_c(0)), assign(seen(P, m, x), real_c(1))}));
+        // Σ v = Σ (v - ref) + n·ref with ref the first term (shift_reference).
+        s.push_back(shift_reference(P, m, x, body_expr, run));
         std::string t = "$t" + std::to_string(uid_++);
         s.push_back(decl(t, LocalClass::Tile, {}, real_c(0)));
         std::vector<StmtP> loop{accum(ReduceOp::Sum, local_var(t), make_sub(v, tag(P, m, x, 0)))};

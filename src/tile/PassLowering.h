@@ -145,6 +145,8 @@ private:
     /** Member m's per-tile update takes the block's rows as SIMD lanes (Schedule::row_lanes). */
     bool lanes(const MemberInfo &m) const;
     std::vector<StmtP> lanes_update(const std::string &P, const MemberInfo &m, Expr body_expr, const Mode &run);
+    /** A shifted sum's first tile: its reference (the first term, or 0 for a masked body), acc = 0. */
+    StmtP shift_reference(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run);
 
     // ---- Member GEMMs (the operand helpers are GemmOperands.h's, over this pass's row block).
     gemm_operands::Rows block_rows() const;
