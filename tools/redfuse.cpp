@@ -62,7 +62,7 @@ struct Args {
     std::string spec, emit_stage, target, model_target = "gpu", save_dir, load_dir, dist = "normal", out_file,
         emit_name = "redfuse", strategy, fusion_level = "auto", arch, forward_out, axis;
     std::vector<std::string> size_items, wrt_items;
-    bool json = false, approx = false, check = false, f32 = false, unfused = false, no_tensor_cores = false,
+    bool json = false, approx = false, check = false, f32 = false, unfused = false, no_tensor_cores = false, exact_products = false,
          no_unfused = false, retune = false, no_tuned = false, straight_through = false;
     uint64_t seed = 1;
     double scale = 1.0, budget = 1.0;
@@ -133,6 +133,7 @@ int cmd_analyze(const Args &a) {
     rf::Options o;
     o.sizes = parse_sizes(a.size_items);
     o.approx = a.approx;
+    o.bf16_tile_products = !a.exact_products;
     auto c = rf::analyze_file(a.spec, analyze_target(a, stage), o);
     if (stage) std::cout << stage_text(*c, *stage);
     else if (a.json) std::cout << rf::analysis_json(*c).dump(2) << "\n";
@@ -229,6 +230,7 @@ int cmd_run(const Args &a) {
     ro.segments = a.segments;
     ro.row_block = a.row_block;
     ro.no_tensor_cores = a.no_tensor_cores;
+    ro.exact_products = a.exact_products;
     ro.arch = a.arch;
     if (rf::is_gpu(ro.target)) {
         ro.gpu_threads = gpu_work_group(a.target, a.threads);
@@ -283,6 +285,7 @@ int cmd_bench_or_tune(const Args &a, bool tune) {
     rf::BenchOptions bo = bench_options(a, kind);
     rf::Options o;
     o.sizes = bo.sizes;
+    o.bf16_tile_products = !a.exact_products;
     std::shared_ptr<const rf::Compilation> c = rf::analyze_file(a.spec, rf::make_target(rf::TargetRequest{kind, a.arch, ""}), o);
     rf::BenchReport r;
     if (tune) {
@@ -315,6 +318,10 @@ void add_analyze(CLI::App &app, Args &a) {
     cmd->add_option("--arch", a.arch, "cuda: the architecture to generate for (sm_80, sm_90a, ...) without a device");
 }
 
+const char *const kExactProductsHelp =
+    "cpu: keep tile GEMM products exact f32 (default with bf16/fp8 outputs: float tiles met by bf16 operands "
+    "are rounded to bf16 for the bf16 unit)";
+
 void add_run(CLI::App &app, Args &a) {
     auto *run = app.add_subcommand("run", "Run a spec on random or saved inputs");
     run->add_option("SPEC", a.spec, "Spec file (.rf)")->required();
@@ -323,6 +330,7 @@ void add_run(CLI::App &app, Args &a) {
     run->add_option("--threads", a.threads, "cpu: worker threads (default: all); cuda/opencl: work-group size (a power of two, 32..1024)");
     run->add_flag("--unfused", a.unfused, "cpu/cuda/opencl: run the unfused plan (one kernel per definition)");
     run->add_flag("--no-tensor-cores", a.no_tensor_cores, "cuda: tile GEMMs on the SIMT path only");
+    run->add_flag("--exact-products", a.exact_products, kExactProductsHelp);
     run->add_option("--fusion-level", a.fusion_level, "cuda/opencl: where running states live: auto (default) | block | warp | thread")
         ->check(CLI::IsMember({"auto", "block", "warp", "thread"}));
     run->add_option("--row-block", a.row_block, "cpu: rows handled together (the M of tile GEMMs)")->check(CLI::Range(int64_t(1), int64_t(4096)));
@@ -350,6 +358,7 @@ void add_emit(CLI::App &app, Args &a) {
     emit->add_option("-o", a.out_file, "Output directory")->required();
     emit->add_option("--name", a.emit_name, "Prefix of the exported C symbols and of the file names");
     emit->add_flag("--approx", a.approx, "Fuse through rounding casts (inexact)");
+    emit->add_flag("--exact-products", a.exact_products, kExactProductsHelp);
     emit->add_option("--arch", a.arch, "cuda: generate for this architecture (sm_XX) without asking for a device");
 }
 
@@ -364,6 +373,7 @@ void add_bench_and_tune(CLI::App &app, Args &a) {
         sub->add_option("--threads", a.threads, "Worker threads (default: all)");
         sub->add_option("--seed", a.seed, "Seed of the random inputs");
         sub->add_option("--budget", a.budget, "Seconds of timing per variant (default 1)");
+        sub->add_flag("--exact-products", a.exact_products, kExactProductsHelp);
     }
     bench->add_option("--strategy", a.strategy, "Force a strategy: unfused | multi_pass | onchip_multipass | multi_segment")
         ->check(CLI::IsMember({"unfused", "multi_pass", "onchip_multipass", "multi_segment", "single_pass", "incremental"}));

@@ -158,7 +158,7 @@ std::string mnk(int64_t M, int64_t N, int64_t K) {
     return "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
 }
 
-enum class Nt { F32, Bf16, F32Bf16 };
+enum class Nt { F32, Bf16, F32Bf16, F32AsBf16 };
 
 void bench_nt(Nt kind, int64_t M, int64_t N, int64_t K, double peak_rate) {
     auto make = [=]() -> std::function<void()> {
@@ -168,25 +168,27 @@ void bench_nt(Nt kind, int64_t M, int64_t N, int64_t K, double peak_rate) {
             if (kind == Nt::F32) rfk::gemm_nt_f32(M, N, K, 0.125f, A, K, B, K, C, N, false);
             if (kind == Nt::Bf16) rfk::gemm_nt_bf16(M, N, K, 0.125f, Ah, K, Bh, K, C, N, false);
             if (kind == Nt::F32Bf16) rfk::gemm_nt_f32_bf16(M, N, K, 0.125f, A, K, Bh, K, C, N, false);
+            if (kind == Nt::F32AsBf16) rfk::gemm_nt_f32_as_bf16(M, N, K, 0.125f, A, K, Bh, K, C, N, false);
         };
     };
-    const char *names[] = {"gemm_nt_f32", "gemm_nt_bf16", "gemm_nt_f32_bf16"};
+    const char *names[] = {"gemm_nt_f32", "gemm_nt_bf16", "gemm_nt_f32_bf16", "gemm_nt_f32_as_bf16"};
     report(names[int(kind)], mnk(M, N, K), rate(2.0 * M * N * K, time_per_call(make)), "GFLOP/s", peak_rate);
 }
 
-void bench_nn(bool bf16, int64_t M, int64_t N, int64_t K, double peak_rate) {
+enum class Nn { F32, F32Bf16, F32AsBf16 };
+
+void bench_nn(Nn kind, int64_t M, int64_t N, int64_t K, double peak_rate) {
     auto make = [=]() -> std::function<void()> {
         float *P = floats(size_t(M * K), 0, 1, 1), *V = floats(size_t(K * N), -1, 1, 2), *C = floats(size_t(M * N), 0, 0, 3);
         uint16_t *Vh = bf16s(size_t(K * N), 5);
         return [=]() {
-            if (bf16)
-                rfk::gemm_nn_acc_f32_bf16(M, N, K, P, K, Vh, N, C, N);
-            else
-                rfk::gemm_nn_acc_f32(M, N, K, P, K, V, N, C, N);
+            if (kind == Nn::F32Bf16) rfk::gemm_nn_acc_f32_bf16(M, N, K, P, K, Vh, N, C, N);
+            if (kind == Nn::F32AsBf16) rfk::gemm_nn_acc_f32_as_bf16(M, N, K, P, K, Vh, N, C, N);
+            if (kind == Nn::F32) rfk::gemm_nn_acc_f32(M, N, K, P, K, V, N, C, N);
         };
     };
-    report(bf16 ? "gemm_nn_acc_f32_bf16" : "gemm_nn_acc_f32", mnk(M, N, K), rate(2.0 * M * N * K, time_per_call(make)),
-           "GFLOP/s", peak_rate);
+    const char *names[] = {"gemm_nn_acc_f32", "gemm_nn_acc_f32_bf16", "gemm_nn_acc_f32_as_bf16"};
+    report(names[int(kind)], mnk(M, N, K), rate(2.0 * M * N * K, time_per_call(make)), "GFLOP/s", peak_rate);
 }
 
 void bench_s8(int64_t M, int64_t N, int64_t K, double peak_rate) {
@@ -248,10 +250,10 @@ int main(int argc, char **argv) {
     bench_nt(Nt::F32, 128, 256, 128, pf32);
     bench_nt(Nt::F32, 256, 256, 256, pf32);
     for (int64_t M : {1, 4, 8, 16}) bench_nt(Nt::F32, M, 1024, 128, pf32);
-    for (int64_t K : {64, 128, 256}) bench_nn(false, 64, 128, K, pf32);
-    bench_nn(false, 128, 64, 256, pf32);
-    bench_nn(false, 128, 128, 256, pf32);
-    for (int64_t M : {1, 4}) bench_nn(false, M, 128, 1024, pf32);
+    for (int64_t K : {64, 128, 256}) bench_nn(Nn::F32, 64, 128, K, pf32);
+    bench_nn(Nn::F32, 128, 64, 256, pf32);
+    bench_nn(Nn::F32, 128, 128, 256, pf32);
+    for (int64_t M : {1, 4}) bench_nn(Nn::F32, M, 128, 1024, pf32);
 
     for (int64_t K : {64, 128})
         for (int64_t N : {64, 128, 256}) bench_nt(Nt::Bf16, 64, N, K, pbf16 > 0 ? pbf16 : pf32);
@@ -259,8 +261,15 @@ int main(int argc, char **argv) {
     for (int64_t M : {1, 4}) bench_nt(Nt::Bf16, M, 1024, 128, pbf16 > 0 ? pbf16 : pf32);
     for (int64_t N : {64, 256}) bench_nt(Nt::F32Bf16, 64, N, 128, pf32);
     bench_nt(Nt::F32Bf16, 4, 4096, 1024, pf32);
-    for (int64_t K : {64, 256}) bench_nn(true, 64, 128, K, pf32);
-    bench_nn(true, 4, 128, 1024, pf32);
+    for (int64_t K : {64, 256}) bench_nn(Nn::F32Bf16, 64, 128, K, pf32);
+    bench_nn(Nn::F32Bf16, 4, 128, 1024, pf32);
+    // Float tiles rounded to bf16 (attention's P·V, RMSNorm->GEMM's X*g): against the bf16 peak.
+    double pb = pbf16 > 0 ? pbf16 : pf32;
+    for (int64_t N : {64, 128}) bench_nn(Nn::F32AsBf16, 32, N, 256, pb);
+    bench_nn(Nn::F32AsBf16, 64, 128, 256, pb);
+    bench_nt(Nt::F32AsBf16, 32, 256, 64, pb);
+    bench_nt(Nt::F32AsBf16, 128, 4096, 4096, pb);
+    bench_nt(Nt::Bf16, 128, 4096, 4096, pb);
 
     for (int64_t M : {16, 64}) bench_s8(M, 256, 4096, ps8);
     bench_s8(1, 256, 4096, ps8);

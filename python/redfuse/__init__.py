@@ -461,7 +461,7 @@ _TARGETS = ("auto", "cpu", "cuda", "opencl", "interp", "interp-f32")
 
 def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Optional[str] = None,
             sizes: Optional[Dict[str, int]] = None, *, unfused: bool = False, strategy: Optional[str] = None,
-            threads: Optional[int] = None, grad: bool = False) -> Kernel:
+            threads: Optional[int] = None, exact_products: bool = False, grad: bool = False) -> Kernel:
     """Compiles a spec (a path to a .rf file, or the spec's text) into a Kernel.
 
     target:   "auto" (the CPU kernel for CPU tensors and NumPy arrays; the CUDA kernel, compiled on
@@ -474,6 +474,10 @@ def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Op
     strategy: force a strategy on every chain ("multi_pass", "onchip_multipass", "multi_segment", ...:
               the names of `redfuse analyze`).
     threads:  CPU worker threads (None: every usable CPU).
+    exact_products: CPU: keep every tile GEMM product in float32. By default a kernel whose outputs
+              are all bfloat16 (or fp8) rounds the float tile of a GEMM with a bfloat16 operand (P in
+              attention's P·V, X·g in RMSNorm→GEMM) to bfloat16 for the bf16 unit, as FlashAttention
+              does (docs/tile-ir.md, "CPU code generation").
     grad:     derive and build the backward now (docs/grad.md). Calls on tensors that require grad
               use it (built on the first such call otherwise); training under torch.compile needs
               it built before tracing. A spec without a derived backward raises SpecError here.
@@ -489,7 +493,7 @@ def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Op
     if not isinstance(spec, str):
         spec = os.fspath(spec)
     build = {"sizes": sorted((sizes or {}).items()), "unfused": bool(unfused), "strategy": strategy or "",
-             "threads": threads or 0}
+             "threads": threads or 0, "exact_products": bool(exact_products)}
     core = _redfuse.compile(spec, "cpu" if target == "auto" else target, **build)
     kernel = Kernel(core, spec, target, name, build=build)
     if grad:

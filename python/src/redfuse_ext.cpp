@@ -59,6 +59,7 @@ struct PyOptions {
     bool unfused = false;
     std::string strategy;  // "" : the planner's choice
     int threads = 0;       // 0 : the target's usable CPUs
+    bool exact_products = false;  // CPU: no bf16 rounding of float tiles in tile GEMMs
 };
 
 PyKernel compile_spec(const std::string &spec, const std::string &target, const std::vector<std::pair<std::string, int64_t>> &sizes,
@@ -71,6 +72,7 @@ PyKernel compile_spec(const std::string &spec, const std::string &target, const 
         if (!options.strategy.empty()) o.strategy = rf::parse_strategy(options.strategy);
         if (options.threads < 0) throw rf::UserError({}, "threads must be at least 0 (0: every usable CPU), got " + std::to_string(options.threads));
         o.threads = options.threads;
+        o.bf16_tile_products = !options.exact_products;
         rf::Target t = rf::make_target(rf::parse_target_kind(target));
         nb::gil_scoped_release release;  // the JIT may take seconds
         PyKernel k;
@@ -168,11 +170,11 @@ NB_MODULE(_redfuse, m) {
     m.def("_set_error_factory", [](nb::object f) { g_error_factory = f.release(); });
     m.def("compile",
           [](const std::string &spec, const std::string &target, const std::vector<std::pair<std::string, int64_t>> &sizes,
-             bool unfused, const std::string &strategy, int threads) {
-              return compile_spec(spec, target, sizes, PyOptions{unfused, strategy, threads});
+             bool unfused, const std::string &strategy, int threads, bool exact_products) {
+              return compile_spec(spec, target, sizes, PyOptions{unfused, strategy, threads, exact_products});
           },
           nb::arg("spec"), nb::arg("target"), nb::arg("sizes"), nb::arg("unfused") = false, nb::arg("strategy") = "",
-          nb::arg("threads") = 0);
+          nb::arg("threads") = 0, nb::arg("exact_products") = false);
     m.def("grad",
           [](const std::string &spec, const std::vector<std::string> &wrt, bool straight_through) {
               // The derived backward (docs/grad.md) of a spec's text or file: (forward-with-residuals

@@ -159,3 +159,20 @@ def test_fake_shapes_of_output_dimensions_that_are_expressions():
         torch.testing.assert_close(f(x), want)
     assert len(frames) == 1
     torch.library.opcheck(k.op, ([torch.randn(2, 6)],))
+
+
+def test_exact_products_keeps_float32_products_of_bf16_attention():
+    """bf16 attention: by default P is rounded to bf16 for the P·V GEMM (where the CPU has a bf16
+    unit); exact_products=True keeps it float32. Both stay within bf16 accuracy of the float64 math."""
+    spec = str(ROOT / "tests" / "specs" / "attention_bf16.rf")
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 40, 32, generator=g).to(torch.bfloat16) for _ in range(3))
+    ref = torch.softmax((q.double() @ k.double().transpose(-1, -2)) / 32 ** 0.5, -1) @ v.double()
+    rounded = redfuse.compile(spec, target="cpu")
+    exact = redfuse.compile(spec, target="cpu", exact_products=True)
+    call = "rfk::gemm_nn_acc_f32_as_bf16("  # the kernel's call (the pasted runtime header defines it in both)
+    assert call in rounded.source() and call not in exact.source()
+    for kern in (rounded, exact):
+        out = kern(q, k, v)
+        assert out.dtype == torch.bfloat16
+        torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2)

@@ -53,7 +53,8 @@ std::string local_name(const std::string &n) { return c_identifier(n.substr(1), 
 
 class KernelPrinter : public codegen::StmtPrinter {
 public:
-    KernelPrinter(const Module &m, const Kernel &k, std::ostringstream &os) : m_(m), k_(k), os_(os) {
+    KernelPrinter(const Module &m, const Kernel &k, std::ostringstream &os, bool round_tile_products)
+        : m_(m), k_(k), os_(os), round_tile_products_(round_tile_products) {
         for (const Buffer &b : m.buffers)
             if (!bufs_.count(b.name) || b.role == Buffer::Role::Temp) bufs_[b.name] = &b;  // reads prefer temporaries
     }
@@ -380,7 +381,7 @@ private:
             std::string args = "(" + M + ", " + N + ", " + K + ", " + alpha + ", " + A + ", " + lda + ", " + B + ", " + ldb + tail;
             if (f32a && f32b) call = "rfk::gemm_nt_f32" + args;
             else if (bfa && bfb) call = "rfk::gemm_nt_bf16" + args;
-            else if (f32a && bfb) call = "rfk::gemm_nt_f32_bf16" + args;
+            else if (f32a && bfb) call = (round_tile_products_ ? "rfk::gemm_nt_f32_as_bf16" : "rfk::gemm_nt_f32_bf16") + args;
             else if (f32a && tb == DType::f8e4m3) call = "rfk::gemm_nt_f32_f8e4m3" + args;
             else if (f32a && tb == DType::f8e5m2) call = "rfk::gemm_nt_f32_f8e5m2" + args;
             else if (f32a && tb == DType::f16) call = "rfk::gemm_nt_f32_f16" + args;
@@ -389,7 +390,7 @@ private:
             std::string ldb = int_expr(g.b_sk);
             std::string args = "(" + M + ", " + N + ", " + K + ", " + A + ", " + lda + ", " + B + ", " + ldb + ", " + C + ", " + ldc + ");";
             if (f32a && f32b) call = "rfk::gemm_nn_acc_f32" + args;
-            else if (f32a && bfb) call = "rfk::gemm_nn_acc_f32_bf16" + args;
+            else if (f32a && bfb) call = (round_tile_products_ ? "rfk::gemm_nn_acc_f32_as_bf16" : "rfk::gemm_nn_acc_f32_bf16") + args;
         }
         if (!call.empty()) {
             pad(ind) << call << "\n";
@@ -411,12 +412,28 @@ private:
     const Module &m_;
     const Kernel &k_;
     std::ostringstream &os_;
+    bool round_tile_products_;  ///< cpu_rounds_tile_products
     bool simd_ = false;  ///< printing inside a simd loop
     std::map<std::string, const Buffer *> bufs_;
     std::map<std::string, const Stmt *> locals_;
 };
 
 }  // namespace
+
+bool cpu_rounds_tile_products(const Module &m, const CpuCodegenOptions &o) {
+    // Every output is stored with bf16's 8 significant bits or fewer (bf16, fp8): rounding the float
+    // factor of each product to bf16 (relative error <= 2^-9 per product, so <= 2^-9 of the sum of the
+    // products' magnitudes) stays within the outputs' own rounding (2^-9 relative for bf16). An f32 or
+    // f16 output, or an index, asks for more and keeps exact products.
+    if (!o.bf16_tile_products) return false;
+    bool any = false;
+    for (const Buffer &b : m.buffers) {
+        if (b.role != Buffer::Role::Output) continue;
+        if (b.dtype != DType::bf16 && b.dtype != DType::f8e4m3 && b.dtype != DType::f8e5m2) return false;
+        any = true;
+    }
+    return any;
+}
 
 std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
     std::ostringstream os;
@@ -440,7 +457,8 @@ std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
               "            C[i * ldc + j] = (accumulate ? C[i * ldc + j] : 0.0f) + alpha * (float)acc[i * N + j];\n"
               "}\n}  // namespace rfk\n";
     os << "\nnamespace {\n\n";
-    for (const Kernel &k : m.kernels) KernelPrinter(m, k, os).print();
+    bool round = cpu_rounds_tile_products(m, o);
+    for (const Kernel &k : m.kernels) KernelPrinter(m, k, os, round).print();
     os << "}  // namespace\n\n";
     // The ABI.
     std::vector<const Buffer *> user, temps;

@@ -17,7 +17,15 @@ struct CpuCodegenOptions {
     bool inline_headers = true;
     /** The prefix of the exported C symbols (a C identifier; `emit --name`). */
     std::string symbol_prefix = "redfuse";
+    /** FlashAttention's trade: in a module whose outputs are all bf16 or fp8, a float tile meeting
+     *  a bf16 operand in a tile GEMM (P in P·V, X·g in RMSNorm→GEMM, dS in a backward) is rounded to
+     *  bf16 and multiplied on the bf16 unit (rfk::gemm_*_as_bf16; exact f32 on CPUs without AVX512_BF16).
+     *  False (`--exact-products`): every such product stays f32. */
+    bool bf16_tile_products = true;
 };
+
+/** Whether the tile GEMMs of `m` round float tiles met by bf16 operands to bf16 (see CpuCodegenOptions). */
+bool cpu_rounds_tile_products(const tile::Module &m, const CpuCodegenOptions &o);
 
 /** The C++ source of a module. Exported (extern "C"):
  *    int PREFIX_run(const int64_t *sizes, void *const *buffers, int threads);

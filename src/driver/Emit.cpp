@@ -61,6 +61,7 @@ std::vector<std::string> emit_cpu(const Compilation &c, const std::string &dir, 
     CpuCodegenOptions cg;
     cg.inline_headers = false;
     cg.symbol_prefix = name;
+    cg.bf16_tile_products = c.options.bf16_tile_products;
     EmitDir out(dir);
     auto write = [&](const std::string &file, const std::string &text) { out.write(file, text); };
     std::ostringstream h;

@@ -78,6 +78,9 @@ struct Options {
     int gpu_threads = 0;           ///< work-group size (0: 128 for CUDA, 64 for OpenCL)
     FusionLevel fusion_level = FusionLevel::Auto;
     bool tensor_cores = true;      ///< CUDA: mma.sync for 16/8-bit tile GEMMs
+    /** CPU: in modules whose outputs are bf16 or fp8, float tiles met by bf16 operands in tile GEMMs
+     *  are rounded to bf16 for the bf16 unit (CpuCodegenOptions::bf16_tile_products); false: exact. */
+    bool bf16_tile_products = true;
 
     // ---- The tile passes and checks.
     /** Which optional tile passes run, by name (tile/Passes.h); nullopt: all of them, in order.

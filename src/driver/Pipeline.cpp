@@ -193,7 +193,9 @@ Generated generate(const Compilation &c, const Options &o) {
     }
     Generated g;
     g.module = lower_and_optimize(c, o);
-    g.source = generate_cpu(g.module);                                              // print
+    CpuCodegenOptions cg;
+    cg.bf16_tile_products = o.bf16_tile_products;
+    g.source = generate_cpu(g.module, cg);                                          // print
     dump(o, {Stage::Cpp, ""}, [&] { return g.source; });
     return g;
 }

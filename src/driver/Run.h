@@ -33,6 +33,7 @@ struct RunOptions {
     int gpu_threads = 0;  ///< opencl/cuda: work-group size (0: the backend's default)
     FusionLevel fusion_level = FusionLevel::Auto;  ///< opencl/cuda
     bool no_tensor_cores = false;  ///< cuda: SIMT GEMMs only
+    bool exact_products = false;   ///< cpu: no bf16 rounding of float tiles in tile GEMMs
     std::string arch;     ///< cuda: compile for this architecture (sm_XX)
 
     /** The compilation's options for these run options (the plan is made for the run's sizes). */

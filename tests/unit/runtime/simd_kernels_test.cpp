@@ -124,7 +124,7 @@ std::vector<Shape> gemm_shapes() {
 // ------------------------------------------------------------------------------------------------------
 // Float-output GEMMs.
 // ------------------------------------------------------------------------------------------------------
-enum class Gemm { NtF32, NtBf16, NtF32Bf16, NnF32, NnF32Bf16, NtF32E4m3, NtF32E5m2, NtF32F16 };
+enum class Gemm { NtF32, NtBf16, NtF32Bf16, NnF32, NnF32Bf16, NtF32E4m3, NtF32E5m2, NtF32F16, NtF32AsBf16, NnF32AsBf16 };
 
 const char *gemm_name(Gemm g) {
     switch (g) {
@@ -136,6 +136,8 @@ const char *gemm_name(Gemm g) {
     case Gemm::NtF32E4m3: return "gemm_nt_f32_f8e4m3";
     case Gemm::NtF32E5m2: return "gemm_nt_f32_f8e5m2";
     case Gemm::NtF32F16: return "gemm_nt_f32_f16";
+    case Gemm::NtF32AsBf16: return "gemm_nt_f32_as_bf16";
+    case Gemm::NnF32AsBf16: return "gemm_nn_acc_f32_as_bf16";
     }
     return "?";
 }
@@ -194,14 +196,15 @@ void check_float_gemm(Gemm g, Failures &f) {
     Rng rng(uint64_t(g) * 1000 + 17);
     const float alphas[] = {1.0f, 0.5f, -1.25f};
     const float sentinel = 777.0f;
-    bool nn = g == Gemm::NnF32 || g == Gemm::NnF32Bf16;
+    bool nn = g == Gemm::NnF32 || g == Gemm::NnF32Bf16 || g == Gemm::NnF32AsBf16;
     int case_index = 0;
     for (const Shape &s : gemm_shapes()) {
         for (int variant = 0; variant < 2; ++variant) {
             int64_t M = s.M, N = s.N, K = s.K;
             bool accumulate = nn || variant == 1;
             float alpha = nn ? 1.0f : alphas[case_index++ % 3];
-            bool a_bf16 = g == Gemm::NtBf16, b_bf16 = g == Gemm::NtBf16 || g == Gemm::NtF32Bf16 || g == Gemm::NnF32Bf16;
+            bool a_bf16 = g == Gemm::NtBf16, b_bf16 = g == Gemm::NtBf16 || g == Gemm::NtF32Bf16 || g == Gemm::NnF32Bf16 ||
+                                                  g == Gemm::NtF32AsBf16 || g == Gemm::NnF32AsBf16;
             Operand A(rng, M, K, a_bf16);
             Narrow narrow = g == Gemm::NtF32E4m3 ? Narrow::E4m3 : g == Gemm::NtF32E5m2 ? Narrow::E5m2 : g == Gemm::NtF32F16 ? Narrow::F16 : Narrow::None;
             Operand B(rng, nn ? K : N, nn ? N : K, b_bf16, narrow);
@@ -224,7 +227,17 @@ void check_float_gemm(Gemm g, Failures &f) {
                 rfk::gemm_nt_f32_f8e5m2(M, N, K, alpha, A.f32.data(), A.ld, B.q8.data(), B.ld, C.data(), ldc, accumulate);
                 break;
             case Gemm::NtF32F16: rfk::gemm_nt_f32_f16(M, N, K, alpha, A.f32.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc, accumulate); break;
+            case Gemm::NtF32AsBf16:
+                rfk::gemm_nt_f32_as_bf16(M, N, K, alpha, A.f32.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc, accumulate);
+                break;
+            case Gemm::NnF32AsBf16: rfk::gemm_nn_acc_f32_as_bf16(M, N, K, A.f32.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc); break;
             }
+            // The *_as_bf16 GEMMs multiply A rounded to bf16 where they use the bf16 unit.
+            bool rounds_a = (g == Gemm::NtF32AsBf16 && rfk::kTileProductsInBf16) ||
+                            (g == Gemm::NnF32AsBf16 && rfk::kTileProductsInBf16 && M >= rfk::kBf16NnMinRows);
+            auto a_at = [&](int64_t i, int64_t k) {
+                return rounds_a ? double(rfk::bf16_to_f32(rfk::f32_to_bf16(float(A.at(i, k))))) : A.at(i, k);
+            };
 
             int bad = 0;
             for (int64_t i = 0; i < M && bad == 0; ++i)
@@ -239,7 +252,7 @@ void check_float_gemm(Gemm g, Failures &f) {
                     }
                     double dot = 0, mag = 0;
                     for (int64_t k = 0; k < K; ++k) {
-                        double p = A.at(i, k) * (nn ? B.at(k, j) : B.at(j, k));
+                        double p = a_at(i, k) * (nn ? B.at(k, j) : B.at(j, k));
                         dot += p;
                         mag += std::fabs(p);
                     }
@@ -609,7 +622,8 @@ void check_threads(Failures &f) {
 
 void check_all(Failures &f) {
     check_bf16_casts(f);
-    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3, Gemm::NtF32E5m2, Gemm::NtF32F16}) check_float_gemm(g, f);
+    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3, Gemm::NtF32E5m2, Gemm::NtF32F16,
+                   Gemm::NtF32AsBf16, Gemm::NnF32AsBf16}) check_float_gemm(g, f);
     check_e4m3_widening(f);
     check_s8_gemm(f);
     check_exp(f);
@@ -652,7 +666,8 @@ TEST(SimdKernels, Bf16Casts) {
 
 TEST(SimdKernels, FloatGemmsMatchReference) {
     using simd_check::Gemm;
-    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3, Gemm::NtF32E5m2, Gemm::NtF32F16}) {
+    for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3, Gemm::NtF32E5m2, Gemm::NtF32F16,
+                   Gemm::NtF32AsBf16, Gemm::NnF32AsBf16}) {
         Failures f;
         simd_check::check_float_gemm(g, f);
         EXPECT_EQ(f.count, 0) << simd_check::gemm_name(g) << "\n" << f.text;
