@@ -1,0 +1,49 @@
+/** \file weight_gemm_schedule_test.cpp
+ * The default schedule of weight GEMMs (src/tile/LowerPlan.cpp wide_extra_points): a chain member
+ * with 1024 or more output columns per row (RMSNorm->GEMM's Y[m, n], quantization->GEMM) takes one
+ * tile of the whole axis (up to 4096) and 128-row blocks; attention-shaped chains keep 32 x 256.
+ * The kernels so scheduled agree with the reference.
+ */
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../ExampleRuns.h"
+#include "../ExampleSizes.h"
+#include "driver/Compiler.h"
+#include "tile/TileIR.h"
+
+using namespace rf;
+
+namespace {
+
+std::filesystem::path example(const std::string &name) { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / name; }
+
+std::string tile_text(const std::string &name, const std::map<std::string, int64_t> &sizes) {
+    Options o;
+    o.sizes = sizes;
+    auto c = analyze_source(test::read_text(example(name)), name, make_target(TargetKind::Cpu), o);
+    return tile::to_string(generate(*c).module);
+}
+
+}  // namespace
+
+TEST(WeightGemmSchedule, WideOutputRowsTakeTheWholeAxisAndBigRowBlocks) {
+    ArenaScope arena;
+    for (const char *name : {"rmsnorm_gemm.rf", "quant_gemm_int8.rf"}) {
+        std::string t = tile_text(name, {{"M", 2048}, {"N", 4096}, {"K", 4096}});
+        EXPECT_NE(t.find("tile=4096 row_block=128"), std::string::npos) << name << "\n" << t;
+        t = tile_text(name, {{"M", 2048}, {"N", 4096}, {"K", 1000}});
+        EXPECT_NE(t.find("tile=1000 row_block=128"), std::string::npos) << name << "\n" << t;
+        t = tile_text(name, {{"M", 2048}, {"N", 64}, {"K", 4096}});
+        EXPECT_NE(t.find("tile=256 row_block=32"), std::string::npos) << name << " (narrow output)\n" << t;
+    }
+    std::string attention = tile_text("attention.rf", {{"B", 1}, {"H", 8}, {"M", 2048}, {"N", 2048}, {"D", 128}});
+    EXPECT_NE(attention.find("tile=256 row_block=32"), std::string::npos) << attention;
+}
+
+TEST(WeightGemmSchedule, KernelsAgreeWithTheReference) {
+    RunOptions o;
+    o.sizes = {{"M", 131}, {"N", 1030}, {"K", 300}};  // a short last row block, a K tail of the micro-kernels
+    for (const char *name : {"rmsnorm_gemm.rf", "quant_gemm_int8.rf"}) test::check_run(example(name), test::read_text(example(name)), o, "cpu", {41});
+}
