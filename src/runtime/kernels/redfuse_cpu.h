@@ -26,11 +26,21 @@ __attribute__((simd("notinbranch"))) double log(double) noexcept;
 }
 #endif
 
+// The element-wise helpers below are inlined into every loop that uses them, whatever GCC's inlining
+// budget says: an out-of-line call in an `omp simd` loop is one scalar call per element (a causal
+// attention kernel, whose masked-tile pass prints its body twice, spent 44% of its time in a called
+// exp2_f and ran slower than the unmasked kernel).
+#if defined(__GNUC__)
+#define RFK_ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define RFK_ALWAYS_INLINE
+#endif
+
 namespace rfk {
 
 // p * 2^k for integral k in [-151, 129], in two halves 2^(k/2) 2^(k - k/2), each a normal float, so
 // results reach the subnormals and inf without an out-of-range exponent field (exp_f, exp2_f).
-static inline float scale_by_pow2(float p, float k) {
+static inline RFK_ALWAYS_INLINE float scale_by_pow2(float p, float k) {
     int32_t ki = static_cast<int32_t>(k);
     int32_t k1 = ki >> 1, k2 = ki - k1;
     uint32_t b1 = static_cast<uint32_t>(k1 + 127) << 23, b2 = static_cast<uint32_t>(k2 + 127) << 23;
@@ -42,21 +52,21 @@ static inline float scale_by_pow2(float p, float k) {
 
 // Written without branches so that `omp simd` loops vectorize them (selects, not jumps).
 // (-inf) - (-inf) = -inf and (+inf) - (+inf) = +inf: a fully masked row stays masked.
-template <typename T> static inline T sub(T a, T b) {
+template <typename T> static inline RFK_ALWAYS_INLINE T sub(T a, T b) {
     T d = a - b;
     return (a == b && std::fabs(a) == std::numeric_limits<T>::infinity()) ? a : d;
 }
 // 0 / 0 = 0: normalizing an empty row gives 0.
-template <typename T> static inline T div(T a, T b) {
+template <typename T> static inline RFK_ALWAYS_INLINE T div(T a, T b) {
     T q = a / b;
     return (a == T(0) && b == T(0)) ? T(0) : q;
 }
 // NaN-propagating: a NaN operand gives NaN (a + b is NaN then).
-template <typename T> static inline T max(T a, T b) {
+template <typename T> static inline RFK_ALWAYS_INLINE T max(T a, T b) {
     T r = a > b ? a : b;
     return (a != a || b != b) ? a + b : r;
 }
-template <typename T> static inline T min(T a, T b) {
+template <typename T> static inline RFK_ALWAYS_INLINE T min(T a, T b) {
     T r = a < b ? a : b;
     return (a != a || b != b) ? a + b : r;
 }
@@ -66,7 +76,7 @@ template <typename T> static inline T min(T a, T b) {
 // the smallest denormal round once. Max error about 1 ulp. The clamp needs no special cases: above
 // 88.8 the scaling overflows to inf, below -104 it rounds to exactly 0 (exp(-104) is under half the
 // smallest denormal), and a NaN passes the clamp (compares are false) and stays NaN.
-static inline float exp_f(float x) {
+static inline RFK_ALWAYS_INLINE float exp_f(float x) {
     const float hi = 88.8f, lo = -104.0f;
     float xc = x < lo ? lo : x;
     xc = xc > hi ? hi : xc;
@@ -83,14 +93,14 @@ static inline float exp_f(float x) {
     p = p + 1.0f;
     return scale_by_pow2(p, k);
 }
-static inline double exp_f(double x) { return std::exp(x); }
+static inline RFK_ALWAYS_INLINE double exp_f(double x) { return std::exp(x); }
 // exp2 in float, vectorized the same way (the tile pass FoldExp2 turns exp(e) into exp2(e log2 e)):
 // 2^x = 2^k 2^r with k = rint(x) and r = x - k, exact (|r| <= 1/2, no reduction constants); 2^r by its
 // Taylor series in r to r^7 (coefficients ln2^n / n!, truncation below 0.1 ulp), Horner with fmas and
 // a final fma so 1 + r q rounds once; 2^k applied in two halves as in exp_f. Max error about 1 ulp.
 // Clamped like exp_f: from 128 up the scaling overflows to inf, below -151 it rounds to exactly 0
 // (2^-151 is under half the smallest denormal), a NaN passes the clamp and stays NaN.
-static inline float exp2_f(float x) {
+static inline RFK_ALWAYS_INLINE float exp2_f(float x) {
     const float hi = 129.0f, lo = -151.0f;
     float xc = x < lo ? lo : x;
     xc = xc > hi ? hi : xc;
@@ -106,23 +116,23 @@ static inline float exp2_f(float x) {
     p = __builtin_fmaf(p, r, 1.0f);
     return scale_by_pow2(p, k);
 }
-static inline double exp2_f(double x) { return std::exp2(x); }
+static inline RFK_ALWAYS_INLINE double exp2_f(double x) { return std::exp2(x); }
 
-template <typename T> static inline T sq(T b) { return b * b; }  // b^2: one rounding, like pow(b, 2)
-template <typename T> static inline T sigmoid(T x) { return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)); }
-template <typename T> static inline T rsqrt(T x) { return T(1) / std::sqrt(x); }
-template <typename T> static inline T round_even(T x) { return std::nearbyint(x); }
+template <typename T> static inline RFK_ALWAYS_INLINE T sq(T b) { return b * b; }  // b^2: one rounding, like pow(b, 2)
+template <typename T> static inline RFK_ALWAYS_INLINE T sigmoid(T x) { return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)); }
+template <typename T> static inline RFK_ALWAYS_INLINE T rsqrt(T x) { return T(1) / std::sqrt(x); }
+template <typename T> static inline RFK_ALWAYS_INLINE T round_even(T x) { return std::nearbyint(x); }
 
-static inline int64_t floordiv(int64_t a, int64_t b) {
+static inline RFK_ALWAYS_INLINE int64_t floordiv(int64_t a, int64_t b) {
     int64_t q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
     return q;
 }
-static inline int64_t mod(int64_t a, int64_t b) { return a - b * floordiv(a, b); }
+static inline RFK_ALWAYS_INLINE int64_t mod(int64_t a, int64_t b) { return a - b * floordiv(a, b); }
 
 // Round to a float format with `mantissa` explicit bits and smallest normal exponent `min_exp`,
 // ties to even, saturating finite overflow to max_finite; infinities kept only if has_inf.
-static inline double round_float(double v, int mantissa, int min_exp, double max_finite, bool has_inf) {
+static inline RFK_ALWAYS_INLINE double round_float(double v, int mantissa, int min_exp, double max_finite, bool has_inf) {
     if (std::isnan(v)) return v;
     if (std::isinf(v)) return has_inf ? v : std::copysign(max_finite, v);
     if (v == 0) return v;
@@ -136,28 +146,28 @@ static inline double round_float(double v, int mantissa, int min_exp, double max
     if (q > max_finite) q = max_finite;
     return std::copysign(q, v);
 }
-static inline double round_int(double v, double lo, double hi) {
+static inline RFK_ALWAYS_INLINE double round_int(double v, double lo, double hi) {
     if (std::isnan(v)) return 0;
     double r = std::nearbyint(v);
     return r < lo ? lo : (r > hi ? hi : r);
 }
-static inline double cast_f64(double v) { return v; }
-static inline double cast_f32(double v) {
+static inline RFK_ALWAYS_INLINE double cast_f64(double v) { return v; }
+static inline RFK_ALWAYS_INLINE double cast_f32(double v) {
     if (std::isnan(v) || std::isinf(v)) return v;
     double r = static_cast<double>(static_cast<float>(v));
     if (std::isinf(r)) return std::copysign(static_cast<double>(std::numeric_limits<float>::max()), v);
     return r;
 }
-static inline double cast_f16(double v) { return round_float(v, 10, -14, 65504.0, true); }
-static inline double cast_bf16(double v) { return round_float(v, 7, -126, 3.38953138925153547590470800371487866880e38, true); }
-static inline double cast_f8e4m3(double v) { return round_float(v, 3, -6, 448.0, false); }
-static inline double cast_f8e5m2(double v) { return round_float(v, 2, -14, 57344.0, true); }
-static inline double cast_i8(double v) { return round_int(v, -128, 127); }
-static inline double cast_i32(double v) { return round_int(v, -2147483648.0, 2147483647.0); }
-static inline double cast_i64(double v) { return round_int(v, -9223372036854775808.0, 9223372036854774784.0); }
+static inline RFK_ALWAYS_INLINE double cast_f16(double v) { return round_float(v, 10, -14, 65504.0, true); }
+static inline RFK_ALWAYS_INLINE double cast_bf16(double v) { return round_float(v, 7, -126, 3.38953138925153547590470800371487866880e38, true); }
+static inline RFK_ALWAYS_INLINE double cast_f8e4m3(double v) { return round_float(v, 3, -6, 448.0, false); }
+static inline RFK_ALWAYS_INLINE double cast_f8e5m2(double v) { return round_float(v, 2, -14, 57344.0, true); }
+static inline RFK_ALWAYS_INLINE double cast_i8(double v) { return round_int(v, -128, 127); }
+static inline RFK_ALWAYS_INLINE double cast_i32(double v) { return round_int(v, -2147483648.0, 2147483647.0); }
+static inline RFK_ALWAYS_INLINE double cast_i64(double v) { return round_int(v, -9223372036854775808.0, 9223372036854774784.0); }
 
 // ---- Storage formats: loads widen to float, stores round like rf::round_to_dtype.
-static inline float bf16_to_float(uint16_t b) {
+static inline RFK_ALWAYS_INLINE float bf16_to_float(uint16_t b) {
     uint32_t u = static_cast<uint32_t>(b) << 16;
     float f;
     std::memcpy(&f, &u, 4);
@@ -165,7 +175,7 @@ static inline float bf16_to_float(uint16_t b) {
 }
 // A float format with `mbits` mantissa bits, `ebits` exponent bits and bias; `fn` = no infinities,
 // only the all-ones pattern is NaN (e4m3fn).
-static inline float decode_small_float(uint32_t bits, int mbits, int ebits, int bias, bool fn) {
+static inline RFK_ALWAYS_INLINE float decode_small_float(uint32_t bits, int mbits, int ebits, int bias, bool fn) {
     uint32_t sign = bits >> (mbits + ebits), e = (bits >> mbits) & ((1u << ebits) - 1), m = bits & ((1u << mbits) - 1);
     float v;
     if (e == (1u << ebits) - 1 && !fn) v = m ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
@@ -174,11 +184,11 @@ static inline float decode_small_float(uint32_t bits, int mbits, int ebits, int 
     else v = std::ldexp(static_cast<float>(m | (1u << mbits)), static_cast<int>(e) - bias - mbits);
     return sign ? -v : v;
 }
-static inline float f16_to_float(uint16_t b) { return decode_small_float(b, 10, 5, 15, false); }
-static inline float f8e4m3_to_float(uint8_t b) { return decode_small_float(b, 3, 4, 7, true); }
-static inline float f8e5m2_to_float(uint8_t b) { return decode_small_float(b, 2, 5, 15, false); }
+static inline RFK_ALWAYS_INLINE float f16_to_float(uint16_t b) { return decode_small_float(b, 10, 5, 15, false); }
+static inline RFK_ALWAYS_INLINE float f8e4m3_to_float(uint8_t b) { return decode_small_float(b, 3, 4, 7, true); }
+static inline RFK_ALWAYS_INLINE float f8e5m2_to_float(uint8_t b) { return decode_small_float(b, 2, 5, 15, false); }
 // Encodes a value already representable in the format (after round_float).
-static inline uint32_t encode_small_float(double v, int mbits, int ebits, int bias, bool fn) {
+static inline RFK_ALWAYS_INLINE uint32_t encode_small_float(double v, int mbits, int ebits, int bias, bool fn) {
     uint32_t sign = std::signbit(v) ? 1u << (mbits + ebits) : 0u;
     if (std::isnan(v)) return sign | (fn ? ((1u << (mbits + ebits)) - 1) : (((1u << ebits) - 1) << mbits) | 1u);
     if (std::isinf(v)) return sign | (((1u << ebits) - 1) << mbits);
@@ -191,15 +201,15 @@ static inline uint32_t encode_small_float(double v, int mbits, int ebits, int bi
     uint32_t m = static_cast<uint32_t>(std::ldexp(a, mbits - (e - 1))) & ((1u << mbits) - 1);
     return sign | (static_cast<uint32_t>(exp) << mbits) | m;
 }
-static inline double store_f64(double v) { return v; }
-static inline float store_f32(double v) { return static_cast<float>(cast_f32(v)); }
+static inline RFK_ALWAYS_INLINE double store_f64(double v) { return v; }
+static inline RFK_ALWAYS_INLINE float store_f32(double v) { return static_cast<float>(cast_f32(v)); }
 // A float is already an f32: no rounding, and the store stays vectorizable.
-static inline float store_f32(float v) { return v; }
-static inline double store_f64(float v) { return v; }
+static inline RFK_ALWAYS_INLINE float store_f32(float v) { return v; }
+static inline RFK_ALWAYS_INLINE double store_f64(float v) { return v; }
 // float -> bf16 on the bits, branch-free (vectorizable): round to nearest even, NaN -> quiet NaN,
 // finite values that round past the largest bf16 saturate to it (rf::round_to_dtype), inf stays inf.
 // A float has more exponent range than any value bf16 can't hold finitely, so one rounding is exact.
-static inline uint16_t store_bf16(float f) {
+static inline RFK_ALWAYS_INLINE uint16_t store_bf16(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
     uint32_t sign = u & 0x80000000u, mag = u & 0x7FFFFFFFu;
@@ -207,19 +217,19 @@ static inline uint16_t store_bf16(float f) {
     uint32_t out = mag > 0x7F800000u ? 0x7FC0u : (mag == 0x7F800000u ? 0x7F80u : (rounded >= 0x7F80u ? 0x7F7Fu : rounded));
     return static_cast<uint16_t>((sign >> 16) | out);
 }
-static inline uint16_t store_bf16(double v) {
+static inline RFK_ALWAYS_INLINE uint16_t store_bf16(double v) {
     float f = static_cast<float>(cast_bf16(v));
     uint32_t u;
     std::memcpy(&u, &f, 4);
     if (std::isnan(f)) return 0x7FC0;
     return static_cast<uint16_t>(u >> 16);
 }
-static inline uint16_t store_f16(double v) { return static_cast<uint16_t>(encode_small_float(cast_f16(v), 10, 5, 15, false)); }
-static inline uint8_t store_f8e4m3(double v) { return static_cast<uint8_t>(encode_small_float(cast_f8e4m3(v), 3, 4, 7, true)); }
-static inline uint8_t store_f8e5m2(double v) { return static_cast<uint8_t>(encode_small_float(cast_f8e5m2(v), 2, 5, 15, false)); }
-static inline int8_t store_i8(double v) { return static_cast<int8_t>(cast_i8(v)); }
-static inline int32_t store_i32(double v) { return static_cast<int32_t>(cast_i32(v)); }
-static inline int64_t store_i64(double v) { return static_cast<int64_t>(cast_i64(v)); }
+static inline RFK_ALWAYS_INLINE uint16_t store_f16(double v) { return static_cast<uint16_t>(encode_small_float(cast_f16(v), 10, 5, 15, false)); }
+static inline RFK_ALWAYS_INLINE uint8_t store_f8e4m3(double v) { return static_cast<uint8_t>(encode_small_float(cast_f8e4m3(v), 3, 4, 7, true)); }
+static inline RFK_ALWAYS_INLINE uint8_t store_f8e5m2(double v) { return static_cast<uint8_t>(encode_small_float(cast_f8e5m2(v), 2, 5, 15, false)); }
+static inline RFK_ALWAYS_INLINE int8_t store_i8(double v) { return static_cast<int8_t>(cast_i8(v)); }
+static inline RFK_ALWAYS_INLINE int32_t store_i32(double v) { return static_cast<int32_t>(cast_i32(v)); }
+static inline RFK_ALWAYS_INLINE int64_t store_i64(double v) { return static_cast<int64_t>(cast_i64(v)); }
 
 // A row of float results into an f32 output. `stream`: non-temporal stores (no read-for-ownership,
 // no cache pollution) for outputs larger than the caches; plain copies otherwise.
