@@ -48,6 +48,7 @@ SizeBinding planning_sizes(const Program &p, const Options &o) {
  *  lists it (all when unset), and for float states only where states are float (the GPU lowering). */
 bool pass_selected(const Options &o, const tile::TilePassInfo &p, bool float_states) {
     if (p.float_states_only && !float_states) return false;
+    if (p.cpu_only && float_states) return false;
     if (p.always || !o.tile_passes) return true;
     return std::find(o.tile_passes->begin(), o.tile_passes->end(), p.name) != o.tile_passes->end();
 }

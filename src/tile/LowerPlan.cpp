@@ -624,6 +624,7 @@ Module lower_plan(const Plan &plan, const LowerOptions &opts) {
     for (const TilePassInfo &pass : tile_passes()) {
         if (!pass.always && !opts.passes) continue;
         if (pass.float_states_only && !opts.float_states) continue;
+        if (pass.cpu_only && opts.float_states) continue;
         m = pass.run(m);
         if (verify_each_pass()) verify(m);
     }

@@ -7,12 +7,13 @@ namespace rf::tile {
 
 const std::vector<TilePassInfo> &tile_passes() {
     static const std::vector<TilePassInfo> passes = {
-        {TilePass::Gemm, "gemm", recognize_gemms, false, true},
-        {TilePass::Exp2, "exp2", fold_exp2, false, false},
-        {TilePass::Hoist, "hoist", hoist_invariants, false, false},
-        {TilePass::Coalesce, "coalesce", coalesce_tile_arrays, false, false},
-        {TilePass::GemmState, "gemm-state", accumulate_gemms_into_states, true, false},
-        {TilePass::SkipMasked, "skip-masked", skip_masked_tiles, false, false},
+        {TilePass::Gemm, "gemm", recognize_gemms, false, false, true},
+        {TilePass::Exp2, "exp2", fold_exp2, false, false, false},
+        {TilePass::Hoist, "hoist", hoist_invariants, false, false, false},
+        {TilePass::Coalesce, "coalesce", coalesce_tile_arrays, false, false, false},
+        {TilePass::GemmState, "gemm-state", accumulate_gemms_into_states, true, false, false},
+        {TilePass::SkipMasked, "skip-masked", skip_masked_tiles, false, false, false},
+        {TilePass::Reciprocal, "reciprocal", reciprocal_divisors, false, true, false},
     };
     return passes;
 }

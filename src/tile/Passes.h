@@ -38,14 +38,20 @@ Module accumulate_gemms_into_states(const Module &m);
  *  dropped when none is (SkipMaskedTiles.cpp). */
 Module skip_masked_tiles(const Module &m);
 
+/** Divisions by a loop-invariant divisor in vector loops as multiplications by its reciprocal, under a
+ *  guard that the reciprocal is a normal float (ReciprocalDivisors.cpp). CPU only: the GPU printers
+ *  spread a row loop and its column loop as one range, which a branch between them would break. */
+Module reciprocal_divisors(const Module &m);
+
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, Coalesce, GemmState, SkipMasked };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, Coalesce, GemmState, SkipMasked, Reciprocal };
 
 struct TilePassInfo {
     TilePass id;
     const char *name;                  ///< its name in pass lists and dumps
     Module (*run)(const Module &);
     bool float_states_only;            ///< runs only when states are float (LowerOptions::float_states)
+    bool cpu_only;                     ///< runs only when states are double (the CPU lowering)
     bool always;                       ///< completes the lowering: runs even when the optional passes are off
 };
 
@@ -53,7 +59,8 @@ struct TilePassInfo {
  *  will; turning the optional passes off keeps them, as the lowering's choice of kernels); exp2 next, because it puts log2 e next to the invariant
  *  coefficients the hoisting then moves out; the arrays are coalesced last but one, on the final
  *  statements; gemm-state next, on the GEMMs as they will be printed; skip-masked last, so the others
- *  see one copy of each tile's statements (it duplicates them for the unmasked tiles). */
+ *  see one copy of each tile's statements (it duplicates them for the unmasked tiles); reciprocal
+ *  after it, on every copy of the vector loops. */
 const std::vector<TilePassInfo> &tile_passes();
 
 }  // namespace rf::tile

@@ -163,7 +163,7 @@ TEST(StmtMutator, BottomUpRewriteSeesRebuiltChildren) {
 
 TEST(TilePasses, TableListsThePassesInOrder) {
     const auto &p = tile_passes();
-    ASSERT_EQ(p.size(), 6u);
+    ASSERT_EQ(p.size(), 7u);
     EXPECT_EQ(p[0].id, TilePass::Gemm);
     EXPECT_STREQ(p[0].name, "gemm");
     EXPECT_TRUE(p[0].always);
@@ -176,6 +176,9 @@ TEST(TilePasses, TableListsThePassesInOrder) {
     EXPECT_TRUE(p[4].float_states_only);
     EXPECT_STREQ(p[5].name, "skip-masked");
     EXPECT_EQ(p[5].id, TilePass::SkipMasked);
+    EXPECT_STREQ(p[6].name, "reciprocal");
+    EXPECT_TRUE(p[6].cpu_only);
+    for (size_t i = 0; i + 1 < p.size(); i++) EXPECT_FALSE(p[i].cpu_only) << p[i].name;
     for (size_t i = 0; i < p.size(); i++)
         if (i != 4) EXPECT_FALSE(p[i].float_states_only) << p[i].name;
     for (size_t i = 1; i < p.size(); i++) EXPECT_FALSE(p[i].always) << p[i].name;
