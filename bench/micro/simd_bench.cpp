@@ -273,6 +273,7 @@ int main(int argc, char **argv) {
 
     for (int64_t M : {16, 64}) bench_s8(M, 256, 4096, ps8);
     bench_s8(1, 256, 4096, ps8);
+    bench_s8(128, 4096, 4096, ps8);
 
     bench_rows(8192);
     return 0;
