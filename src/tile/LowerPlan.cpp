@@ -70,6 +70,27 @@ bool wide_extra_points(const ChainPlan &c, const Program &p, const SizeBinding &
     return false;
 }
 
+/** A per-tile prologue whose own reduction (the GEMM's K) has at least 512 terms at the sizes the
+ *  schedule is chosen for. */
+bool deep_prologue(const ChainPlan &c, const Program &p, const SizeBinding &sizes) {
+    for (const std::string &n : c.prologue) {
+        const TensorDef *d = p.find_def(n);
+        if (!d) continue;
+        Expr red = nullptr;
+        visit(d->body, [&](Expr e) {
+            if (!red && e->kind == Kind::Reduce) red = e;
+        });
+        if (!red) continue;
+        int64_t depth = 1;
+        for (Expr e : red->extents) {
+            if (!is_known(e, sizes)) return false;
+            depth *= eval_int(e, sizes);
+        }
+        if (depth >= 512) return true;
+    }
+    return false;
+}
+
 Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads, int target_workers,
                           bool row_lanes) {
     Schedule s;
@@ -110,6 +131,12 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
                 if (g >= 2 && g <= 64) s.row_block = g;
             });
         }
+    }
+    if (contraction && deep_prologue(c, p, sizes)) {
+        // A prologue GEMM with a deep contraction (linear + cross-entropy's logits H·Wᵀ over D = 2048):
+        // each tile of W (tile x D) is packed per row block and streamed from memory per row block, so
+        // 128 rows amortize it 4x better than 32 (the logits tile, 128 x 256 floats, stays in L2).
+        s.row_block = 128;
     }
     if (contraction && wide_extra_points(c, p, sizes)) {
         // A weight GEMM (RMSNorm->GEMM's Y[m, n], quantization->GEMM): thousands of output columns per

@@ -1,7 +1,8 @@
 /** \file weight_gemm_schedule_test.cpp
  * The default schedule of weight GEMMs (src/tile/LowerPlan.cpp wide_extra_points): a chain member
  * with 1024 or more output columns per row (RMSNorm->GEMM's Y[m, n], quantization->GEMM) takes one
- * tile of the whole axis (up to 4096) and 128-row blocks; attention-shaped chains keep 32 x 256.
+ * tile of the whole axis (up to 4096) and 128-row blocks; a prologue GEMM with a deep contraction
+ * (linear + cross-entropy's logits over D >= 512) 128-row blocks; attention-shaped chains keep 32 x 256.
  * The kernels so scheduled agree with the reference.
  */
 #include <gtest/gtest.h>
@@ -40,6 +41,18 @@ TEST(WeightGemmSchedule, WideOutputRowsTakeTheWholeAxisAndBigRowBlocks) {
     }
     std::string attention = tile_text("attention.rf", {{"B", 1}, {"H", 8}, {"M", 2048}, {"N", 2048}, {"D", 128}});
     EXPECT_NE(attention.find("tile=256 row_block=32"), std::string::npos) << attention;
+}
+
+TEST(WeightGemmSchedule, DeepPrologueGemmsTakeBigRowBlocks) {
+    ArenaScope arena;
+    std::string lce = tile_text("linear_cross_entropy.rf", {{"T", 1024}, {"D", 2048}, {"V", 32000}});
+    EXPECT_NE(lce.find("tile=256 row_block=128"), std::string::npos) << lce;
+    lce = tile_text("linear_cross_entropy.rf", {{"T", 1024}, {"D", 64}, {"V", 32000}});
+    EXPECT_NE(lce.find("tile=256 row_block=32"), std::string::npos) << lce;
+    RunOptions o;
+    o.sizes = {{"T", 300}, {"D", 600}, {"V", 333}};
+    std::filesystem::path p = example("linear_cross_entropy.rf");
+    test::check_run(p, test::read_text(p), o, "cpu", {42});
 }
 
 TEST(WeightGemmSchedule, KernelsAgreeWithTheReference) {
