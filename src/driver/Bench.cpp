@@ -35,11 +35,63 @@ int usable_threads(const CpuFeatures &f, int threads) {
     return static_cast<int>(std::max(1u, f.usable_cpus ? f.usable_cpus : f.logical_cpus));
 }
 
-// The probes: STREAM "add" (c = a + b, 3 arrays far beyond the caches) and independent vector FMA
-// chains (enough of them to cover the FMA latency), both over every thread.
+// The probes: STREAM "add" (c = a + b, 3 arrays far beyond the caches), independent vector FMA
+// chains (enough of them to cover the FMA latency), and 12 independent chains of vdpbf16ps (64 FLOP
+// each) / vpdpbusd (128 integer ops each) where the ISA flags have them, all over every thread.
 const char *kProbeSource = R"(
 #include <cstdint>
+#include <immintrin.h>
 #include <omp.h>
+// kind 1: bf16 dot, 2: int8 dot. Returns -1 when the CPU (the -m flags) has no such instruction.
+extern "C" double rf_probe_dot(int64_t iters, int threads, int kind) {
+#if defined(__AVX512BF16__)
+    const bool bf16 = true;
+#else
+    const bool bf16 = false;
+#endif
+#if defined(__AVX512VNNI__)
+    const bool int8 = true;
+#else
+    const bool int8 = false;
+#endif
+    if ((kind == 1 && !bf16) || (kind == 2 && !int8)) return -1;
+    double total = 0;
+#if defined(__AVX512BF16__) || defined(__AVX512VNNI__)
+    #pragma omp parallel num_threads(threads) reduction(+:total)
+    {
+        if (kind == 1) {
+#if defined(__AVX512BF16__)
+            float lanes[16];
+            __m512 f[12];
+            for (int r = 0; r < 12; r++) f[r] = _mm512_set1_ps(1e-3f * (float)(r + omp_get_thread_num()));
+            const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3a803a80);
+            for (int64_t it = 0; it < iters; it++)
+                for (int r = 0; r < 12; r++) f[r] = _mm512_dpbf16_ps(f[r], a, b);
+            for (int r = 0; r < 12; r++) {
+                _mm512_storeu_ps(lanes, f[r]);
+                total += lanes[0];
+            }
+#endif
+        } else {
+#if defined(__AVX512VNNI__)
+            __m512i q[12];
+            for (int r = 0; r < 12; r++) q[r] = _mm512_set1_epi32(r + omp_get_thread_num());
+            const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+            for (int64_t it = 0; it < iters; it++)
+                for (int r = 0; r < 12; r++) q[r] = _mm512_dpbusd_epi32(q[r], u, s);
+            int32_t ints[16];
+            for (int r = 0; r < 12; r++) {
+                _mm512_storeu_si512(ints, q[r]);
+                total += (double)(ints[0] & 0xff);  // non-negative: < 0 means "no such instruction"
+            }
+#endif
+        }
+    }
+#else
+    (void)iters; (void)threads;
+#endif
+    return total;
+}
 extern "C" void rf_probe_add(float *c, const float *a, const float *b, int64_t n, int threads) {
     #pragma omp parallel for simd num_threads(threads) schedule(static)
     for (int64_t i = 0; i < n; i++) c[i] = a[i] + b[i];
@@ -81,6 +133,8 @@ MachineLimits machine_limits(const CpuFeatures &cpu, int threads, bool remeasure
                 MachineLimits m;
                 m.bandwidth_gbs = j.at("bandwidth_gbs");
                 m.fp32_gflops = j.at("fp32_gflops");
+                m.bf16_gflops = j.at("bf16_gflops");  // an entry without them is measured again
+                m.int8_gops = j.at("int8_gops");
                 m.threads = j.at("threads");
                 m.source = "cached: " + cached.string();
                 if (m.bandwidth_gbs > 0 && m.fp32_gflops > 0) return m;
@@ -121,13 +175,52 @@ MachineLimits machine_limits(const CpuFeatures &cpu, int threads, bool remeasure
         }
         m.fp32_gflops = 2.0 * 256.0 * static_cast<double>(iters) * threads / best / 1e9;
     }
+    auto dot = so->function<double (*)(int64_t, int, int)>("rf_probe_dot");
+    for (int kind : {1, 2}) {
+        const int64_t iters = 2000000;
+        if (dot(1000, threads, kind) < 0) continue;  // no bf16 / int8 dot instructions
+        double best = 1e30;
+        for (int r = 0; r < 3; r++) {
+            auto t0 = Clock::now();
+            volatile double sink = dot(iters, threads, kind);
+            (void)sink;
+            best = std::min(best, seconds_since(t0));
+        }
+        // Per instruction: 16 lanes x 2 products x 2 FLOP (bf16), 16 lanes x 4 products x 2 ops (int8).
+        double rate = (kind == 1 ? 64.0 : 128.0) * 12.0 * static_cast<double>(iters) * threads / best / 1e9;
+        (kind == 1 ? m.bf16_gflops : m.int8_gops) = rate;
+    }
     m.source = "measured";
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     std::ofstream out(cached);
-    out << nlohmann::json{{"bandwidth_gbs", m.bandwidth_gbs}, {"fp32_gflops", m.fp32_gflops}, {"threads", threads},
-                          {"cpu", cpu.brand}}.dump(2);
+    out << nlohmann::json{{"bandwidth_gbs", m.bandwidth_gbs}, {"fp32_gflops", m.fp32_gflops}, {"bf16_gflops", m.bf16_gflops},
+                          {"int8_gops", m.int8_gops}, {"threads", threads}, {"cpu", cpu.brand}}.dump(2);
     return m;
+}
+
+GemmUnit gemm_unit(const tile::Module &m, bool bf16_tile_products) {
+    std::map<std::string, tile::LocalClass> locals;
+    for (const tile::Kernel &k : m.kernels)
+        tile::for_each_stmt(k.body, [&](const tile::StmtP &s) {
+            if (s->kind == tile::StmtKind::Decl) locals[s->name] = s->cls;
+        });
+    auto dtype = [&](Expr base) {
+        if (!base->name.empty() && base->name[0] == '$') return locals[base->name] == tile::LocalClass::Int8 ? DType::i8 : m.compute;
+        for (const tile::Buffer &b : m.buffers)
+            if (b.name == base->name) return b.dtype;
+        return m.compute;
+    };
+    GemmUnit unit = GemmUnit::Fp32;
+    for (const tile::Kernel &k : m.kernels)
+        tile::for_each_stmt(k.body, [&](const tile::StmtP &s) {
+            if (s->kind != tile::StmtKind::Gemm) return;
+            DType a = dtype(s->gemm->a_base), b = dtype(s->gemm->b_base);
+            if (a == DType::i8 && b == DType::i8) unit = GemmUnit::Int8;
+            else if (b == DType::bf16 && (a == DType::bf16 || (a == DType::f32 && bf16_tile_products)) && unit == GemmUnit::Fp32)
+                unit = GemmUnit::Bf16;
+        });
+    return unit;
 }
 
 WorkloadCost workload_cost(const Program &p, const SizeBinding &sizes) {
@@ -321,12 +414,26 @@ BenchReport bench_compiled(const std::shared_ptr<const Compilation> &shared, con
     j["flops"] = cost.flops;
     j["gbps"] = cost.bytes / (tf.median_ms * 1e-3) / 1e9;
     j["gflops"] = cost.flops / (tf.median_ms * 1e-3) / 1e9;
-    j["machine"] = {{"bandwidth_gbs", lim.bandwidth_gbs}, {"fp32_gflops", lim.fp32_gflops}, {"source", lim.source}};
-    double floor_ms = std::max(cost.bytes / (lim.bandwidth_gbs * 1e9), cost.flops / (lim.fp32_gflops * 1e9)) * 1e3;
+    j["machine"] = {{"bandwidth_gbs", lim.bandwidth_gbs}, {"fp32_gflops", lim.fp32_gflops}, {"bf16_gflops", lim.bf16_gflops},
+                    {"int8_gops", lim.int8_gops}, {"source", lim.source}};
+    // The compute floor at the peak of the fastest unit the kernel's GEMMs use (bf16 or int8 dot
+    // products where the CPU has them), never below the f32 FMA peak.
+    GemmUnit unit = gemm_unit(prog.module(), cpu_rounds_tile_products(prog.module(), cpu_codegen_options(c.options)));
+    double peak = lim.fp32_gflops;
+    std::string peak_unit = "fp32";
+    double unit_peak = unit == GemmUnit::Bf16 ? lim.bf16_gflops : unit == GemmUnit::Int8 ? lim.int8_gops : 0;
+    if (unit_peak > peak) {
+        peak = unit_peak;
+        peak_unit = unit == GemmUnit::Bf16 ? "bf16" : "int8";
+    }
+    j["peak_unit"] = peak_unit;
+    j["peak_gflops"] = peak;
+    double floor_ms = std::max(cost.bytes / (lim.bandwidth_gbs * 1e9), cost.flops / (peak * 1e9)) * 1e3;
     j["floor_ms"] = floor_ms;
     j["fraction_of_floor"] = floor_ms / tf.median_ms;
     j["fraction_of_bandwidth"] = j["gbps"].get<double>() / lim.bandwidth_gbs;
     j["fraction_of_fp32_peak"] = j["gflops"].get<double>() / lim.fp32_gflops;
+    j["fraction_of_peak"] = j["gflops"].get<double>() / peak;
     j["compile_ms"] = prog.compile_ms();
     j["peak_bytes"] = kernel_bytes(prog.module(), sizes, threads);  // allocated by the program beyond inputs/outputs
     std::ostringstream text;
@@ -335,8 +442,9 @@ BenchReport bench_compiled(const std::shared_ptr<const Compilation> &shared, con
     text << c.file << " at";
     for (auto &[n, v] : sizes) text << " " << n << "=" << v;
     text << " (" << threads << " threads; machine: " << lim.bandwidth_gbs << " GB/s, " << lim.fp32_gflops << " GFLOP/s fp32, "
-         << lim.source << ")\n";
-    text << "  floor " << floor_ms << " ms (" << cost.bytes / 1e6 << " MB, " << cost.flops / 1e9 << " GFLOP)\n";
+         << lim.bf16_gflops << " bf16, " << lim.int8_gops << " GOP/s int8, " << lim.source << ")\n";
+    text << "  floor " << floor_ms << " ms (" << cost.bytes / 1e6 << " MB, " << cost.flops / 1e9 << " GFLOP at the " << peak_unit
+         << " peak)\n";
     text << "  memory beyond inputs and outputs: " << j["peak_bytes"].get<double>() / (1 << 20) << " MiB\n";
     text << "  fused   " << tf.median_ms << " ms  " << j["gbps"].get<double>() << " GB/s  " << j["gflops"].get<double>()
          << " GFLOP/s  " << 100 * floor_ms / tf.median_ms << "% of floor  [" << fused.label() << "; " << strategy << "]\n";

@@ -22,13 +22,21 @@ namespace rf {
 struct MachineLimits {
     double bandwidth_gbs = 0;  ///< STREAM-add style, all threads
     double fp32_gflops = 0;    ///< vector FMA peak, all threads
+    double bf16_gflops = 0;    ///< vdpbf16ps peak, all threads (0: no AVX512_BF16)
+    double int8_gops = 0;      ///< vpdpbusd peak, all threads (0: no AVX512_VNNI)
     int threads = 0;
     std::string source;        ///< "measured" or "cached: PATH"
 };
 
 /** Measures (once per cache directory, CPU and thread count; kept as JSON) the machine's memory
- *  bandwidth and FP32 FMA peak with JIT-compiled probes (compiled for `cpu`, the host). */
+ *  bandwidth and its FP32 FMA, bf16 dot and int8 dot peaks with JIT-compiled probes (compiled for
+ *  `cpu`, the host). */
 MachineLimits machine_limits(const CpuFeatures &cpu, int threads, bool remeasure = false);
+
+/** The fastest unit a module's tile GEMMs run on: int8 (i8 × i8), bf16 (bf16 × bf16, or a float
+ *  tile rounded to bf16 when `bf16_tile_products`: CpuCodegenOptions), else fp32. */
+enum class GemmUnit { Fp32, Bf16, Int8 };
+GemmUnit gemm_unit(const tile::Module &m, bool bf16_tile_products);
 
 /** Bytes a workload must move (every input read once, every output written once) and FLOPs of
  *  its definitions as written (each reduction term's operations times its domain). */

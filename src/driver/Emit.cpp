@@ -58,10 +58,9 @@ std::vector<std::string> emit_cpu(const Compilation &c, const std::string &dir, 
     if (c.target.kind != TargetKind::Cpu) throw InternalError("emit_cpu: the compilation is not for the CPU");
     Generated g = generate(c);  // the schedule is chosen for the compilation's sizes (emit --size)
     tile::verify(g.module);
-    CpuCodegenOptions cg;
+    CpuCodegenOptions cg = cpu_codegen_options(c.options);
     cg.inline_headers = false;
     cg.symbol_prefix = name;
-    cg.bf16_tile_products = c.options.bf16_tile_products;
     EmitDir out(dir);
     auto write = [&](const std::string &file, const std::string &text) { out.write(file, text); };
     std::ostringstream h;

@@ -185,6 +185,12 @@ std::unique_ptr<Compilation> analyze_file(const std::string &path, const Target 
     return analyze_source(ss.str(), path, target, options);
 }
 
+CpuCodegenOptions cpu_codegen_options(const Options &o) {
+    CpuCodegenOptions cg;
+    cg.bf16_tile_products = o.bf16_tile_products;
+    return cg;
+}
+
 Generated generate(const Compilation &c, const Options &o) {
     RF_INTERNAL_ASSERT(!is_interpreter(c.target.kind)) << "nothing to generate for target " << to_string(c.target.kind);
     if (is_gpu(c.target.kind)) {
@@ -194,9 +200,7 @@ Generated generate(const Compilation &c, const Options &o) {
     }
     Generated g;
     g.module = lower_and_optimize(c, o);
-    CpuCodegenOptions cg;
-    cg.bf16_tile_products = o.bf16_tile_products;
-    g.source = generate_cpu(g.module, cg);                                          // print
+    g.source = generate_cpu(g.module, cpu_codegen_options(o));                      // print
     dump(o, {Stage::Cpp, ""}, [&] { return g.source; });
     return g;
 }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "codegen/CodeGen_CPU.h"
 #include "codegen/CodeGen_GPU.h"
 #include "driver/Options.h"
 #include "fuse/Plan.h"
@@ -55,6 +56,8 @@ std::unique_ptr<Compilation> analyze_file(const std::string &path, const Target 
  *  tune's candidates). GPU targets: the row block and tile are halved until every kernel fits the
  *  target's shared memory. Interpreter targets have nothing to generate (InternalError). */
 Generated generate(const Compilation &c, const Options &schedule);
+/** The CPU printer's options that `Options` sets (bf16 tile products). */
+CpuCodegenOptions cpu_codegen_options(const Options &o);
 inline Generated generate(const Compilation &c) { return generate(c, c.options); }
 
 /** build: the JIT (CPU) or the device's compiler (CUDA: NVRTC; OpenCL: the driver). */

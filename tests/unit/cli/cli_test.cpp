@@ -164,7 +164,7 @@ TEST(Cli, BenchPrintsTheHookFields) {
     Result r = sh("bench " + ex("softmax") + " --target cpu --size R=64,C=512 --json --budget 0.05");
     ASSERT_EQ(r.status, 0) << r.out;
     auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
-    for (const char *k : {"time_ms", "unfused_time_ms", "strategy", "reps", "gbps", "gflops", "fraction_of_floor", "machine"})
+    for (const char *k : {"time_ms", "unfused_time_ms", "strategy", "reps", "gbps", "gflops", "fraction_of_floor", "machine", "peak_unit"})
         EXPECT_TRUE(j.contains(k)) << k;
     EXPECT_GT(j["time_ms"].get<double>(), 0);
     Result help = sh("bench --help");
