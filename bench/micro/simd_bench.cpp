@@ -23,6 +23,7 @@
 
 #include "../../src/runtime/kernels/redfuse_simd.h"
 #include "../../src/runtime/kernels/redfuse_simd_gemm.h"
+#include "../../src/runtime/kernels/redfuse_simd_bf16.h"
 
 // GCC 12's false positive on _mm512_undefined_* inside AVX-512 reductions (see redfuse_simd.h).
 #if defined(__GNUC__) && !defined(__clang__)

@@ -4,11 +4,11 @@
  * -m flags: AVX-512 (F+BW+VL; vdpbf16ps with AVX512_BF16, vpdpbusd with AVX512_VNNI), else AVX2+FMA,
  * else portable scalar loops.
  *
- * Three texts, pasted in this order (CMake embeds their concatenation as kEmbeddedSimdHeader, which
+ * Four texts, pasted in this order (CMake embeds their concatenation as kEmbeddedSimdHeader, which
  * the JIT pastes and `emit` writes out as one redfuse_simd.h): this one (ISA selection, bf16
  * conversions, the per-ISA vector vocabulary, the vectorized exp and the row primitives),
- * redfuse_simd_gemm.h (the GEMM micro-kernels and their scratch) and redfuse_simd_fp8.h (narrow GEMM
- * weights). A program that includes them directly includes them in that order.
+ * redfuse_simd_gemm.h (the GEMM micro-kernels and their scratch), redfuse_simd_bf16.h (float tiles
+ * on the bf16 unit) and redfuse_simd_fp8.h (narrow GEMM weights). A program that includes them directly includes them in that order.
  *
  * Self-contained (no redfuse headers) and C++17, because JIT-compiled kernels include it. Every function
  * is `static inline`, so translation units built with different -m flags never share a definition.

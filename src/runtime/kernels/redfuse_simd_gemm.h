@@ -1,7 +1,7 @@
 /** \file redfuse_simd_gemm.h
- * Hot-loop primitives for generated CPU kernels, second of three texts: the tile GEMM micro-kernels
+ * Hot-loop primitives for generated CPU kernels, second of four texts: the tile GEMM micro-kernels
  * (f32, bf16, int8), written once over the vector vocabulary of redfuse_simd.h and pasted after it
- * (see the order of the three texts there).
+ * (see the order of the four texts there).
  *
  * Leading dimensions are in elements. Scratch memory (slot 0: B panels; 1: widened A; 2: int32 sums; 3: A
  * rounded to bf16) is per thread and translation unit (a process-wide map, not thread_local) and only grows: up to 512 KiB per thread for large GEMMs (plus
@@ -431,65 +431,6 @@ static inline void nn_gemm(int64_t M, int64_t N, int64_t K, const float *P, int6
         nn_acc<kMR, kNV>(M, N, K, P, ldp, V, ldv, C, ldc);
 }
 
-#if defined(RFK_SIMD_BF16)
-// ---------------------------------------------------------------------------------------------------
-// Float tiles on the bf16 unit (FlashAttention's trade): the float operand (P, X*g, dS) is rounded to bf16
-// once per call, then the products run through vdpbf16ps at twice the f32 FMA rate.
-// ---------------------------------------------------------------------------------------------------
-// A leading dimension of bf16 rows for k < K: whole cache lines plus one, so the rows a register block
-// broadcasts from do not share an L1 set (a K of 4096 would put them all 8 KiB apart, in one set).
-static inline int64_t padded_ld(int64_t K) { return (K + 31) / 32 * 32 + 32; }
-
-// out[i*ldo + k] = bf16(A[i][k]) for k < K: round to nearest even (vcvtneps2bf16; NaN stays NaN, no
-// saturation: a finite value past the largest bf16 becomes inf, as its f32 products would soon).
-static inline void round_to_bf16(int64_t M, int64_t K, const float *A, int64_t lda, uint16_t *out, int64_t ldo) {
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t k = 0; k < K; k += 16) {
-            __mmask16 m = first_n(min64(16, K - k));
-            __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, A + i * lda + k));
-            _mm256_mask_storeu_epi16(out + i * ldo + k, m, h);
-        }
-}
-
-// out[p*W + j] = pair (V[2p][j], V[2p+1][j]) for 2p < kc, j < cols: two rows of an N-contiguous matrix
-// interleaved into the 32-bit units vdpbf16ps pairs along K; a missing odd row and columns >= cols are zero.
-template <int NV>
-static inline void pack_row_pairs(const uint16_t *src, int64_t ld, int64_t kc, int64_t cols, float *out) {
-    constexpr int W = NV * 16;
-    for (int64_t p = 0; 2 * p < kc; ++p) {
-        const uint16_t *r0 = src + 2 * p * ld, *r1 = r0 + ld;
-        bool odd = 2 * p + 1 >= kc;
-        for (int h = 0; h < NV; ++h) {
-            __mmask16 m = first_n(clamp64(cols - h * 16, 0, 16));  // masked loads do not touch masked-off memory
-            __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r0 + h * 16));
-            __m512i hi = odd ? _mm512_setzero_si512()
-                             : _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r1 + h * 16)), 16);
-            _mm512_storeu_si512(out + p * W + h * 16, _mm512_or_si512(lo, hi));
-        }
-    }
-}
-
-// C += P V with bf16 P (pairs along K contiguous in its rows) and bf16 V: per KC x W block of V one pair
-// panel, which every row strip of P then passes over (the NT pair kernel, B = the panel).
-static inline void nn_acc_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *P, int64_t ldp, const uint16_t *V,
-                               int64_t ldv, float *C, int64_t ldc) {
-    constexpr int W = kNV * 16;
-    constexpr int64_t KC = 2 * kKC;
-    float *panel = static_cast<float *>(scratch(0, size_t(KC / 2 * W) * sizeof(float)));
-    for (int64_t pc = 0; pc < K; pc += KC) {
-        int64_t kc = min64(KC, K - pc);
-        for (int64_t j = 0; j < N; j += W) {
-            int64_t ncols = min64(W, N - j);
-            pack_row_pairs<kNV>(V + pc * ldv + j, ldv, kc, ncols, panel);
-            for_strips<kMR>(M, [&](auto rows, int64_t i) {
-                bf16_outer_kernel<decltype(rows)::value, kNV>(kc, P + i * ldp + pc, ldp, panel, C + i * ldc + j, ldc, 1.0f,
-                                                              true, ncols);
-            });
-        }
-    }
-}
-#endif  // RFK_SIMD_BF16
-
 // ---------------------------------------------------------------------------------------------------
 // int8 dot tiles.
 // ---------------------------------------------------------------------------------------------------
@@ -633,33 +574,6 @@ static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, co
 #endif
 }
 
-/** True when the *_as_bf16 GEMMs below round their float operand to bf16 (a CPU with AVX512_BF16);
- *  otherwise they are the exact f32 GEMMs. */
-constexpr bool kTileProductsInBf16 =
-#if defined(RFK_SIMD_BF16)
-    true;
-#else
-    false;
-#endif
-/** Rows from which gemm_nn_acc_f32_as_bf16 takes the bf16 unit (below: V's pair packing costs more). */
-constexpr int64_t kBf16NnMinRows = 8;
-
-// C (+)= alpha A B^T with float A rounded to bf16 (FlashAttention's trade, see round_to_bf16); exactly
-// gemm_nt_f32_bf16 without AVX512_BF16.
-static inline void gemm_nt_f32_as_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                                       const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-#if defined(RFK_SIMD_BF16)
-    if (M > 0 && K > 0) {
-        int64_t ld = simd_detail::padded_ld(K);
-        uint16_t *a16 = static_cast<uint16_t *>(simd_detail::scratch(3, size_t(M * ld) * sizeof(uint16_t)));
-        simd_detail::round_to_bf16(M, K, A, lda, a16, ld);
-        gemm_nt_bf16(M, N, K, alpha, a16, ld, B, ldb, C, ldc, accumulate);
-        return;
-    }
-#endif
-    gemm_nt_f32_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-}
-
 static inline void gemm_nn_acc_f32(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const float *V,
                                    int64_t ldv, float *C, int64_t ldc) {
 #if defined(RFK_SIMD_VECTOR)
@@ -680,22 +594,6 @@ static inline void gemm_nn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const f
         for (int64_t k = 0; k < K; ++k)
             for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += P[i * ldp + k] * bf16_to_f32(V[k * ldv + j]);
 #endif
-}
-
-// C += P V with float P rounded to bf16 when the bf16 unit pays (AVX512_BF16, kBf16NnMinRows rows or more: V is
-// packed into pair panels per call); otherwise exactly gemm_nn_acc_f32_bf16.
-static inline void gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp,
-                                           const uint16_t *V, int64_t ldv, float *C, int64_t ldc) {
-#if defined(RFK_SIMD_BF16)
-    if (M >= kBf16NnMinRows && N > 0 && K > 0) {
-        int64_t ld = simd_detail::padded_ld(K);
-        uint16_t *p16 = static_cast<uint16_t *>(simd_detail::scratch(3, size_t(M * ld) * sizeof(uint16_t)));
-        simd_detail::round_to_bf16(M, K, P, ldp, p16, ld);
-        simd_detail::nn_acc_bf16(M, N, K, p16, ld, V, ldv, C, ldc);
-        return;
-    }
-#endif
-    gemm_nn_acc_f32_bf16(M, N, K, P, ldp, V, ldv, C, ldc);
 }
 
 static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,

@@ -31,6 +31,7 @@
 #include "runtime/kernels/redfuse_cpu.h"
 #include "runtime/kernels/redfuse_simd.h"
 #include "runtime/kernels/redfuse_simd_gemm.h"
+#include "runtime/kernels/redfuse_simd_bf16.h"
 #include "runtime/kernels/redfuse_simd_fp8.h"
 
 extern char **environ;
