@@ -13,7 +13,7 @@ const std::vector<TilePassInfo> &tile_passes() {
         {TilePass::Coalesce, "coalesce", coalesce_tile_arrays, false, false, false},
         {TilePass::GemmState, "gemm-state", accumulate_gemms_into_states, true, false, false},
         {TilePass::SkipMasked, "skip-masked", skip_masked_tiles, false, false, false},
-        {TilePass::Reciprocal, "reciprocal", reciprocal_divisors, false, true, false},
+        {TilePass::FiniteInvariants, "finite-invariants", version_on_finite_invariants, false, true, false},
     };
     return passes;
 }

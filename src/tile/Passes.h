@@ -38,13 +38,14 @@ Module accumulate_gemms_into_states(const Module &m);
  *  dropped when none is (SkipMaskedTiles.cpp). */
 Module skip_masked_tiles(const Module &m);
 
-/** Divisions by a loop-invariant divisor in vector loops as multiplications by its reciprocal, under a
- *  guard that the reciprocal is a normal float (ReciprocalDivisors.cpp). CPU only: the GPU printers
- *  spread a row loop and its column loop as one range, which a branch between them would break. */
-Module reciprocal_divisors(const Module &m);
+/** Vector loops with loop-invariant divisors or subtrahends get a copy for when those are finite (the
+ *  reciprocal normal): multiplications by the reciprocal, plain subtractions (FiniteInvariants.cpp).
+ *  CPU only: the GPU printers spread a row loop and its column loop as one range, which a branch
+ *  between them would break. */
+Module version_on_finite_invariants(const Module &m);
 
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, Coalesce, GemmState, SkipMasked, Reciprocal };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, Coalesce, GemmState, SkipMasked, FiniteInvariants };
 
 struct TilePassInfo {
     TilePass id;
@@ -59,8 +60,8 @@ struct TilePassInfo {
  *  will; turning the optional passes off keeps them, as the lowering's choice of kernels); exp2 next, because it puts log2 e next to the invariant
  *  coefficients the hoisting then moves out; the arrays are coalesced last but one, on the final
  *  statements; gemm-state next, on the GEMMs as they will be printed; skip-masked last, so the others
- *  see one copy of each tile's statements (it duplicates them for the unmasked tiles); reciprocal
- *  after it, on every copy of the vector loops. */
+ *  see one copy of each tile's statements (it duplicates them for the unmasked tiles);
+ *  finite-invariants after it, on every copy of the vector loops. */
 const std::vector<TilePassInfo> &tile_passes();
 
 }  // namespace rf::tile

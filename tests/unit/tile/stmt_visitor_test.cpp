@@ -176,7 +176,7 @@ TEST(TilePasses, TableListsThePassesInOrder) {
     EXPECT_TRUE(p[4].float_states_only);
     EXPECT_STREQ(p[5].name, "skip-masked");
     EXPECT_EQ(p[5].id, TilePass::SkipMasked);
-    EXPECT_STREQ(p[6].name, "reciprocal");
+    EXPECT_STREQ(p[6].name, "finite-invariants");
     EXPECT_TRUE(p[6].cpu_only);
     for (size_t i = 0; i + 1 < p.size(); i++) EXPECT_FALSE(p[i].cpu_only) << p[i].name;
     for (size_t i = 0; i < p.size(); i++)

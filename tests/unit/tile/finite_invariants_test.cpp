@@ -1,0 +1,69 @@
+/** \file finite_invariants_test.cpp
+ * The CPU tile pass finite-invariants (src/tile/FiniteInvariants.cpp): a vector loop dividing by a
+ * loop-invariant value multiplies by its reciprocal when that is a normal float, and keeps the
+ * division otherwise (a zero, infinite, subnormal or huge divisor; the language's 0 / 0 = 0); one that
+ * subtracts a loop-invariant value subtracts plainly when it is finite, and keeps the guarded
+ * subtraction otherwise (a fully masked row: -inf - (-inf) = -inf); never on the GPU targets.
+ */
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../ExampleRuns.h"
+#include "../ExampleSizes.h"
+#include "driver/Compiler.h"
+#include "tile/TileIR.h"
+
+using namespace rf;
+
+namespace {
+
+std::filesystem::path spec() { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "specs" / "zero_divisor_rows.rf"; }
+
+std::string tile_text(TargetKind target) {
+    auto c = analyze_source(test::read_text(spec()), "zero_divisor_rows.rf", make_target(target), {});
+    return tile::to_string(generate(*c).module);
+}
+
+}  // namespace
+
+TEST(FiniteInvariants, TheEpilogueMultipliesByTheReciprocalUnderItsGuard) {
+    ArenaScope arena;
+    std::string t = tile_text(TargetKind::Cpu);
+    EXPECT_NE(t.find("tile $r2 = 1 / s[$rbase + $rr]"), std::string::npos) << t;
+    EXPECT_NE(t.find("if abs($r2) >= 1.1754943508222875e-38 and abs($r2) < inf:"), std::string::npos) << t;
+    EXPECT_NE(t.find(" * $r2\n"), std::string::npos) << t;
+    EXPECT_NE(t.find(" / s[$rbase + $rr]\n"), std::string::npos) << t;  // the loop for the other divisors
+    EXPECT_NE(t.find("if 0 < C:"), std::string::npos) << t;               // s is read before the loop
+    for (TargetKind gpu : {TargetKind::OpenCL, TargetKind::Cuda}) EXPECT_EQ(tile_text(gpu).find("tile $r"), std::string::npos);
+}
+
+TEST(FiniteInvariants, ShiftedSumsSubtractTheirReferencePlainlyWhenItIsFinite) {
+    // The sum's shift reference (the tile's first term, $h0) is invariant in the tile's loop.
+    ArenaScope arena;
+    std::string t = tile_text(TargetKind::Cpu);
+    EXPECT_NE(t.find("tile $f1 = $h0\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("if abs($f1) < inf:"), std::string::npos) << t;
+    EXPECT_NE(t.find(" - $f1\n"), std::string::npos) << t;  // printed a - b, emitted a + (-b)
+    EXPECT_NE(t.find(" - $h0\n"), std::string::npos) << t;  // the guarded copy
+}
+
+TEST(FiniteInvariants, FullyMaskedRowsKeepTheGuardedSubtraction) {
+    // Rows 0..2 are fully masked: m = -inf, and exp(X - m) must stay exp(-inf - (-inf)) = exp(-inf) = 0
+    // (a plain subtraction would give NaN); the spec normalizes by s = 0 there (0 / 0 = 0).
+    const char *src = "size R = 6, C = 300\ninput X[R, C] : f32\n"
+                      "m[r] = max(c: select(r < 3, -inf, X[r,c]))\n"
+                      "s[r] = sum(c: exp(select(r < 3, -inf, X[r,c]) - m[r]))\n"
+                      "Y[r,c] = exp(select(r < 3, -inf, X[r,c]) - m[r]) / s[r]\noutput Y\n";
+    RunOptions o;
+    test::check_run("masked_rows.rf", src, o, "cpu", {52});
+}
+
+TEST(FiniteInvariants, ZeroDivisorsKeepTheLanguagesDivision) {
+    // Rows 0 and 1 are 0 / 0 = 0 (a reciprocal would give 0 * inf = NaN); the rest a softmax.
+    for (int64_t C : {300, 1, 37}) {
+        RunOptions o;
+        o.sizes = {{"C", C}};
+        test::check_run(spec(), test::read_text(spec()), o, "cpu", {51});
+    }
+}
