@@ -50,10 +50,18 @@ std::vector<Expr> invariant_operands(const StmtP &loop, Kind kind) {
     written_in(loop, written);
     std::vector<Expr> out;
     std::set<Expr> seen;
+    // Not inside a nested reduction (a literal kernel's sum(a: ...)): its operands may use the
+    // reduction's variables, bound only there.
+    std::set<Expr> inside;
+    for (const StmtP &c : loop->body)
+        if (c->value)
+            visit(c->value, [&](Expr n) {
+                if (n->kind == Kind::Reduce) visit(n->body(), [&](Expr m) { inside.insert(m); });
+            });
     for (const StmtP &c : loop->body) {
         if (!c->value) continue;
         visit(c->value, [&](Expr n) {
-            if (n->kind != kind || n->stype != SType::Real) return;
+            if (n->kind != kind || n->stype != SType::Real || inside.count(n)) return;
             Expr b = n->args[1];
             if (b->stype != SType::Real || b->is_const() || !invariant(b, written) || !cannot_trap(b)) return;
             if (seen.insert(b).second) out.push_back(b);
@@ -120,6 +128,7 @@ private:
         // The first operand is rewritten too (exp(X - m) - h holds two subtractions).
         std::function<Expr(Expr)> replace = [&](Expr e) {
             return substitute(e, [&](Expr n) -> Expr {
+                if (n->kind == Kind::Reduce) return n;  // see invariant_operands
                 if (n->kind == Kind::Div)
                     for (const auto &[b, r] : reciprocal)
                         if (n->args[1] == b) return make_mul(replace(n->args[0]), r);

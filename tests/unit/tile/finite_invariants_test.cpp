@@ -67,3 +67,12 @@ TEST(FiniteInvariants, ZeroDivisorsKeepTheLanguagesDivision) {
         test::check_run(spec(), test::read_text(spec()), o, "cpu", {51});
     }
 }
+
+TEST(FiniteInvariants, OperandsInsideNestedReductionsStayThere) {
+    // The unfused plan's literal kernels hold sums inside vector loops; an operand that uses such a
+    // sum's variable cannot leave it (it did: "unbound variable a", CpuExamples on moment_of_inertia).
+    std::filesystem::path p = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "moment_of_inertia.rf";
+    RunOptions o;
+    o.unfused = true;
+    test::check_run(p, test::read_text(p), o, "cpu", {21});
+}
