@@ -45,13 +45,18 @@ bool column_chain(const ChainPlan &c, const Program &p) {
     return strided;
 }
 
-/** Whether every size `e` names is bound. */
-bool is_known(Expr e, const SizeBinding &sizes) {
-    bool known = true;
-    visit(e, [&](Expr n) {
-        if (n->kind == Kind::Var && n->role == VarRole::Size && !sizes.count(n->name)) known = false;
-    });
-    return known;
+/** The product of extents at the bound sizes; nullopt when one of them names an unbound size. */
+std::optional<int64_t> known_product(const std::vector<Expr> &extents, const SizeBinding &sizes) {
+    int64_t product = 1;
+    for (Expr e : extents) {
+        bool known = true;
+        visit(e, [&](Expr n) {
+            if (n->kind == Kind::Var && n->role == VarRole::Size && !sizes.count(n->name)) known = false;
+        });
+        if (!known) return std::nullopt;
+        product *= eval_int(e, sizes);
+    }
+    return product;
 }
 
 /** A member with at least 1024 points per row beyond the chain's row (a GEMM's output columns),
@@ -60,12 +65,9 @@ bool wide_extra_points(const ChainPlan &c, const Program &p, const SizeBinding &
     for (const std::string &n : c.members) {
         const TensorDef *d = p.find_def(n);
         if (!d || d->is_topk() || d->vars.size() <= c.n_row) continue;
-        int64_t points = 1;
-        for (size_t i = c.n_row; i < d->extents.size(); i++) {
-            if (!is_known(d->extents[i], sizes)) return false;
-            points *= eval_int(d->extents[i], sizes);
-        }
-        if (points >= 1024) return true;
+        std::optional<int64_t> points = known_product({d->extents.begin() + c.n_row, d->extents.end()}, sizes);
+        if (!points) return false;
+        if (*points >= 1024) return true;
     }
     return false;
 }
@@ -81,12 +83,9 @@ bool deep_prologue(const ChainPlan &c, const Program &p, const SizeBinding &size
             if (!red && e->kind == Kind::Reduce) red = e;
         });
         if (!red) continue;
-        int64_t depth = 1;
-        for (Expr e : red->extents) {
-            if (!is_known(e, sizes)) return false;
-            depth *= eval_int(e, sizes);
-        }
-        if (depth >= 512) return true;
+        std::optional<int64_t> depth = known_product(red->extents, sizes);
+        if (!depth) return false;
+        if (*depth >= 512) return true;
     }
     return false;
 }
@@ -145,13 +144,8 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
         // micro-kernel (accumulators in registers, not a rows x N state re-read per tile), and 128 rows
         // amortize each packed weight panel (measured, 2 threads, M = 2048, N = K = 4096: bf16
         // 345 -> 275 ms, int8 (M = 4096) 695 -> 311 ms).
-        int64_t axis = 1;
-        bool known = true;
-        for (Expr e : c.axis_extents) {
-            known = known && is_known(e, sizes);
-            if (known) axis *= eval_int(e, sizes);
-        }
-        s.tile = known ? std::min<int64_t>(4096, std::max<int64_t>(axis, 1)) : 4096;
+        std::optional<int64_t> axis = known_product(c.axis_extents, sizes);
+        s.tile = axis ? std::min<int64_t>(4096, std::max<int64_t>(*axis, 1)) : 4096;
         s.row_block = 128;
     }
     if (row_lanes && column_chain(c, p)) {
