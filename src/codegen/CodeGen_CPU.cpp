@@ -336,6 +336,8 @@ private:
             pad(ind) << "}\n";
             return;
         }
+        // A vector loop without reductions whose values stay float64 (the state's precision).
+        if (s->loop == LoopKind::Lanes) pad(ind) << "#pragma omp simd\n";
         pad(ind) << head << " {\n";
         body(s->body, ind + 1, false);
         pad(ind) << "}\n";

@@ -75,6 +75,8 @@ std::vector<StmtP> PassLowering::merge(const std::string &A, const std::string &
                                                  {assign(acc(A, m, x), acc(B, m, x)), assign(idx(A, m, x), idx(B, m, x))})}));
                 break;
             case Form::TopK: {
+                // Segment states keep each row's K slots together (lanes() leaves such lists alone).
+                RF_INTERNAL_ASSERT(!lanes(m)) << "a lane-layout top-k list in a segment merge";
                 Expr q = make_index("$q" + std::to_string(uid_++));
                 Expr slot = add_i(mul_i(sl(m, x), m.K), q);
                 s.push_back(for_loop(q, int_c(0), make_cast(DType::i64, local_at(field(B, m.k, "_tk_n"), sl(m, x))),
@@ -141,9 +143,11 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
                 Expr u = local_at(field(P, m.k, "_tk_v"), slot);
                 if (m.sel && !a.increasing) u = make_neg(u);
                 Expr value = m.sel ? apply_phi(m, x, u, fin) : u;
+                // The K slots as one vector loop in float64 (φ = exp(u - m)/s per slot of MoE routing).
                 return std::vector<StmtP>{for_loop(sl, int_c(0), m.K,
                                                    {store(target(m.def->name, x, sl), value),
-                                                    store(target(m.def->index_name, x, sl), local_at(field(P, m.k, "_tk_i"), slot))})};
+                                                    store(target(m.def->index_name, x, sl), local_at(field(P, m.k, "_tk_i"), slot))},
+                                                   LoopKind::Lanes)};
             }));
         } else {
             normal.push_back(over_extra(m, [&](Expr x) {

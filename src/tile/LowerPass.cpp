@@ -333,13 +333,13 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
             out.push_back(rows_of_block({over_extra(m, [&](Expr x) { return shared_update(P, m, x, t); })}));
             continue;
         }
-        if (m.form == Form::SumShift && lanes(m)) {
-            for (const StmtP &s : lanes_update(P, m, m.def->body->body(), run)) out.push_back(s);
+        if (lanes(m)) {
+            for (const StmtP &s : lanes_member(P, m, run)) out.push_back(s);
             continue;
         }
         switch (m.form) {
         case Form::SumShift: case Form::Select: case Form::Prod: case Form::ArgSelect: case Form::TopK: {
-            Expr body = m.sel ? (a.Gsel_literal ? a.Gsel_literal : a.Gsel) : m.def->body->body();
+            Expr body = selection_body(m);
             out.push_back(rows_of_block({over_extra(m, [&](Expr x) { return plain_update(P, m, x, body, run); })}));
             break;
         }
@@ -418,26 +418,6 @@ StmtP PassLowering::shift_reference(const std::string &P, const MemberInfo &m, E
                                                assign(acc(P, m, x), real_c(0)), assign(seen(P, m, x), real_c(1))});
 }
 
-bool PassLowering::lanes(const MemberInfo &m) const {
-    return ctx_.schedule.row_lanes && nb_ > 1 && m.X->is_const(1) && !m.sel && !ctx_.term_store.count(m.def->name);
-}
-
-std::vector<StmtP> PassLowering::lanes_update(const std::string &P, const MemberInfo &m, Expr body_expr, const Mode &run) {
-    // The plain shifted sum (plain_update) with the loops exchanged: for each axis position j of the
-    // tile, one vector step over the rows of the block, acc[rr] += v(rr, j) − ref[rr]. Each row's
-    // terms are still added in the order of j, one at a time (no tile partial sum); rows are
-    // independent, so the exchange is exact up to that summation order.
-    std::vector<StmtP> s;
-    Expr x = int_c(0), j0 = local_var("$tb", SType::Int), j1 = local_var("$te", SType::Int);
-    Expr j = jvar();
-    s.push_back(rows_of_block({shift_reference(P, m, x, body_expr, run)}));
-    Expr v = bind(body_expr, m, x, j, run);
-    StmtP lane = for_loop(rr(), int_c(0), local_var("$nbv", SType::Int),
-                          {assign(acc(P, m, x), make_add(acc(P, m, x), make_sub(v, tag(P, m, x, 0))))}, LoopKind::Simd);
-    s.push_back(for_loop(j, j0, j1, {lane}, LoopKind::Serial));
-    return s;
-}
-
 std::vector<StmtP> PassLowering::plain_update(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run) {
     std::vector<StmtP> s;
     Expr j0 = local_var("$tb", SType::Int), j1 = local_var("$te", SType::Int);
@@ -498,7 +478,7 @@ std::vector<StmtP> PassLowering::plain_update(const std::string &P, const Member
         break;
     }
     case Form::TopK: {
-        Expr val = (m.sel && !m.a->increasing) ? make_neg(v) : v;  // bottom-k of G as top-k of -G
+        Expr val = topk_key(m, v);
         s.push_back(for_loop(j, j0, j1, {topk_insert(field(P, m.k, "_tk"), mul_i(sl(m, x), m.K), sl(m, x), m.K, ReduceOp::TopK, val, j)}));
         s.push_back(assign(seen(P, m, x), real_c(1)));
         break;
@@ -584,6 +564,7 @@ std::vector<StmtP> PassLowering::row_statements() {
         if (target[0] == '$') body.push_back(decl(target, LocalClass::Tile, {mul_i(int_c(nb_), L_)}, nullptr));
     init_state(body, "$A");
     body.push_back(tiles("$A", int_c(0), L_));
+    for (const StmtP &s : lists_to_rows("$A")) body.push_back(s);
     for (const StmtP &s : finalize("$A")) body.push_back(s);
     for (const StmtP &s : epilogue()) body.push_back(s);
     return body;

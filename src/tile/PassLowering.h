@@ -142,9 +142,22 @@ private:
     StmtP over_extra(const MemberInfo &m, const std::function<std::vector<StmtP>(Expr)> &body);
 
     Expr jvar() { return make_index("$jj" + std::to_string(uid_++)); }
+    // ---- Rows as SIMD lanes (LowerLanes.cpp).
     /** Member m's per-tile update takes the block's rows as SIMD lanes (Schedule::row_lanes). */
     bool lanes(const MemberInfo &m) const;
+    /** Lane top-k lists back to the row-major slots (rr·K + q) after the last tile. */
+    std::vector<StmtP> lists_to_rows(const std::string &P);
+    /** What a selection member selects over: Gsel (the body as written, where it is), else the body. */
+    Expr selection_body(const MemberInfo &m) const;
+    /** The value a top-k list ranks for term v: -v for a bottom-k of a decreasing φ. */
+    Expr topk_key(const MemberInfo &m, Expr v) const;
+    /** for $rr in [0, $nbv) as one vector loop: body. */
+    StmtP over_lanes(std::vector<StmtP> body);
+    std::vector<StmtP> lanes_member(const std::string &P, const MemberInfo &m, const Mode &run);
     std::vector<StmtP> lanes_update(const std::string &P, const MemberInfo &m, Expr body_expr, const Mode &run);
+    std::vector<StmtP> lanes_select(const std::string &P, const MemberInfo &m, const Mode &run);
+    std::vector<StmtP> lanes_mult(const std::string &P, const MemberInfo &m);
+    std::vector<StmtP> lanes_topk(const std::string &P, const MemberInfo &m, const Mode &run);
     /** A shifted sum's first tile: its reference (the first term, or 0 for a masked body), acc = 0. */
     StmtP shift_reference(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run);
 

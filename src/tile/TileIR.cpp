@@ -203,6 +203,7 @@ const char *loop_name(LoopKind k) {
     case LoopKind::Serial: return "serial";
     case LoopKind::Parallel: return "parallel";
     case LoopKind::Independent: return "independent";
+    case LoopKind::Lanes: return "lanes";
     default: return "simd";
     }
 }
@@ -320,7 +321,7 @@ std::string to_string(const Module &m) {
         const Schedule &s = k.schedule;
         os << "kernel " << k.name << "  # " << k.what << "\n  schedule strategy=" << to_string(s.strategy) << " tile=" << s.tile
            << " row_block=" << s.row_block << " segments=" << s.segments << " threads=" << s.threads
-           << " level=" << s.fusion_level << (s.row_lanes ? " row_lanes" : "") << "\n";
+           << " level=" << s.fusion_level << (s.row_lanes == RowLanes::All ? " row_lanes" : s.row_lanes == RowLanes::TopK ? " row_lanes=topk" : "") << "\n";
         print(os, k.body, 1);
     }
     return os.str();

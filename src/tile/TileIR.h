@@ -22,6 +22,15 @@
 
 namespace rf::tile {
 
+/** Which members take the rows of a block as SIMD lanes (CPU only, LowerLanes.cpp). */
+enum class RowLanes : uint8_t {
+    None,
+    All,   ///< every member that can: a column reduction (inputs contiguous along the row, strided
+           ///< along the axis), or rows shorter than a vector
+    TopK,  ///< the top-k lists only: rows of 16-64, where a vector loop along the row pays but the
+           ///< list's sorted insertion mispredicts a branch per listed element
+};
+
 /** The schedule of one kernel, as data. The lowering reads it; `tune` searches it. */
 struct Schedule {
     Strategy strategy = Strategy::Incremental;  ///< single_pass, incremental, multi_segment, onchip_multipass, multi_pass, literal
@@ -31,16 +40,17 @@ struct Schedule {
     int threads = 0;          ///< worker threads (0: every usable CPU)
     std::string fusion_level = "row";  ///< where running states live: row (CPU); thread/warp/block (GPU)
     /** The rows of a block are the SIMD lanes of the per-tile update: for each axis position, one
-     *  vector step over the block's rows (a column reduction on the CPU, whose inputs are
-     *  contiguous along the row and strided along the axis). */
-    bool row_lanes = false;
+     *  vector step over the block's rows. */
+    RowLanes row_lanes = RowLanes::None;
 };
 
 /** How a loop runs. Parallel loops are distributed over workers; Simd loops are vector loops whose
  *  Accum statements are reductions. Independent loops (rows of a block, free indices of a state)
  *  touch disjoint elements in every iteration: the CPU runs them in order, the GPU printer may
- *  spread them over the threads of a work-group (it checks that no scalar outside is written). */
-enum class LoopKind : uint8_t { Serial, Parallel, Simd, Independent };
+ *  spread them over the threads of a work-group (it checks that no scalar outside is written).
+ *  Lanes loops are Independent loops the CPU runs as vector loops with the values in float64, as
+ *  a row-at-a-time loop has them (a Simd loop computes in the kernel's compute type); no Accum. */
+enum class LoopKind : uint8_t { Serial, Parallel, Simd, Independent, Lanes };
 
 /** Storage class of a local: State values are kept in float64 (they are few and long-lived); Tile
  *  values are the compute type of the kernel (float32 by default); Index holds integer positions. */

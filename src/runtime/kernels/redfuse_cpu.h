@@ -24,6 +24,12 @@ __attribute__((simd("notinbranch"))) float logf(float) noexcept;
 __attribute__((simd("notinbranch"))) double exp(double) noexcept;
 __attribute__((simd("notinbranch"))) double log(double) noexcept;
 }
+// exp2 in float64 (top-k slots' exp(u - m) after FoldExp2, f64 kernels): libmvec has it since 2.35.
+#if __GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35)
+extern "C" {
+__attribute__((simd("notinbranch"))) double exp2(double) noexcept;
+}
+#endif
 #endif
 
 // The element-wise helpers below are inlined into every loop that uses them, whatever GCC's inlining
@@ -271,11 +277,18 @@ static inline bool better(bool want_max, double va, double ia, double vb, double
     return ia < ib;
 }
 // Sorted insertion into a top-k list (values v, indices i, current length *n as a double).
-static inline void topk_insert(double *v, double *i, double *n, int64_t k, double val, double idx) {
+// Strict compares decide most steps at once: val < w (neither NaN: the compare is false otherwise)
+// means w stays ahead whatever the indices, val > w means val moves past it; only equal values and
+// NaNs ask `better` for the tie and NaN ranks. So a full list turns away a value below its last
+// entry with one compare, the common case once the list holds the row's first k elements.
+static inline RFK_ALWAYS_INLINE bool topk_moves_past(double val, double idx, double w, double wi) {
+    return val > w ? true : (val < w ? false : better(true, val, idx, w, wi));
+}
+static inline void topk_place(double *v, double *i, double *n, int64_t k, double val, double idx) {
     int64_t len = static_cast<int64_t>(*n);
-    if (len == k && !better(true, val, idx, v[k - 1], i[k - 1])) return;
+    if (len == k && !topk_moves_past(val, idx, v[k - 1], i[k - 1])) return;
     int64_t pos = len < k ? len : k - 1;
-    while (pos > 0 && better(true, val, idx, v[pos - 1], i[pos - 1])) {
+    while (pos > 0 && topk_moves_past(val, idx, v[pos - 1], i[pos - 1])) {
         v[pos] = v[pos - 1];
         i[pos] = i[pos - 1];
         pos--;
@@ -283,6 +296,10 @@ static inline void topk_insert(double *v, double *i, double *n, int64_t k, doubl
     v[pos] = val;
     i[pos] = idx;
     if (len < k) *n = static_cast<double>(len + 1);
+}
+static inline RFK_ALWAYS_INLINE void topk_insert(double *v, double *i, double *n, int64_t k, double val, double idx) {
+    if (k > 0 && *n == static_cast<double>(k) && val < v[k - 1]) return;
+    topk_place(v, i, n, k, val, idx);
 }
 // Shift-form polynomial state: S(c) -> S(c') exactly,
 // S_b(c') = sum_{a >= b} prod_i C(a_i, b_i) (c'_i - c_i)^(a_i - b_i) S_a(c).

@@ -621,6 +621,37 @@ void check_threads(Failures &f) {
     if (!same[0] || !same[1]) f.add(std::string("gemm_nt_f32 (") + rfk::simd_level() + ") differs when two threads run it at once");
 }
 
+/** rfk::topk_insert (redfuse_cpu.h: the strict-compare fast path, `better` for ties and NaNs) against a
+ *  sort of every offered (value, index) by `better`: values with many ties and NaNs, offered in the
+ *  axis order and in a shuffled order (a segment merge offers lower indices after higher ones), k from
+ *  1 to past the number of values. */
+void check_topk(Failures &f) {
+    Rng rng(31);
+    for (int trial = 0; trial < 400; ++trial) {
+        int64_t n = 1 + rng.below(40), k = 1 + rng.below(12);
+        std::vector<std::pair<double, double>> offered;
+        for (int64_t i = 0; i < n; ++i) {
+            int64_t kind = rng.below(10);
+            double v = kind == 0 ? std::nan("") : kind < 4 ? double(rng.below(3)) : double(rng.uniform(-5.0f, 5.0f));
+            offered.push_back({v, double(i)});
+        }
+        if (trial % 2)
+            for (int64_t i = n - 1; i > 0; --i) std::swap(offered[size_t(i)], offered[size_t(rng.below(i + 1))]);
+        std::vector<double> v(size_t(k), -1.0), idx(size_t(k), -1.0);
+        double len = 0;
+        for (auto [val, at] : offered) rfk::topk_insert(v.data(), idx.data(), &len, k, val, at);
+        std::vector<std::pair<double, double>> want = offered;
+        std::stable_sort(want.begin(), want.end(), [](const auto &a, const auto &b) {
+            return rfk::better(true, a.first, a.second, b.first, b.second);
+        });
+        int64_t expect = std::min<int64_t>(n, k);
+        bool ok = int64_t(len) == expect;
+        for (int64_t q = 0; ok && q < expect; ++q)
+            ok = idx[size_t(q)] == want[size_t(q)].second;
+        if (!ok) f.add("topk_insert n=" + std::to_string(n) + " k=" + std::to_string(k) + " trial " + std::to_string(trial));
+    }
+}
+
 void check_all(Failures &f) {
     check_bf16_casts(f);
     for (Gemm g : {Gemm::NtF32, Gemm::NtBf16, Gemm::NtF32Bf16, Gemm::NnF32, Gemm::NnF32Bf16, Gemm::NtF32E4m3, Gemm::NtF32E5m2, Gemm::NtF32F16,
@@ -631,6 +662,7 @@ void check_all(Failures &f) {
     check_scalar_exp(f);
     check_exp_shift_sum(f);
     check_rows(f);
+    check_topk(f);
     check_threads(f);
 }
 
@@ -692,6 +724,12 @@ TEST(SimdKernels, ExpWithinTwoUlp) {
     simd_check::check_exp(f);
     simd_check::check_scalar_exp(f);
     simd_check::check_exp_shift_sum(f);
+    EXPECT_EQ(f.count, 0) << f.text;
+}
+
+TEST(SimdKernels, TopKInsertion) {
+    Failures f;
+    simd_check::check_topk(f);
     EXPECT_EQ(f.count, 0) << f.text;
 }
 

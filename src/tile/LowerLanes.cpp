@@ -1,0 +1,166 @@
+/** \file LowerLanes.cpp
+ * Per-tile member updates that take the rows of a block as SIMD lanes (Schedule::row_lanes, the CPU):
+ * for each axis position j of the tile, one vector step over the block's rows. Column reductions
+ * (a shifted sum read along the innermost row variable) and chains of short rows (MoE routing's
+ * softmax and top-k over 8-256 experts: a row is shorter than a vector loop's set-up) use them. Each
+ * row's terms are still taken in the order of j; rows are independent, so the exchange of the loops
+ * changes nothing but a sum's rounding order.
+ */
+#include "tile/PassLowering.h"
+
+#include "support/Error.h"
+
+namespace rf::tile::lowering {
+
+namespace {
+/** The longest top-k list kept as lanes: its insertion is K compare-and-swap steps per element. */
+constexpr int64_t kLaneTopK = 16;
+}  // namespace
+
+bool PassLowering::lanes(const MemberInfo &m) const {
+    const RowLanes which = ctx_.schedule.row_lanes;
+    if (which == RowLanes::None || nb_ <= 1 || !m.X->is_const(1) || ctx_.term_store.count(m.def->name)) return false;
+    if (which == RowLanes::TopK && m.form != Form::TopK) return false;
+    switch (m.form) {
+    case Form::SumShift: return !m.sel;
+    case Form::Select: return true;
+    // The term loop reads δ afresh per element; a deferred factor H_def (its 1/H) or a companion
+    // member that sums this member's terms keeps the row-at-a-time update.
+    case Form::Mult:
+        return m.a->op == ReduceOp::Sum && m.a->H_def && m.a->H_def->is_const(1) && !companion_into_.count(m.k) &&
+               !row_flagged_.count(m.k);
+    // The lane layout of the list (slot-major, tk_slot) is not the one segment merges insert into.
+    case Form::TopK: return ctx_.schedule.segments <= 1 && m.K->is_const() && m.K->value >= 1 && m.K->value <= kLaneTopK;
+    default: return false;
+    }
+}
+
+std::vector<StmtP> PassLowering::lists_to_rows(const std::string &P) {
+    // A lane list keeps slot q of every row of the block side by side (q·nb + rr: a vector step over
+    // the rows reads and writes one contiguous run per slot); after the last tile it goes back to
+    // one row's K slots together (rr·K + q), the layout finalize reads with a vector loop per row.
+    std::vector<StmtP> out;
+    for (const MemberInfo &m : members_) {
+        if (m.form != Form::TopK || !lanes(m)) continue;
+        Expr K = m.K, n = mul_i(K, int_c(nb_)), q = make_index("$q" + std::to_string(uid_++));
+        Expr q2 = make_index("$q" + std::to_string(uid_++));
+        for (const char *f : {"_tk_v", "_tk_i"}) {
+            std::string list = field(P, m.k, f), rows = "$tkrows" + std::to_string(uid_++);
+            out.push_back(decl(rows, LocalClass::State, {n}, real_c(0)));
+            out.push_back(rows_of_block({for_loop(q, int_c(0), K, {assign(local_at(rows, add_i(mul_i(rr(), K), q)),
+                                                                          local_at(list, add_i(mul_i(q, int_c(nb_)), rr())))})}));
+            out.push_back(for_loop(q2, int_c(0), n, {assign(local_at(list, q2), local_at(rows, q2))}, LoopKind::Lanes));
+        }
+    }
+    return out;
+}
+
+Expr PassLowering::selection_body(const MemberInfo &m) const {
+    const MemberAnalysis &a = *m.a;
+    return m.sel ? (a.Gsel_literal ? a.Gsel_literal : a.Gsel) : m.def->body->body();
+}
+
+Expr PassLowering::topk_key(const MemberInfo &m, Expr v) const {
+    return (m.sel && !m.a->increasing) ? make_neg(v) : v;  // bottom-k of G as top-k of -G
+}
+
+std::vector<StmtP> PassLowering::lanes_member(const std::string &P, const MemberInfo &m, const Mode &run) {
+    switch (m.form) {
+    case Form::SumShift: return lanes_update(P, m, m.def->body->body(), run);
+    case Form::Select: return lanes_select(P, m, run);
+    case Form::Mult: return lanes_mult(P, m);
+    case Form::TopK: return lanes_topk(P, m, run);
+    default: RF_INTERNAL_ASSERT(false) << "member " << m.def->name << " has no lane update";
+    }
+    return {};
+}
+
+StmtP PassLowering::over_lanes(std::vector<StmtP> body) {
+    return for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), std::move(body), LoopKind::Simd);
+}
+
+std::vector<StmtP> PassLowering::lanes_update(const std::string &P, const MemberInfo &m, Expr body_expr, const Mode &run) {
+    // The plain shifted sum (plain_update) with the loops exchanged: acc[rr] += v(rr, j) − ref[rr],
+    // one term at a time (no tile partial sum).
+    std::vector<StmtP> s;
+    Expr x = int_c(0), j0 = local_var("$tb", SType::Int), j1 = local_var("$te", SType::Int);
+    Expr j = jvar();
+    s.push_back(rows_of_block({shift_reference(P, m, x, body_expr, run)}));
+    Expr v = bind(body_expr, m, x, j, run);
+    s.push_back(for_loop(j, j0, j1, {over_lanes({assign(acc(P, m, x), make_add(acc(P, m, x), make_sub(v, tag(P, m, x, 0))))})},
+                         LoopKind::Serial));
+    return s;
+}
+
+std::vector<StmtP> PassLowering::lanes_select(const std::string &P, const MemberInfo &m, const Mode &run) {
+    // acc[rr] = max(acc[rr], v(rr, j)) for each j: the NaN-propagating max (or min) of the plain
+    // update, applied per term instead of to a tile's partial result; max and min are exact, so the
+    // order changes nothing.
+    Expr x = int_c(0), j = jvar();
+    Expr v = bind(selection_body(m), m, x, j, run);
+    Expr best = m.op == ReduceOp::Max ? make_max(acc(P, m, x), v) : make_min(acc(P, m, x), v);
+    return {for_loop(j, local_var("$tb", SType::Int), local_var("$te", SType::Int), {over_lanes({assign(acc(P, m, x), best)})},
+                     LoopKind::Serial),
+            over_lanes({assign(seen(P, m, x), real_c(1))})};
+}
+
+std::vector<StmtP> PassLowering::lanes_mult(const std::string &P, const MemberInfo &m) {
+    // The multiplicative update (mult_update) with the term loop exchanged: per row, δ now and the
+    // rescale of the row's sum when δ moved (acc·α(δ, τ)); then acc[rr] += G(rr, j)·H(δ[rr]) for each j,
+    // the body as written with the running δ (H_def = 1); then τ = δ and the seen flag per row.
+    Mode san{P, false, true};
+    Expr x = int_c(0), j = jvar();
+    std::vector<Expr> d;
+    std::vector<StmtP> s{rows_of_block(rescale(P, m, x, d))};
+    Expr term = bind(m.def->body->body(), m, x, j, san);
+    s.push_back(for_loop(j, local_var("$tb", SType::Int), local_var("$te", SType::Int),
+                         {over_lanes({assign(acc(P, m, x), make_add(acc(P, m, x), term))})}, LoopKind::Serial));
+    s.push_back(rows_of_block(after_terms(P, m, x, deltas(m, x, san))));
+    return s;
+}
+
+std::vector<StmtP> PassLowering::lanes_topk(const std::string &P, const MemberInfo &m, const Mode &run) {
+    // Sorted insertion as a compare-and-swap chain, the same in every lane: the candidate (c, j) meets
+    // slot q = 0..K-1 in rank order; at the first slot whose entry it beats (or that is still empty)
+    // they trade places, and from there every slot takes the entry carried from the slot before (it
+    // ranked ahead of them all: the list shifts down by one, the last entry falls off). The
+    // candidate's index j is larger than every listed index (the axis is swept in order), so it beats
+    // an entry only when it ranks strictly before it: NaN before numbers, then larger values; a tie
+    // keeps the listed, lower index. That is topk_insert's order (`better`), without a branch.
+    const int64_t K = static_cast<int64_t>(m.K->value);
+    Expr x = int_c(0), j = jvar();
+    std::string id = std::to_string(uid_++);
+    Expr cv = local_var("$cv" + id), ci = local_var("$ci" + id);
+    Expr count = local_at(field(P, m.k, "_tk_n"), sl(m, x));
+    auto is_nan = [](Expr e) { return make_cmp(CmpOp::NE, e, e); };
+    std::vector<StmtP> lane{decl("$cv" + id, LocalClass::State, {}, topk_key(m, bind(selection_body(m), m, x, j, run))),
+                            decl("$ci" + id, LocalClass::State, {}, make_cast(DType::f64, j))};
+    Expr shifting = nullptr;  // 1 once an earlier slot took the candidate
+    for (int64_t q = 0; q < K; q++) {
+        std::string n = id + "_" + std::to_string(q);
+        Expr slot_v = local_at(field(P, m.k, "_tk_v"), add_i(int_c(q * nb_), rr()));
+        Expr slot_i = local_at(field(P, m.k, "_tk_i"), add_i(int_c(q * nb_), rr()));
+        Expr ev = local_var("$ev" + n), ei = local_var("$ei" + n), swap = local_var("$sw" + n);
+        Expr empty = make_cmp(CmpOp::GE, real_c(static_cast<double>(q)), count);
+        Expr ahead = make_or(make_and(is_nan(cv), make_not(is_nan(ev))), make_cmp(CmpOp::GT, cv, ev));
+        Expr moves = make_cmp(CmpOp::NE, swap, real_c(0));
+        Expr due = make_or(empty, ahead);
+        if (shifting) due = make_or(make_cmp(CmpOp::NE, shifting, real_c(0)), due);
+        lane.push_back(decl("$ev" + n, LocalClass::State, {}, slot_v));
+        lane.push_back(decl("$ei" + n, LocalClass::State, {}, slot_i));
+        lane.push_back(decl("$sw" + n, LocalClass::State, {}, make_select(due, real_c(1), real_c(0))));
+        shifting = swap;
+        lane.push_back(assign(slot_v, make_select(moves, cv, ev)));
+        lane.push_back(assign(slot_i, make_select(moves, ci, ei)));
+        lane.push_back(assign(cv, make_select(moves, ev, cv)));
+        lane.push_back(assign(ci, make_select(moves, ei, ci)));
+    }
+    lane.push_back(assign(count, make_min(make_add(count, real_c(1)), real_c(static_cast<double>(K)))));
+    // In float64 like the row-at-a-time insertion (a Simd loop computes in the kernel's compute
+    // type: two values equal in float but not in float64 would tie there and list another index).
+    StmtP rows = for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), lane, LoopKind::Lanes);
+    return {for_loop(j, local_var("$tb", SType::Int), local_var("$te", SType::Int), {rows}, LoopKind::Serial),
+            over_lanes({assign(seen(P, m, x), real_c(1))})};
+}
+
+}  // namespace rf::tile::lowering

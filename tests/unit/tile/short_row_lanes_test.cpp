@@ -1,0 +1,92 @@
+/** \file short_row_lanes_test.cpp
+ * Chains of short rows with the rows of a block as SIMD lanes (Schedule::row_lanes, src/tile/LowerPlan.cpp
+ * lane_members, src/tile/LowerLanes.cpp): every member of rows under 16, only the top-k lists of rows up
+ * to 64, the per-row loops beyond, never on the GPU targets and never for a member the lanes cannot
+ * update; and the same values and indices as the reference at every row length, block, tile and with
+ * ties and NaN terms (the lane insertion's order is topk_insert's).
+ */
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../ExampleRuns.h"
+#include "../ExampleSizes.h"
+#include "driver/Compiler.h"
+#include "tile/TileIR.h"
+
+using namespace rf;
+
+namespace {
+
+std::filesystem::path spec(const char *name) { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "specs" / name; }
+
+/** The spec with its size line replaced: the schedule is chosen for the sizes the plan sees. */
+std::string at_sizes(const std::string &src, int64_t T, int64_t E) {
+    std::string line = "size T = " + std::to_string(T) + ", E = " + std::to_string(E);
+    size_t a = src.find("size T = ");
+    return src.substr(0, a) + line + src.substr(src.find('\n', a));
+}
+
+std::string tile_text(const std::string &src, TargetKind target) {
+    auto c = analyze_source(src, "t.rf", make_target(target), {});
+    return tile::to_string(generate(*c).module);
+}
+
+}  // namespace
+
+TEST(ShortRowLanes, RowLengthDecidesWhichMembersTakeLanes) {
+    ArenaScope arena;
+    std::string src = test::read_text(spec("short_rows.rf"));
+    std::string every = tile_text(at_sizes(src, 100, 8), TargetKind::Cpu);
+    EXPECT_NE(every.find("row_block=16 segments=1 threads=0 level=row row_lanes\n"), std::string::npos) << every;
+    EXPECT_NE(every.find("for $rr in [0, $nbv) lanes:"), std::string::npos) << every;  // the top-k insertion
+    EXPECT_NE(every.find("for $rr in [0, $nbv) simd:"), std::string::npos) << every;   // max, sums
+    std::string lists = tile_text(at_sizes(src, 100, 40), TargetKind::Cpu);
+    EXPECT_NE(lists.find("row_lanes=topk"), std::string::npos) << lists;
+    for (int64_t E : {65, 200}) {
+        std::string t = tile_text(at_sizes(src, 100, E), TargetKind::Cpu);
+        EXPECT_EQ(t.find("row_lanes"), std::string::npos) << t;
+    }
+    for (TargetKind gpu : {TargetKind::OpenCL, TargetKind::Cuda}) {
+        std::string t = tile_text(at_sizes(src, 100, 8), gpu);
+        EXPECT_EQ(t.find("row_lanes"), std::string::npos) << t;
+    }
+}
+
+TEST(ShortRowLanes, MembersWithoutALaneUpdateKeepTheRowLoops) {
+    ArenaScope arena;
+    // An argmax, a product, a top-k of 17 and a shift-form variance: none has a lane update.
+    for (const char *src : {"size T = 100, E = 8\ninput X[T, E] : f32\nm[t] = max(e: X[t,e])\ni[t] = argmax(e: X[t,e])\noutput m, i\n",
+                            "size T = 100, E = 8\ninput X[T, E] : f32\np[t] = prod(e: X[t,e])\noutput p\n",
+                            "size T = 100, E = 40\ninput X[T, E] : f32\nW[t,r], I[t,r] = topk(e, 17: X[t,e])\noutput W, I\n",
+                            "size T = 100, E = 8\ninput X[T, E] : f32\nmu[t] = sum(e: X[t,e]) / 8\nv[t] = sum(e: (X[t,e] - mu[t]) * (X[t,e] - mu[t]))\noutput mu, v\n"}) {
+        std::string cpu = tile_text(src, TargetKind::Cpu);
+        EXPECT_EQ(cpu.find("row_lanes"), std::string::npos) << cpu;
+    }
+}
+
+TEST(ShortRowLanes, MatchTheReference) {
+    for (const char *name : {"short_rows.rf", "short_rows_nan.rf"}) {
+        std::string src = test::read_text(spec(name));
+        for (int64_t E : {5, 8, 15, 16, 17, 40, 64}) {
+            for (int64_t T : {1, 17, 70}) {
+                for (InputDistribution dist : {InputDistribution::Normal, InputDistribution::Ties}) {
+                    RunOptions o;
+                    o.sizes = {{"T", T}, {"E", E}};
+                    o.dist = dist;
+                    test::check_run(spec(name), src, o, "cpu", {1});
+                }
+            }
+        }
+        // Several tiles per row (the multiplicative sum rescaled between them, the list carried on),
+        // a partial last block, one thread.
+        RunOptions o;
+        o.sizes = {{"T", 37}, {"E", 13}};
+        o.dist = InputDistribution::Ties;
+        o.tile = 3;
+        test::check_run(spec(name), src, o, "cpu", {2});
+        o.row_block = 5;
+        o.threads = 1;
+        test::check_run(spec(name), src, o, "cpu", {3});
+    }
+}
