@@ -25,6 +25,13 @@ const std::string &gpu_runtime_header() {
 
 namespace gpu_printer {
 
+namespace {
+/** A row copy's element for output b: a float as it is into an f32 output, rounded into a bf16 one. */
+std::string rounded(const Buffer *b, const std::string &v) {
+    return b->dtype == DType::f32 ? v : "rf_store_" + std::string(dtype_name(b->dtype)) + "(" + v + ")";
+}
+}  // namespace
+
 GpuLaunch GpuKernelPrinter::print(std::ostringstream &out) {
     addressed(loop_);
     std::ostringstream body;
@@ -342,8 +349,8 @@ void GpuKernelPrinter::coop_stmt(const StmtP &s, int ind) {
         for (Expr a : s->target->args) idx.push_back(int_expr(a));
         const Buffer *b = out_buffer(s->target->name);
         pad(ind) << "{ const int64_t n_ = " << int_expr(s->end) << "; for (int64_t q_ = " << lane_ << "; q_ < n_; q_ += " << W_ << ") { "
-                 << buf_id(buf_index(b)) << "[" << offset(b, idx) << " + q_] = " << info(s->value->name).c << "["
-                 << int_expr(s->value->args[0]) << " + q_]; } }\n";
+                 << buf_id(buf_index(b)) << "[" << offset(b, idx) << " + q_] = "
+                 << rounded(b, info(s->value->name).c + "[" + int_expr(s->value->args[0]) + " + q_]") << "; } }\n";
         barrier(ind);
         return;
     }
@@ -449,7 +456,7 @@ void GpuKernelPrinter::print_copy_row(const StmtP &s, int ind) {
     for (Expr a : s->target->args) idx.push_back(int_expr(a));
     const Buffer *b = out_buffer(s->target->name);
     pad(ind) << "for (int64_t q_ = 0; q_ < " << int_expr(s->end) << "; ++q_) " << buf_id(buf_index(b)) << "[" << offset(b, idx)
-             << " + q_] = " << info(s->value->name).c << "[" << int_expr(s->value->args[0]) << " + q_];\n";
+             << " + q_] = " << rounded(b, info(s->value->name).c + "[" + int_expr(s->value->args[0]) + " + q_]") << ";\n";
 }
 
 void GpuKernelPrinter::print_store(const StmtP &s, int ind) {

@@ -70,6 +70,7 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     lo.force_strategy = o.strategy;
     lo.float_states = is_gpu(c.target.kind);  // GPU states are float: tile GEMMs may accumulate into them
     lo.row_lanes = c.target.kind == TargetKind::Cpu;
+    lo.bf16_row_outputs = c.target.kind == TargetKind::Cpu;
     return lo;
 }
 

@@ -40,6 +40,9 @@ struct LowerOptions {
     bool float_states = false;
     /** Column reductions may take the rows of a block as SIMD lanes (Schedule::row_lanes): the CPU. */
     bool row_lanes = false;
+    /** An epilogue's bf16 outputs are written a row at a time from a float row, like f32 ones (the
+     *  CPU: one vector conversion per 16 values, rfk::copy_row_bf16); elsewhere element by element. */
+    bool bf16_row_outputs = false;
 };
 
 /** The default schedule of a chain at the given sizes (its plan's strategy and segments, a tile

@@ -622,13 +622,15 @@ private:
         return std::nullopt;
     }
 
-    /** f32 outputs of the epilogue that no definition reads and no term is stored into. */
+    /** f32 outputs of the epilogue (and bf16 ones where LowerOptions::bf16_row_outputs) that no
+     *  definition reads and no term is stored into. */
     void mark_row_outputs(PassContext &ctx) {
         for (const TensorDef *d : ctx.epilogues) {
             const OutputDecl *out = nullptr;
             for (const OutputDecl &o : p_.outputs)
                 if (o.name == d->name) out = &o;
-            if (!out || out->dtype != DType::f32 || d->vars.size() <= ctx.chain->n_row) continue;
+            bool row_dtype = out && (out->dtype == DType::f32 || (out->dtype == DType::bf16 && o_.bf16_row_outputs));
+            if (!row_dtype || d->vars.size() <= ctx.chain->n_row) continue;
             bool read = false;
             for (const TensorDef &u : p_.defs)
                 visit(u.body, [&](Expr n) { read = read || (n->kind == Kind::Load && n->name == d->name); });

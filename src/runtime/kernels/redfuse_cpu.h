@@ -268,6 +268,45 @@ static inline void copy_row_f32(float *dst, const float *src, int64_t n, bool st
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
+// A row of float results into a bf16 output, each rounded as store_bf16(float) rounds it, bit for bit.
+// With AVX512_BF16: one vcvtneps2bf16 per 16 values (round to nearest even on the bits, like
+// store_bf16), except that the instruction flushes denormals to zero, gives inf where a finite value
+// rounds past the largest bf16 (store_bf16 saturates) and keeps a NaN's payload (store_bf16 gives
+// the canonical quiet NaN): a vector holding any of those is converted element by element. `stream`:
+// non-temporal stores for outputs larger than the caches, as copy_row_f32.
+static inline void copy_row_bf16(uint16_t *dst, const float *src, int64_t n, bool stream) {
+    int64_t i = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512VL__)
+    if (stream)
+        while (i < n && (reinterpret_cast<uintptr_t>(dst + i) % 32) != 0) {
+            dst[i] = store_bf16(src[i]);
+            i++;
+        }
+    const __m512i mag_mask = _mm512_set1_epi32(0x7FFFFFFF), smallest_normal = _mm512_set1_epi32(0x00800000);
+    const __m512i rounds_to_inf = _mm512_set1_epi32(0x7F7F8000);
+    for (; i + 16 <= n; i += 16) {
+        __m512 x = _mm512_loadu_ps(src + i);
+        __m512i mag = _mm512_and_si512(_mm512_castps_si512(x), mag_mask);
+        // denormal (0 < mag < 2^-126), or rounding up to inf or past (finite overflow, inf, NaN)
+        __mmask16 odd = _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(mag, mag), mag, smallest_normal) |
+                        _mm512_cmpge_epu32_mask(mag, rounds_to_inf);
+        __m256i b;
+        if (odd == 0) {
+            b = (__m256i)_mm512_cvtneps_pbh(x);
+        } else {
+            alignas(32) uint16_t tmp[16];
+            for (int q = 0; q < 16; q++) tmp[q] = store_bf16(src[i + q]);
+            b = _mm256_load_si256(reinterpret_cast<const __m256i *>(tmp));
+        }
+        if (stream) _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i), b);
+        else _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + i), b);
+    }
+    if (stream) _mm_sfence();
+#endif
+    (void)stream;
+    for (int64_t q = i; q < n; q++) dst[q] = store_bf16(src[q]);
+}
+
 // ---- Running-state helpers of the generated kernels (the plan interpreter's semantics).
 // "a is a better selection than b": larger (want_max) or smaller; NaN ranks first; ties: lower index.
 static inline bool better(bool want_max, double va, double ia, double vb, double ib) {

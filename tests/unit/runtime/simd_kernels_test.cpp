@@ -561,6 +561,40 @@ void check_rows(Failures &f) {
     }
 }
 
+/** rfk::copy_row_bf16 (redfuse_cpu.h: vcvtneps2bf16 where the build has AVX512_BF16, element by element
+ *  for vectors with denormals, finite overflow, inf or NaN) gives store_bf16's bits for every value, at
+ *  every row length and offset (vector body and tails), streamed or not. */
+void check_bf16_rows(const std::vector<uint32_t> &patterns, Failures &f) {
+    std::vector<float> src(patterns.size());
+    for (size_t i = 0; i < patterns.size(); i++) std::memcpy(&src[i], &patterns[i], 4);
+    // Runs of plain values too, so most vectors take the instruction.
+    Rng rng(5);
+    for (int i = 0; i < 4096; ++i) src.push_back(rng.uniform(-3.0f, 3.0f));
+    for (bool stream : {false, true}) {
+        for (size_t off : {size_t(0), size_t(3)}) {
+            std::vector<uint16_t> got(src.size() + 8, 0xABCD);
+            size_t n = src.size() - off;
+            rfk::copy_row_bf16(got.data() + off, src.data() + off, int64_t(n), stream);
+            for (size_t i = 0; i < n; i++) {
+                if (got[off + i] == rfk::store_bf16(src[off + i])) continue;
+                std::ostringstream m;
+                m << std::hex << "copy_row_bf16 (stream " << stream << ") of 0x" << (off + i < patterns.size() ? patterns[off + i] : 0u)
+                  << " gave 0x" << got[off + i] << ", store_bf16 0x" << rfk::store_bf16(src[off + i]);
+                f.add(m.str());
+                return;
+            }
+            if (got[0] != (off ? 0xABCD : got[0]) || got[off + n] != 0xABCD) f.add("copy_row_bf16 wrote outside its row");
+        }
+        for (int64_t n : {0, 1, 15, 16, 17, 33}) {
+            std::vector<uint16_t> got(size_t(n) + 1, 0xABCD);
+            rfk::copy_row_bf16(got.data(), src.data() + 4000, n, stream);
+            for (int64_t i = 0; i < n; i++)
+                if (got[size_t(i)] != rfk::store_bf16(src[size_t(4000 + i)])) f.add("copy_row_bf16 n=" + std::to_string(n));
+            if (got[size_t(n)] != 0xABCD) f.add("copy_row_bf16 n=" + std::to_string(n) + " wrote past the row");
+        }
+    }
+}
+
 void check_bf16_casts(Failures &f) {
     for (uint32_t h = 0; h < 65536; ++h) {
         float v = rfk::bf16_to_f32(uint16_t(h));
@@ -595,6 +629,7 @@ void check_bf16_casts(Failures &f) {
             break;
         }
     }
+    check_bf16_rows(patterns, f);
 }
 
 /** Two threads running packed GEMMs at once (each with its own thread_local scratch) match one thread. */

@@ -1,0 +1,70 @@
+/** \file cpu_row_outputs_test.cpp
+ * An epilogue's outputs written a row at a time from a float row (tile IR `copy`, src/tile/LowerPlan.cpp
+ * mark_row_outputs): f32 outputs on every target (where no term is kept in them), bf16 outputs on the CPU
+ * only (rfk::copy_row_bf16, one
+ * vcvtneps2bf16 per 16 values; the GPU printers keep the element stores), other dtypes never; and the
+ * kernels so built pass the reference check, rows shorter and longer than a vector, and with NaN, inf and
+ * denormal results (rfk::copy_row_bf16's element-by-element vectors).
+ */
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "../ExampleRuns.h"
+#include "../ExampleSizes.h"
+#include "driver/Compiler.h"
+#include "tile/TileIR.h"
+
+using namespace rf;
+
+namespace {
+
+std::filesystem::path softmax_path() { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "softmax.rf"; }
+
+std::string softmax_with(const std::string &in, const std::string &out) {
+    std::string s = std::regex_replace(test::read_text(softmax_path()), std::regex(R"(input X\[R, C\] : f32)"), "input X[R, C] : " + in);
+    return std::regex_replace(s, std::regex(R"(output Y : f32)"), "output Y : " + out);
+}
+
+std::string tile_text(const std::string &src, TargetKind target) {
+    ArenaScope arena;
+    auto c = analyze_source(src, "softmax.rf", make_target(target), {});
+    return tile::to_string(generate(*c).module);
+}
+
+std::string cpp_for(const std::string &src) {
+    ArenaScope arena;
+    auto c = analyze_source(src, "softmax.rf", make_target(TargetKind::Cpu), {});
+    return generate(*c).source;
+}
+
+bool copies_rows(const std::string &tile) { return tile.find("copy Y[") != std::string::npos; }
+
+}  // namespace
+
+TEST(CpuRowOutputs, Bf16OutputsAreRowsOnTheCpuOnly) {
+    std::string bf16 = softmax_with("bf16", "bf16");
+    EXPECT_TRUE(copies_rows(tile_text(bf16, TargetKind::Cpu)));
+    EXPECT_NE(cpp_for(bf16).find("rfk::copy_row_bf16(&"), std::string::npos);
+    for (TargetKind gpu : {TargetKind::OpenCL, TargetKind::Cuda}) EXPECT_FALSE(copies_rows(tile_text(bf16, gpu)));
+    for (const char *other : {"f16", "f64"}) EXPECT_FALSE(copies_rows(tile_text(softmax_with("f32", other), TargetKind::Cpu))) << other;
+}
+
+TEST(CpuRowOutputs, Bf16RowsMatchTheReference) {
+    std::string src = softmax_with("f32", "bf16");
+    for (int64_t C : {1, 15, 16, 17, 100}) {
+        RunOptions o;
+        o.sizes = {{"R", 9}, {"C", C}};
+        test::check_run(softmax_path(), src, o, "cpu", {1});
+    }
+    // exp(X - m) / s over inputs scaled by 100: results down in the denormals and exact zeros.
+    RunOptions wide;
+    wide.sizes = {{"R", 9}, {"C", 70}};
+    wide.scale = 100;
+    test::check_run(softmax_path(), src, wide, "cpu", {2});
+    // A quotient that is not a softmax: inf and NaN results (x / 0, 0 / 0) pass through the row copy.
+    std::string quotient = "size R = 9, C = 40\ninput X[R, C] : f32\ns[r] = sum(c: X[r,c] * 0)\nY[r,c] = X[r,c] / s[r]\noutput Y : bf16\n";
+    RunOptions q;
+    test::check_run(softmax_path(), quotient, q, "cpu", {3});
+}
