@@ -120,13 +120,13 @@ std::vector<StmtP> PassLowering::lanes_mult(const std::string &P, const MemberIn
 }
 
 std::vector<StmtP> PassLowering::lanes_topk(const std::string &P, const MemberInfo &m, const Mode &run) {
-    // Sorted insertion as a compare-and-swap chain, the same in every lane: the candidate (c, j) meets
-    // slot q = 0..K-1 in rank order; at the first slot whose entry it beats (or that is still empty)
-    // they trade places, and from there every slot takes the entry carried from the slot before (it
-    // ranked ahead of them all: the list shifts down by one, the last entry falls off). The
-    // candidate's index j is larger than every listed index (the axis is swept in order), so it beats
-    // an entry only when it ranks strictly before it: NaN before numbers, then larger values; a tie
-    // keeps the listed, lower index. That is topk_insert's order (`better`), without a branch.
+    // Sorted insertion without a branch, the same in every lane. Slot q's entry e_q ranks after the
+    // candidate (v, j) when b_q: the slot is still empty, or v ranks before e_q under topk_insert's
+    // `better` — NaN before numbers, then the larger value; j is larger than every listed index (the
+    // axis is swept in order), so an equal entry stays ahead. The list is sorted, so b is false up to
+    // the candidate's place and true from there: slot q takes e_q where !b_q, the candidate where b_q
+    // and !b_(q-1), and e_(q-1) where both (the list shifts down by one, the last entry falls off).
+    // Every b_q compares with the candidate itself: the slots' decisions do not wait on each other.
     const int64_t K = static_cast<int64_t>(m.K->value);
     Expr x = int_c(0), j = jvar();
     std::string id = std::to_string(uid_++);
@@ -135,25 +135,24 @@ std::vector<StmtP> PassLowering::lanes_topk(const std::string &P, const MemberIn
     auto is_nan = [](Expr e) { return make_cmp(CmpOp::NE, e, e); };
     std::vector<StmtP> lane{decl("$cv" + id, LocalClass::State, {}, topk_key(m, bind(selection_body(m), m, x, j, run))),
                             decl("$ci" + id, LocalClass::State, {}, make_cast(DType::f64, j))};
-    Expr shifting = nullptr;  // 1 once an earlier slot took the candidate
+    auto slot = [&](const char *f, int64_t q) { return local_at(field(P, m.k, f), add_i(int_c(q * nb_), rr())); };
+    std::vector<Expr> ev, ei, after;
     for (int64_t q = 0; q < K; q++) {
         std::string n = id + "_" + std::to_string(q);
-        Expr slot_v = local_at(field(P, m.k, "_tk_v"), add_i(int_c(q * nb_), rr()));
-        Expr slot_i = local_at(field(P, m.k, "_tk_i"), add_i(int_c(q * nb_), rr()));
-        Expr ev = local_var("$ev" + n), ei = local_var("$ei" + n), swap = local_var("$sw" + n);
+        ev.push_back(local_var("$ev" + n));
+        ei.push_back(local_var("$ei" + n));
+        after.push_back(make_cmp(CmpOp::NE, local_var("$af" + n), real_c(0)));
         Expr empty = make_cmp(CmpOp::GE, real_c(static_cast<double>(q)), count);
-        Expr ahead = make_or(make_and(is_nan(cv), make_not(is_nan(ev))), make_cmp(CmpOp::GT, cv, ev));
-        Expr moves = make_cmp(CmpOp::NE, swap, real_c(0));
-        Expr due = make_or(empty, ahead);
-        if (shifting) due = make_or(make_cmp(CmpOp::NE, shifting, real_c(0)), due);
-        lane.push_back(decl("$ev" + n, LocalClass::State, {}, slot_v));
-        lane.push_back(decl("$ei" + n, LocalClass::State, {}, slot_i));
-        lane.push_back(decl("$sw" + n, LocalClass::State, {}, make_select(due, real_c(1), real_c(0))));
-        shifting = swap;
-        lane.push_back(assign(slot_v, make_select(moves, cv, ev)));
-        lane.push_back(assign(slot_i, make_select(moves, ci, ei)));
-        lane.push_back(assign(cv, make_select(moves, ev, cv)));
-        lane.push_back(assign(ci, make_select(moves, ei, ci)));
+        Expr ahead = make_or(make_and(is_nan(cv), make_not(is_nan(ev[q]))), make_cmp(CmpOp::GT, cv, ev[q]));
+        lane.push_back(decl("$ev" + n, LocalClass::State, {}, slot("_tk_v", q)));
+        lane.push_back(decl("$ei" + n, LocalClass::State, {}, slot("_tk_i", q)));
+        lane.push_back(decl("$af" + n, LocalClass::State, {}, make_select(make_or(empty, ahead), real_c(1), real_c(0))));
+    }
+    for (int64_t q = 0; q < K; q++) {
+        Expr in_v = q == 0 ? cv : make_select(after[q - 1], ev[q - 1], cv);
+        Expr in_i = q == 0 ? ci : make_select(after[q - 1], ei[q - 1], ci);
+        lane.push_back(assign(slot("_tk_v", q), make_select(after[q], in_v, ev[q])));
+        lane.push_back(assign(slot("_tk_i", q), make_select(after[q], in_i, ei[q])));
     }
     lane.push_back(assign(count, make_min(make_add(count, real_c(1)), real_c(static_cast<double>(K)))));
     // In float64 like the row-at-a-time insertion (a Simd loop computes in the kernel's compute

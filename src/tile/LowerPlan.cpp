@@ -48,13 +48,15 @@ bool column_chain(const ChainPlan &c, const Program &p) {
 /** Rows shorter than this take every member as lanes: a vector loop along the row (16 floats per
  *  AVX-512 step) never runs its body. */
 constexpr int64_t kShortRow = 16;
-/** Rows up to this long take their top-k lists as lanes. */
-constexpr int64_t kLaneTopKRow = 64;
+/** Rows up to this long take their top-k lists as lanes, while the row's compare-and-swap steps
+ *  (length x K) stay within kLaneTopKSteps. */
+constexpr int64_t kLaneTopKRow = 256;
+constexpr int64_t kLaneTopKSteps = 2048;
 
 /** Each member of each pass one the lanes can update (PassLowering::lanes): one value per row (no
  *  extra points), a plain sum, a max or min, a multiplicative sum, or a top-k list of up to 16. */
-bool lane_members(const ChainPlan &c, const Program &p, bool &has_topk) {
-    has_topk = false;
+bool lane_members(const ChainPlan &c, const Program &p, int64_t &max_k) {
+    max_k = 0;
     for (const PassPlan &pass : c.passes)
         for (size_t k = 0; k < pass.members.size(); k++) {
             const TensorDef *d = p.find_def(pass.members[k]);
@@ -63,7 +65,7 @@ bool lane_members(const ChainPlan &c, const Program &p, bool &has_topk) {
             if (d->is_topk()) {
                 Expr K = d->extents.back();
                 if (!K->is_const() || K->value > 16) return false;
-                has_topk = true;
+                max_k = std::max(max_k, static_cast<int64_t>(K->value));
                 continue;
             }
             bool ok = false;
@@ -182,18 +184,19 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
         s.row_block = 128;
     }
     std::optional<int64_t> axis_length = known_product(c.axis_extents, sizes);
-    bool has_topk = false;
-    if (row_lanes && !contraction && c.prologue.empty() && c.n_row > 0 && axis_length && lane_members(c, p, has_topk) &&
-        (*axis_length < kShortRow || (has_topk && *axis_length <= kLaneTopKRow))) {
-        // Short rows (MoE routing over 8-64 experts): 16 rows per block as the lanes, the state of a
-        // row block two vectors of doubles. Rows under 16 take every member so (a vector loop along
+    int64_t max_k = 0;
+    if (row_lanes && !contraction && c.prologue.empty() && c.n_row > 0 && axis_length && lane_members(c, p, max_k) &&
+        (*axis_length < kShortRow || (max_k > 0 && *axis_length <= kLaneTopKRow && *axis_length * max_k <= kLaneTopKSteps))) {
+        // Short rows (MoE routing over 8-256 experts): 16 rows per block as the lanes, the state of
+        // a row block two vectors of doubles. Rows under 16 take every member so (a vector loop along
         // the row would be all set-up and tail); longer ones only their top-k lists, whose sorted
-        // insertion per row mispredicts a branch for most listed elements, while the lanes' chain of
-        // compare-and-swaps has none. Measured, 2 threads, AMD EPYC (Zen 4), T = 16384, per row /
-        // lanes: E = 8 top-8 2.26 / 0.82 ms, top-2 1.17 / 0.36; E = 64 top-8 5.93 / 3.13 with the
-        // list only (4.41 with every member); E = 128 top-2 3.51 / 4.47 (so not past 64); max and
-        // exp-sum alone, E = 8 0.70 / 0.19, E = 16 0.30 / 0.35, E = 64 0.58 / 1.37 (each lane
-        // step gathers X across 16 rows).
+        // insertion per row mispredicts a branch for most listed elements, while the lanes' K
+        // compare-and-selects per element have none. Measured, 2 threads, AMD EPYC (Zen 4), T =
+        // 16384, per row / lanes: E = 8 top-8 2.26 / 0.79 ms, top-2 1.17 / 0.38; E = 64 top-8
+        // 5.93 / 2.67 (the list only; 4.41 with every member); E = 128 top-2 2.93 / 2.32, top-8
+        // 6.92 / 4.80; E = 256 top-8 9.31 / 9.01, top-16 13.9 / 17.4 (so E x K <= 2048); max and
+        // exp-sum alone, E = 8 0.70 / 0.19, E = 16 0.30 / 0.35, E = 64 0.58 / 1.37 (each lane step
+        // gathers X across 16 rows).
         s.row_lanes = *axis_length < kShortRow ? RowLanes::All : RowLanes::TopK;
         s.row_block = 16;
     }

@@ -27,7 +27,7 @@ enum class RowLanes : uint8_t {
     None,
     All,   ///< every member that can: a column reduction (inputs contiguous along the row, strided
            ///< along the axis), or rows shorter than a vector
-    TopK,  ///< the top-k lists only: rows of 16-64, where a vector loop along the row pays but the
+    TopK,  ///< the top-k lists only: rows of 16-256, where a vector loop along the row pays but the
            ///< list's sorted insertion mispredicts a branch per listed element
 };
 

@@ -1,7 +1,7 @@
 /** \file short_row_lanes_test.cpp
  * Chains of short rows with the rows of a block as SIMD lanes (Schedule::row_lanes, src/tile/LowerPlan.cpp
  * lane_members, src/tile/LowerLanes.cpp): every member of rows under 16, only the top-k lists of rows up
- * to 64, the per-row loops beyond, never on the GPU targets and never for a member the lanes cannot
+ * to 256 (length x K <= 2048), the per-row loops beyond, never on the GPU targets and never for a member the lanes cannot
  * update; and the same values and indices as the reference at every row length, block, tile and with
  * ties and NaN terms (the lane insertion's order is topk_insert's).
  */
@@ -41,12 +41,15 @@ TEST(ShortRowLanes, RowLengthDecidesWhichMembersTakeLanes) {
     EXPECT_NE(every.find("row_block=16 segments=1 threads=0 level=row row_lanes\n"), std::string::npos) << every;
     EXPECT_NE(every.find("for $rr in [0, $nbv) lanes:"), std::string::npos) << every;  // the top-k insertion
     EXPECT_NE(every.find("for $rr in [0, $nbv) simd:"), std::string::npos) << every;   // max, sums
-    std::string lists = tile_text(at_sizes(src, 100, 40), TargetKind::Cpu);
-    EXPECT_NE(lists.find("row_lanes=topk"), std::string::npos) << lists;
-    for (int64_t E : {65, 200}) {
-        std::string t = tile_text(at_sizes(src, 100, E), TargetKind::Cpu);
-        EXPECT_EQ(t.find("row_lanes"), std::string::npos) << t;
+    for (int64_t E : {40, 256}) {  // top-4: E x K <= 2048
+        std::string lists = tile_text(at_sizes(src, 100, E), TargetKind::Cpu);
+        EXPECT_NE(lists.find("row_lanes=topk"), std::string::npos) << lists;
     }
+    std::string longer = tile_text(at_sizes(src, 100, 257), TargetKind::Cpu);
+    EXPECT_EQ(longer.find("row_lanes"), std::string::npos) << longer;
+    std::string wide = tile_text("size T = 100, E = 200\ninput X[T, E] : f32\nW[t,r], I[t,r] = topk(e, 16: X[t,e])\noutput W, I\n",
+                                 TargetKind::Cpu);
+    EXPECT_EQ(wide.find("row_lanes"), std::string::npos) << wide;  // 200 x 16 compare-and-selects per row
     for (TargetKind gpu : {TargetKind::OpenCL, TargetKind::Cuda}) {
         std::string t = tile_text(at_sizes(src, 100, 8), gpu);
         EXPECT_EQ(t.find("row_lanes"), std::string::npos) << t;
@@ -68,7 +71,7 @@ TEST(ShortRowLanes, MembersWithoutALaneUpdateKeepTheRowLoops) {
 TEST(ShortRowLanes, MatchTheReference) {
     for (const char *name : {"short_rows.rf", "short_rows_nan.rf"}) {
         std::string src = test::read_text(spec(name));
-        for (int64_t E : {5, 8, 15, 16, 17, 40, 64}) {
+        for (int64_t E : {5, 8, 15, 16, 17, 40, 64, 200}) {
             for (int64_t T : {1, 17, 70}) {
                 for (InputDistribution dist : {InputDistribution::Normal, InputDistribution::Ties}) {
                     RunOptions o;
