@@ -3,7 +3,7 @@
 #   1. the project's venv (scripts/python_setup.sh: pinned torch/numpy, python/requirements-test.txt)
 #      with redfuse's wheel built and installed into it, plus the benchmark's extras (matplotlib,
 #      apache-tvm: bench/requirements*.txt); bench/machine/machine_limits
-#   2. measures the machine's limits (memory bandwidth, FP32 FMA / bf16 / int8 peaks)
+#   2. measures the machine's limits (memory bandwidth, FP32 FMA / bf16 / int8 peaks, AMX tiles)
 #   3. runs every workload of docs/workloads.md for redfuse (its Python API) and its peers, in one
 #      process on the same inputs (bench/peers.py)
 #   4. writes bench/results/<date>-<host>[-quick]/{machine.json,results.json,table.md,chart.png}
@@ -93,8 +93,9 @@ $ML "${ML_ARGS[@]}" > "$OUT/machine.json"
 import json, sys
 m = json.load(open(sys.argv[1]))
 l = m["limits"]
-print("   memory %s GB/s (one core %s), fp32 FMA %s GFLOP/s, bf16 dot %s GFLOP/s, int8 dot %s GOP/s"
-      % (l["mem_GBps"], l["mem_GBps_one_core"], l["fp32_GFLOPs"], l["bf16_GFLOPs"], l["int8_GOPs"]))
+print("   %s: memory %s GB/s (one core %s), fp32 FMA %s GFLOP/s, bf16 %s GFLOP/s (%s), int8 %s GOP/s (%s); AMX: %s"
+      % (m.get("cpu"), l["mem_GBps"], l["mem_GBps_one_core"], l["fp32_GFLOPs"], l["bf16_GFLOPs"], l.get("bf16_unit"),
+         l["int8_GOPs"], l.get("int8_unit"), m.get("amx_permission", "not probed")))
 EOF
 
 # ---------------------------------------------------------------------------- 3. redfuse and the peers

@@ -38,11 +38,30 @@
 // Both use the same register blocking; they are skipped (null) when the CPU lacks the extension.
 // Each function is compiled with a target attribute, so the file builds on any x86-64 compiler and
 // the ISA is chosen at run time (cpuid via __builtin_cpu_supports).
+//
+// AMX tile rates (Sapphire Rapids and later): tile palette 1, four 16 x 64-byte accumulator tiles
+// (tmm0-3) fed by two A tiles (tmm4-5) and two B tiles (tmm6-7) in a 2 x 2 block, the A/B tiles
+// loaded once, so the loop is four independent tile products per iteration and nothing else.
+// tdpbf16ps multiplies 16 x 32 bf16 by 32 x 16 bf16 into 16 x 16 f32: 16*16*32*2 = 16384 FLOP;
+// tdpbssd 16 x 64 s8 by 64 x 16 s8 into s32: 16*16*64*2 = 32768 OP. They run only when CPUID has
+// the unit, XCR0 has the tile state enabled, and Linux grants this process the tile data
+// (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) before the first tile instruction; otherwise
+// they are null, and "amx_permission" says why. Each thread loads its own tile config (per-thread
+// state) and releases it at the end.
+// AVX512_FP16 FMA rate: the FP32 loop on __m512h (32 lanes, 64 FLOP per vfmadd), null without it.
+//
+// limits.bf16_GFLOPs / int8_GOPs are the FASTEST unit the CPU has for the dtype: the larger of the
+// dot-product (AVX512_BF16 / AVX512_VNNI) and the AMX tile figure, with bf16_unit / int8_unit naming
+// it ("amx", "avx512_bf16", "avx512_vnni"); the per-unit figures are kept next to them. A floor taken
+// from the dot products on a machine with AMX would be a floor that PyTorch's oneDNN tiles pass.
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -252,6 +271,152 @@ __attribute__((target("avx512f,avx512vnni"))) double dot_int8(long iters) {
   return static_cast<double>(iters) * NACC * 128;
 }
 
+// ---------------------------------------------------------------- AMX and AVX512_FP16
+// What __builtin_cpu_supports cannot say on every compiler: the AMX units, AVX512_FP16, and whether
+// the OS saves their state (XCR0). CPUID leaf 7.0 EDX: 22 AMX-BF16, 23 AVX512_FP16, 24 AMX-TILE,
+// 25 AMX-INT8; XCR0 bits 17/18 tile config/data, 5-7 opmask/ZMM.
+struct ExtraIsa {
+  bool amx_tile = false, amx_bf16 = false, amx_int8 = false, avx512_fp16 = false;
+  bool os_amx = false, os_avx512 = false;
+};
+
+ExtraIsa detect_extra_isa() {
+  ExtraIsa e;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return e;
+  e.amx_bf16 = (d >> 22) & 1;
+  e.avx512_fp16 = (d >> 23) & 1;
+  e.amx_tile = (d >> 24) & 1;
+  e.amx_int8 = (d >> 25) & 1;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  if (!__get_cpuid(1, &a1, &b1, &c1, &d1) || !((c1 >> 27) & 1)) return e;  // no OSXSAVE: no XCR0 to read
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));  // inline: _xgetbv needs -mxsave
+  const unsigned long long xcr0 = (static_cast<unsigned long long>(hi) << 32) | lo;
+  e.os_avx512 = (xcr0 & 0xe6) == 0xe6;
+  e.os_amx = ((xcr0 >> 17) & 3) == 3;
+  return e;
+}
+
+// Linux hands out the 8 KiB of tile data per process on request; without the grant the first tile
+// instruction raises SIGILL. Returns "granted" or why not.
+std::string request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr long kGetPerm = 0x1022, kReqPerm = 0x1023, kXtileData = 18;  // <asm/prctl.h>, XSAVE numbering
+  if (syscall(SYS_arch_prctl, kReqPerm, kXtileData) != 0) return std::string("denied: ") + std::strerror(errno);
+  unsigned long mask = 0;
+  if (syscall(SYS_arch_prctl, kGetPerm, &mask) != 0 || !((mask >> kXtileData) & 1)) return "denied: not in the granted mask";
+  return "granted";
+#else
+  return "denied: not Linux";
+#endif
+}
+
+// The 64-byte LDTILECFG operand (palette 1): bytes per row and rows of each of the 8 tiles.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Loads the config (per thread), zeroes the accumulators C (tmm0-3) and loads A (tmm4-5) from `a`,
+// B (tmm6-7) from `b`; every tile is 16 rows x 64 bytes.
+__attribute__((target("amx-tile"))) void tiles_load(const void* a, const void* b) {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  // GCC's ldtilecfg / tileloadd asm declares no read of the 64-byte config or of the tiles' memory,
+  // so without this barrier the stores that fill them could be dropped as dead.
+  __asm__ volatile("" ::: "memory");
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, a, 64);
+  _tile_loadd(6, b, 64);
+  _tile_loadd(7, b, 64);
+}
+
+// Stores the accumulators (so the products are observable) and releases the tile state.
+__attribute__((target("amx-tile"))) void tiles_store(void* c0, void* c1, void* c2, void* c3) {
+  _tile_stored(0, c0, 64);
+  _tile_stored(1, c1, 64);
+  _tile_stored(2, c2, 64);
+  _tile_stored(3, c3, 64);
+  _tile_release();
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) double amx_bf16(long iters) {
+  alignas(64) uint16_t a[16 * 32], b[16 * 32];
+  alignas(64) float c[4][16 * 16];
+  float xf = g_x, yf = g_y;
+  uint32_t xb, yb;
+  std::memcpy(&xb, &xf, 4);
+  std::memcpy(&yb, &yf, 4);
+  for (int i = 0; i < 16 * 32; ++i) {
+    a[i] = static_cast<uint16_t>(xb >> 16);  // bf16 = the top half of the float
+    b[i] = static_cast<uint16_t>(yb >> 16);
+  }
+  tiles_load(a, b);
+  for (long it = 0; it < iters; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  tiles_store(c[0], c[1], c[2], c[3]);
+  g_sink = c[0][0] + c[1][17] + c[2][34] + c[3][255];
+  return static_cast<double>(iters) * 4 * 16 * 16 * 32 * 2;
+}
+
+__attribute__((target("amx-tile,amx-int8"))) double amx_int8(long iters) {
+  alignas(64) int8_t a[16 * 64], b[16 * 64];
+  alignas(64) int32_t c[4][16 * 16];
+  std::memset(a, static_cast<int8_t>(g_isink + 3), sizeof a);
+  std::memset(b, static_cast<int8_t>(g_isink - 2), sizeof b);
+  tiles_load(a, b);
+  for (long it = 0; it < iters; ++it) {
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+  }
+  tiles_store(c[0], c[1], c[2], c[3]);
+  g_isink = c[0][0] + c[1][17] + c[2][34] + c[3][255];
+  return static_cast<double>(iters) * 4 * 16 * 16 * 64 * 2;
+}
+
+// _Float16 vectors need GCC 12 / clang 14; an older compiler builds the file without this unit.
+#if (defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && __GNUC__ >= 12)
+#define ML_HAVE_FP16 1
+// Operands that keep the fp16 chains normal: acc -> y / (1 - x) = 0.5 (no subnormal slow path).
+volatile float g_hx = 0.5f, g_hy = 0.25f;
+
+__attribute__((target("avx512f,avx512fp16"))) double fma_fp16(long iters) {
+  __m512h x = _mm512_set1_ph(static_cast<_Float16>(g_hx)), y = _mm512_set1_ph(static_cast<_Float16>(g_hy));
+  __m512h acc[NACC];
+  for (int i = 0; i < NACC; ++i) acc[i] = _mm512_set1_ph(static_cast<_Float16>(0.01f * static_cast<float>(i)));
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < NACC; ++i) acc[i] = _mm512_fmadd_ph(acc[i], x, y);
+  }
+  __m512h s = acc[0];
+  for (int i = 1; i < NACC; ++i) s = _mm512_add_ph(s, acc[i]);
+  _Float16 t[32];
+  _mm512_storeu_ph(t, s);
+  g_sink = static_cast<float>(t[0]) + static_cast<float>(t[31]);
+  return static_cast<double>(iters) * NACC * 32 * 2;
+}
+#else
+#define ML_HAVE_FP16 0
+double fma_fp16(long) { return 0; }
+#endif
+
 using Kernel = double (*)(long);
 
 // Runs `k` on `threads` threads for about `seconds`; best of `reps`; returns G-ops per second.
@@ -310,16 +475,33 @@ int main(int argc, char** argv) {
   const bool has_avx512 = __builtin_cpu_supports("avx512f");
   const bool has_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16");
   const bool has_vnni = has_avx512 && __builtin_cpu_supports("avx512vnni");
-  bool has_amx = false;
+  // The kernel lists a flag in /proc/cpuinfo only when it supports the feature; CPUID is the
+  // fallback for older kernels. Either way a unit runs only with its OS state and permission below.
+  std::string cpu_flags;
   {
     std::ifstream f("/proc/cpuinfo");
     std::string line;
     while (std::getline(f, line))
       if (line.rfind("flags", 0) == 0) {
-        has_amx = line.find(" amx_tile") != std::string::npos;
+        cpu_flags = line + " ";
         break;
       }
   }
+  auto flag = [&](const char* name) { return cpu_flags.find(" " + std::string(name) + " ") != std::string::npos; };
+  const ExtraIsa xisa = detect_extra_isa();
+  const bool has_amx = flag("amx_tile") || xisa.amx_tile;
+  const bool has_amx_bf16 = flag("amx_bf16") || xisa.amx_bf16;
+  const bool has_amx_int8 = flag("amx_int8") || xisa.amx_int8;
+  const bool cpu_fp16 = has_avx512 && xisa.os_avx512 && (flag("avx512_fp16") || xisa.avx512_fp16);
+  const bool has_fp16 = ML_HAVE_FP16 && cpu_fp16;  // measured only when this compiler built the probe
+  // Ask for the tile data before any thread exists (the grant is per process, so the OpenMP threads
+  // created later have it too); never on a CPU without the unit or its XCR0 state.
+  std::string amx_permission = "no AMX on this CPU";
+  if (has_amx && !xisa.os_amx) amx_permission = "tile state not enabled by the OS (XCR0)";
+  else if (has_amx && xisa.amx_tile) amx_permission = request_amx_permission();
+  const bool amx_ok = amx_permission == "granted";
+  const bool run_amx_bf16 = amx_ok && xisa.amx_bf16;
+  const bool run_amx_int8 = amx_ok && xisa.amx_int8;
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
   const int reps = opt.reps > 0 ? opt.reps : (opt.quick ? 3 : 10);
   const double seconds = opt.quick ? 0.05 : 0.25;
@@ -375,6 +557,30 @@ int main(int argc, char** argv) {
     i8_all = peak(dot_int8, threads, reps, seconds);
     i8_one = peak(dot_int8, 1, reps, seconds);
   }
+  double amx_bf16_all = 0, amx_bf16_one = 0, amx_i8_all = 0, amx_i8_one = 0, fp16_all = 0, fp16_one = 0;
+  if (run_amx_bf16) {
+    std::fprintf(stderr, "machine_limits: AMX bf16 tiles\n");
+    amx_bf16_all = peak(amx_bf16, threads, reps, seconds);
+    amx_bf16_one = peak(amx_bf16, 1, reps, seconds);
+  }
+  if (run_amx_int8) {
+    std::fprintf(stderr, "machine_limits: AMX int8 tiles\n");
+    amx_i8_all = peak(amx_int8, threads, reps, seconds);
+    amx_i8_one = peak(amx_int8, 1, reps, seconds);
+  }
+  if (!amx_ok) std::fprintf(stderr, "machine_limits: no AMX tiles (%s)\n", amx_permission.c_str());
+  if (has_fp16) {
+    std::fprintf(stderr, "machine_limits: fp16 FMA (AVX512_FP16)\n");
+    fp16_all = peak(fma_fp16, threads, reps, seconds);
+    fp16_one = peak(fma_fp16, 1, reps, seconds);
+  }
+  // The floor of a dtype is set by the fastest unit that computes it (issue 13: "honest floors").
+  const bool have_bf16 = has_bf16 || run_amx_bf16, have_int8 = has_vnni || run_amx_int8;
+  const bool bf16_amx = run_amx_bf16 && amx_bf16_all > bf16_all;
+  const bool int8_amx = run_amx_int8 && amx_i8_all > i8_all;
+  const double bf16_best = bf16_amx ? amx_bf16_all : bf16_all, int8_best = int8_amx ? amx_i8_all : i8_all;
+  const char* bf16_unit = !have_bf16 ? "null" : bf16_amx ? "\"amx\"" : "\"avx512_bf16\"";
+  const char* int8_unit = !have_int8 ? "null" : int8_amx ? "\"amx\"" : "\"avx512_vnni\"";
   const double fp32_peak = std::max(fma_all, avx2_all);
   const double mem_peak = std::max({bw_all.copy, bw_all.scale, bw_all.add, bw_all.triad, bw_all.read});
 
@@ -400,9 +606,12 @@ int main(int argc, char** argv) {
   std::printf("  \"threads\": %d,\n", threads);
   std::printf("  \"compiler\": \"%s\",\n", json_escape(__VERSION__).c_str());
   std::printf("  \"quick\": %s,\n", opt.quick ? "true" : "false");
-  std::printf("  \"isa\": {\"avx2_fma\": %s, \"avx512f\": %s, \"avx512_bf16\": %s, \"avx512_vnni\": %s, \"amx_tile\": %s},\n",
-              has_avx2 ? "true" : "false", has_avx512 ? "true" : "false", has_bf16 ? "true" : "false",
-              has_vnni ? "true" : "false", has_amx ? "true" : "false");
+  auto tf = [](bool b) { return b ? "true" : "false"; };
+  std::printf("  \"isa\": {\"avx2_fma\": %s, \"avx512f\": %s, \"avx512_bf16\": %s, \"avx512_vnni\": %s, \"amx_tile\": %s, "
+              "\"amx_bf16\": %s, \"amx_int8\": %s, \"avx512_fp16\": %s},\n",
+              tf(has_avx2), tf(has_avx512), tf(has_bf16), tf(has_vnni), tf(has_amx), tf(has_amx_bf16), tf(has_amx_int8),
+              tf(cpu_fp16));
+  std::printf("  \"amx_permission\": \"%s\",\n", json_escape(amx_permission).c_str());
   std::printf("  \"caches_bytes\": {\"l1d\": %ld, \"l2\": %ld, \"l3\": %ld, \"l3_sysconf\": %ld},\n", l1, l2, l3, l3_sysconf);
   std::printf("  \"bandwidth_GBps\": {\n");
   std::printf("    \"array_bytes\": %ld, \"reps\": %d, \"convention\": \"STREAM: write-allocate reads not counted\",\n", bytes, reps);
@@ -412,14 +621,26 @@ int main(int argc, char** argv) {
   std::printf("  \"fp32_fma_GFLOPs\": {\"isa\": \"%s\", \"all_cores\": %.1f, \"one_core\": %.1f, \"avx2_all_cores\": %s, \"avx2_one_core\": %s},\n",
               fma_isa, fma_all, fma_one, opt_num(has_avx512 && has_avx2, avx2_all).c_str(),
               opt_num(has_avx512 && has_avx2, avx2_one).c_str());
-  std::printf("  \"bf16_dot_GFLOPs\": %s,\n",
-              has_bf16 ? ("{\"all_cores\": " + opt_num(true, bf16_all) + ", \"one_core\": " + opt_num(true, bf16_one) + "}").c_str() : "null");
-  std::printf("  \"int8_dot_GOPs\": %s,\n",
-              has_vnni ? ("{\"all_cores\": " + opt_num(true, i8_all) + ", \"one_core\": " + opt_num(true, i8_one) + "}").c_str() : "null");
-  std::printf("  \"limits\": {\"mem_GBps\": %.2f, \"mem_GBps_one_core\": %.2f, \"fp32_GFLOPs\": %.1f, \"bf16_GFLOPs\": %s, \"int8_GOPs\": %s}\n",
+  // {all_cores, one_core} of a unit, or null when it did not run.
+  auto both = [&](bool present, double all, double one) {
+    return present ? "{\"all_cores\": " + opt_num(true, all) + ", \"one_core\": " + opt_num(true, one) + "}"
+                   : std::string("null");
+  };
+  std::printf("  \"bf16_dot_GFLOPs\": %s,\n", both(has_bf16, bf16_all, bf16_one).c_str());
+  std::printf("  \"int8_dot_GOPs\": %s,\n", both(has_vnni, i8_all, i8_one).c_str());
+  std::printf("  \"bf16_amx_GFLOPs\": %s,\n", both(run_amx_bf16, amx_bf16_all, amx_bf16_one).c_str());
+  std::printf("  \"int8_amx_GOPs\": %s,\n", both(run_amx_int8, amx_i8_all, amx_i8_one).c_str());
+  std::printf("  \"fp16_fma_GFLOPs\": %s,\n", both(has_fp16, fp16_all, fp16_one).c_str());
+  std::printf("  \"limits\": {\"mem_GBps\": %.2f, \"mem_GBps_one_core\": %.2f, \"fp32_GFLOPs\": %.1f, \"bf16_GFLOPs\": %s, \"int8_GOPs\": %s,\n",
               mem_peak,
               std::max({bw_one.copy, bw_one.scale, bw_one.add, bw_one.triad, bw_one.read}), fp32_peak,
-              opt_num(has_bf16, bf16_all).c_str(), opt_num(has_vnni, i8_all).c_str());
+              opt_num(have_bf16, bf16_best).c_str(), opt_num(have_int8, int8_best).c_str());
+  std::printf("             \"fp32_unit\": \"%s\", \"bf16_unit\": %s, \"int8_unit\": %s, \"fp16_GFLOPs\": %s, \"fp16_unit\": %s,\n",
+              fp32_peak > fma_all ? "avx2" : fma_isa, bf16_unit, int8_unit, opt_num(has_fp16, fp16_all).c_str(),
+              has_fp16 ? "\"avx512_fp16\"" : "null");
+  std::printf("             \"bf16_dot_GFLOPs\": %s, \"bf16_amx_GFLOPs\": %s, \"int8_dot_GOPs\": %s, \"int8_amx_GOPs\": %s}\n",
+              opt_num(has_bf16, bf16_all).c_str(), opt_num(run_amx_bf16, amx_bf16_all).c_str(),
+              opt_num(has_vnni, i8_all).c_str(), opt_num(run_amx_int8, amx_i8_all).c_str());
   std::printf("}\n");
   return 0;
 }
