@@ -9,6 +9,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import model  # noqa: E402
 import workloads  # noqa: E402
 
 # A check flagged in the table when the output differs from the float32 eager math by more than this
@@ -62,6 +63,21 @@ def _check_bad(rec):
     return c.get("index_match") is not None and c["index_match"] < INDEX_MATCH_MIN
 
 
+UNIT_LABELS = {"amx": "AMX tiles", "avx512_bf16": "AVX512_BF16 dot", "avx512_vnni": "AVX512_VNNI dot",
+               "fp32_fma": "FP32 FMA"}
+
+
+def floor_units_line(lim):
+    """Which unit's peak each peak kind of the floor uses (model.peak_and_unit: the fastest one)."""
+    parts = []
+    for kind, per in (("fp32", "GFLOP/s"), ("bf16", "GFLOP/s"), ("int8", "GOP/s")):
+        pk, unit = model.peak_and_unit(lim, kind)
+        if pk > 0:
+            parts.append("%s %s %s (%s)" % (kind, pk, per, UNIT_LABELS.get(unit, unit)))
+    return "- **Compute peaks the floors use** (the fastest unit for each kind): %s." % (
+        "; ".join(parts) if parts else "none measured")
+
+
 def machine_lines(res):
     m = res.get("machine") or {}
     env = res.get("env") or {}
@@ -90,7 +106,15 @@ def machine_lines(res):
         if m.get("int8_dot_GOPs"):
             s += "; int8 dot (AVX512_VNNI) %s / %s GOP/s" % (m["int8_dot_GOPs"]["all_cores"],
                                                              m["int8_dot_GOPs"]["one_core"])
+        for key, what, per in (("bf16_amx_GFLOPs", "bf16 AMX tiles (tdpbf16ps)", "GFLOP/s"),
+                               ("int8_amx_GOPs", "int8 AMX tiles (tdpbssd)", "GOP/s"),
+                               ("fp16_fma_GFLOPs", "fp16 FMA (AVX512_FP16)", "GFLOP/s")):
+            if m.get(key):
+                s += "; %s %s / %s %s" % (what, m[key]["all_cores"], m[key]["one_core"], per)
+        if m.get("amx_permission") not in (None, "granted", "no AMX on this CPU"):
+            s += "; AMX not measured: %s" % m["amx_permission"]
         out.append(s + ".")
+        out.append(floor_units_line(lim))
     else:
         out.append("- Machine limits: not measured (no --machine): fractions are omitted.")
     sw = "- Software: Python %s, torch %s, numpy %s, matplotlib %s, TVM %s." % (
@@ -125,8 +149,10 @@ def machine_lines(res):
 
 def table_md(res):
     recs = res["records"]
-    lines = ["# redfuse CPU benchmarks: %s, %s%s" % (res.get("date", "")[:10], res.get("host", ""),
-                                                      " (--quick: small sizes)" if res.get("quick") else ""), ""]
+    cpu = (res.get("machine") or {}).get("cpu")
+    lines = ["# redfuse CPU benchmarks: %s, %s%s%s" % (res.get("date", "")[:10], res.get("host", ""),
+                                                        " (%s)" % cpu if cpu else "",
+                                                        " (--quick: small sizes)" if res.get("quick") else ""), ""]
     lines += machine_lines(res)
     lines += ["",
               "Each cell: median time in ms, and in parentheses the fraction of the floor "
@@ -285,11 +311,13 @@ def chart(res, path):
     for ax in list(axes.flat)[len(ws):]:
         ax.axis("off")
     m = res.get("machine") or {}
-    fig.suptitle("redfuse CPU benchmarks, %s, %s (%s, %s threads; %s GB/s, %s GFLOP/s fp32)%s — missing bars: "
-                 "see table.md" % (res.get("date", "")[:10], res.get("host", ""), m.get("cpu", "?"),
-                                    m.get("threads", "?"), (m.get("limits") or {}).get("mem_GBps", "?"),
-                                    (m.get("limits") or {}).get("fp32_GFLOPs", "?"),
-                                    " — QUICK sizes" if res.get("quick") else ""), fontsize=12)
+    lim = m.get("limits") or {}
+    bf16, bf16_unit = model.peak_and_unit(lim, "bf16")
+    title = "redfuse CPU benchmarks, %s, %s (%s, %s threads; %s GB/s, %s GFLOP/s fp32, %s GFLOP/s bf16 %s)" % (
+        res.get("date", "")[:10], res.get("host", ""), m.get("cpu", "?"), m.get("threads", "?"),
+        lim.get("mem_GBps", "?"), lim.get("fp32_GFLOPs", "?"), bf16, UNIT_LABELS.get(bf16_unit, bf16_unit))
+    fig.suptitle(title + "%s — missing bars: see table.md" % (" — QUICK sizes" if res.get("quick") else ""),
+                 fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=80)
     plt.close(fig)

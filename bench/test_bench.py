@@ -96,6 +96,32 @@ class Cases(unittest.TestCase):
         self.assertAlmostEqual(model.model(causal)["flops"] / model.model(full)["flops"], 0.5, places=3)
         self.assertEqual(model.model(full)["peak"], "bf16")
 
+    def test_floor_uses_the_fastest_unit(self):
+        # A Xeon with AMX (synthetic figures): the tiles are 10x the dot products. A floor at the dot
+        # peak is what let PyTorch show 897% of "peak" (issue 13).
+        att = workloads._case("attention", "a", {"B": 1, "H": 8, "M": 4096, "N": 4096, "D": 128}, "bf16")
+        q8 = workloads._case("quant_gemm_int8", "q", {"M": 4096, "N": 4096, "K": 4096}, "bf16")
+        amx = {"mem_GBps": 200.0, "fp32_GFLOPs": 3000.0,
+               "bf16_GFLOPs": 60000.0, "bf16_unit": "amx", "bf16_dot_GFLOPs": 6000.0, "bf16_amx_GFLOPs": 60000.0,
+               "int8_GOPs": 120000.0, "int8_unit": "amx", "int8_dot_GOPs": 12000.0, "int8_amx_GOPs": 120000.0}
+        for case, peak in ((att, 60000.0), (q8, 120000.0)):
+            m = model.model(case)
+            d = model.derived(case, 100.0, amx)
+            self.assertEqual((d["bound"], d["peak_unit"]), ("compute", "amx"), case["id"])
+            self.assertAlmostEqual(d["floor_ms"], m["flops"] / (peak * 1e9) * 1e3, places=5)
+            self.assertAlmostEqual(d["frac_peak"], round(m["flops"] / 0.1 / 1e9 / peak, 4))
+        # A headline figure from the slower unit (hand-written limits): the per-unit AMX figure still wins.
+        dot_headline = dict(amx, bf16_GFLOPs=6000.0, bf16_unit="avx512_bf16")
+        self.assertEqual(model.peak_and_unit(dot_headline, "bf16"), (60000.0, "amx"))
+        # machine.json before the AMX probes: the headline was the dot product, and it is still used.
+        old = {"mem_GBps": 40.0, "fp32_GFLOPs": 110.0, "bf16_GFLOPs": 230.0, "int8_GOPs": 450.0}
+        self.assertEqual(model.peak_and_unit(old, "bf16"), (230.0, "avx512_bf16"))
+        self.assertEqual(model.peak_and_unit(old, "int8"), (450.0, "avx512_vnni"))
+        self.assertEqual(model.peak_and_unit(old, "fp32"), (110.0, "fp32_fma"))
+        # No bf16 unit, or one slower than the FMAs: the floor is at the FP32 peak (never below it).
+        self.assertEqual(model.peak_and_unit(dict(old, bf16_GFLOPs=None), "bf16"), (110.0, "fp32_fma"))
+        self.assertEqual(model.peak_and_unit(dict(old, bf16_GFLOPs=50.0), "bf16"), (110.0, "fp32_fma"))
+
 
 class Hook(unittest.TestCase):
     def setUp(self):
@@ -251,6 +277,29 @@ class Report(unittest.TestCase):
         self.assertIn("(!)", t)                    # tvm's check is flagged
         self.assertIn(" ~", t)                     # eager is noisy (median 4x its min)
         self.assertIn("1. `redfuse`, `redfuse-unfused` — unavailable: CPU backend not built yet", t)
+
+    def test_machine_header_names_cpu_isa_and_units(self):
+        c = workloads.cases(True)[0]
+        lim = {"mem_GBps": 200.0, "fp32_GFLOPs": 3000.0, "bf16_GFLOPs": 60000.0, "bf16_unit": "amx",
+               "int8_GOPs": 12000.0, "int8_unit": "avx512_vnni"}
+        machine = {"cpu": "Intel(R) Xeon(R) Platinum 8480+", "threads": 112, "limits": lim,
+                   "isa": {"avx512f": True, "avx512_bf16": True, "amx_bf16": True, "avx512_fp16": False},
+                   "fp32_fma_GFLOPs": {"isa": "avx512", "all_cores": 3000.0, "one_core": 60.0},
+                   "bf16_dot_GFLOPs": {"all_cores": 6000.0, "one_core": 110.0},
+                   "bf16_amx_GFLOPs": {"all_cores": 60000.0, "one_core": 1100.0}, "amx_permission": "granted"}
+        rec = dict(workload=c["workload"], case=c["id"], sizes=c["sizes"], dtype="f32", variant="",
+                   impl="torch-eager", status="ok", time_ms=2.0, min_ms=2.0, reps=5, check={"max_rel_err": 0.0},
+                   **model.derived(c, 2.0, lim))
+        t = report.table_md({"date": "2026-01-01T00:00:00", "host": "h", "records": [rec], "machine": machine,
+                             "impl_notes": {}, "env": {}, "config": {}})
+        self.assertIn("# redfuse CPU benchmarks: 2026-01-01, h (Intel(R) Xeon(R) Platinum 8480+)", t)
+        self.assertIn("avx512f, avx512_bf16, amx_bf16", t)   # the ISA features present
+        self.assertIn("bf16 AMX tiles (tdpbf16ps) 60000.0 / 1100.0 GFLOP/s", t)
+        self.assertIn("fp32 3000.0 GFLOP/s (FP32 FMA); bf16 60000.0 GFLOP/s (AMX tiles); "
+                      "int8 12000.0 GOP/s (AVX512_VNNI dot)", t)
+        machine["amx_permission"] = "denied: Operation not permitted"
+        t = report.table_md({"date": "", "host": "h", "records": [rec], "machine": machine, "env": {}, "config": {}})
+        self.assertIn("AMX not measured: denied: Operation not permitted", t)
 
 
 if __name__ == "__main__":
