@@ -36,14 +36,70 @@ int usable_threads(const CpuFeatures &f, int threads) {
 }
 
 // The probes: STREAM "add" (c = a + b, 3 arrays far beyond the caches), independent vector FMA
-// chains (enough of them to cover the FMA latency), and 12 independent chains of vdpbf16ps (64 FLOP
-// each) / vpdpbusd (128 integer ops each) where the ISA flags have them, all over every thread.
+// chains (enough of them to cover the FMA latency), 12 independent chains of vdpbf16ps (64 FLOP
+// each) / vpdpbusd (128 integer ops each), and AMX tile products (4 independent 16 x 16
+// accumulators fed by 2 A and 2 B tiles: tdpbf16ps 16*16*32*2 FLOP, tdpbssd 16*16*64*2 ops each)
+// where the ISA flags have them, all over every thread. The JIT compiles the probe with the host's
+// -m flags, which name AMX only when the CPU and the OS (XCR0) have it; the probe still asks Linux
+// for the tile data first (a tile instruction without that grant is SIGILL) and answers -1 without.
 const char *kProbeSource = R"(
 #include <cstdint>
 #include <immintrin.h>
 #include <omp.h>
-// kind 1: bf16 dot, 2: int8 dot. Returns -1 when the CPU (the -m flags) has no such instruction.
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define RF_PROBE_AMX 1
+// kind 3: tdpbf16ps, 4: tdpbssd; -1 when Linux refuses the tile data (ARCH_REQ_XCOMP_PERM, XTILEDATA).
+static double rf_probe_amx(int64_t iters, int threads, int kind) {
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return -1;  // per process: every thread may use tiles
+    double total = 0;
+    #pragma omp parallel num_threads(threads) reduction(+:total)
+    {
+        struct alignas(64) { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } cfg = {};
+        cfg.palette = 1;
+        for (int t = 0; t < 8; t++) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
+        alignas(64) uint8_t a[1024], b[1024];  // bf16 1.0 / 2^-10 pairs, or s8 3 / -2
+        alignas(64) int32_t c[4][256];
+        for (int i = 0; i < 1024; i += 2) {
+            a[i] = kind == 3 ? 0x80 : 3; a[i + 1] = kind == 3 ? 0x3f : 3;
+            b[i] = kind == 3 ? 0x80 : 0xfe; b[i + 1] = kind == 3 ? 0x3a : 0xfe;
+        }
+        // GCC's ldtilecfg/tileloadd asm declares no read of the config or tile memory: keep the stores.
+        __asm__ volatile("" ::: "memory");
+        _tile_loadconfig(&cfg);  // tile config is per thread
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        _tile_loadd(4, a, 64); _tile_loadd(5, a, 64); _tile_loadd(6, b, 64); _tile_loadd(7, b, 64);
+        if (kind == 3)
+            for (int64_t it = 0; it < iters; it++) {
+                _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+            }
+        else
+            for (int64_t it = 0; it < iters; it++) {
+                _tile_dpbssd(0, 4, 6); _tile_dpbssd(1, 4, 7); _tile_dpbssd(2, 5, 6); _tile_dpbssd(3, 5, 7);
+            }
+        _tile_stored(0, c[0], 64); _tile_stored(1, c[1], 64); _tile_stored(2, c[2], 64); _tile_stored(3, c[3], 64);
+        _tile_release();
+        for (int t = 0; t < 4; t++) {
+            float f;
+            __builtin_memcpy(&f, &c[t][0], 4);
+            total += kind == 3 ? (double)f : (double)(c[t][0] & 0xff);  // non-negative: < 0 means "none"
+        }
+    }
+    return total;
+}
+#endif
+// kind 1: bf16 dot, 2: int8 dot, 3: AMX bf16 tiles, 4: AMX int8 tiles. Returns -1 when the CPU (the -m
+// flags) has no such instruction, or (AMX) the OS does not grant it.
 extern "C" double rf_probe_dot(int64_t iters, int threads, int kind) {
+    if (kind == 3 || kind == 4) {
+#if defined(RF_PROBE_AMX)
+        return rf_probe_amx(iters, threads, kind);
+#else
+        return -1;
+#endif
+    }
+    if (kind != 1 && kind != 2) return -1;
 #if defined(__AVX512BF16__)
     const bool bf16 = true;
 #else
@@ -135,6 +191,8 @@ MachineLimits machine_limits(const CpuFeatures &cpu, int threads, bool remeasure
                 m.fp32_gflops = j.at("fp32_gflops");
                 m.bf16_gflops = j.at("bf16_gflops");  // an entry without them is measured again
                 m.int8_gops = j.at("int8_gops");
+                m.amx_bf16_gflops = j.at("amx_bf16_gflops");  // (entries from before the AMX probes too)
+                m.amx_int8_gops = j.at("amx_int8_gops");
                 m.threads = j.at("threads");
                 m.source = "cached: " + cached.string();
                 if (m.bandwidth_gbs > 0 && m.fp32_gflops > 0) return m;
@@ -176,9 +234,11 @@ MachineLimits machine_limits(const CpuFeatures &cpu, int threads, bool remeasure
         m.fp32_gflops = 2.0 * 256.0 * static_cast<double>(iters) * threads / best / 1e9;
     }
     auto dot = so->function<double (*)(int64_t, int, int)>("rf_probe_dot");
-    for (int kind : {1, 2}) {
-        const int64_t iters = 2000000;
-        if (dot(1000, threads, kind) < 0) continue;  // no bf16 / int8 dot instructions
+    for (int kind : {1, 2, 3, 4}) {
+        // Similar times per repetition (~10 ms): a dot iteration is 12 instructions of ~1 cycle, an
+        // AMX one 4 tile products of ~16 cycles each.
+        const int64_t iters = kind <= 2 ? 2000000 : 500000;
+        if (dot(1000, threads, kind) < 0) continue;  // no such instructions (AMX: or no permission)
         double best = 1e30;
         for (int r = 0; r < 3; r++) {
             auto t0 = Clock::now();
@@ -186,17 +246,36 @@ MachineLimits machine_limits(const CpuFeatures &cpu, int threads, bool remeasure
             (void)sink;
             best = std::min(best, seconds_since(t0));
         }
-        // Per instruction: 16 lanes x 2 products x 2 FLOP (bf16), 16 lanes x 4 products x 2 ops (int8).
-        double rate = (kind == 1 ? 64.0 : 128.0) * 12.0 * static_cast<double>(iters) * threads / best / 1e9;
-        (kind == 1 ? m.bf16_gflops : m.int8_gops) = rate;
+        // Ops per iteration. Dots: 12 instructions of 16 lanes x 2 products x 2 FLOP (bf16) or 16
+        // lanes x 4 products x 2 ops (int8). Tiles: 4 products of 16 x 16 outputs x K (32 bf16 pairs
+        // or 64 s8) x 2.
+        const double per_iter[] = {0, 64.0 * 12, 128.0 * 12, 4 * 16.0 * 16 * 32 * 2, 4 * 16.0 * 16 * 64 * 2};
+        double rate = per_iter[kind] * static_cast<double>(iters) * threads / best / 1e9;
+        (kind == 1 ? m.bf16_gflops : kind == 2 ? m.int8_gops : kind == 3 ? m.amx_bf16_gflops : m.amx_int8_gops) = rate;
     }
     m.source = "measured";
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     std::ofstream out(cached);
     out << nlohmann::json{{"bandwidth_gbs", m.bandwidth_gbs}, {"fp32_gflops", m.fp32_gflops}, {"bf16_gflops", m.bf16_gflops},
-                          {"int8_gops", m.int8_gops}, {"threads", threads}, {"cpu", cpu.brand}}.dump(2);
+                          {"int8_gops", m.int8_gops}, {"amx_bf16_gflops", m.amx_bf16_gflops}, {"amx_int8_gops", m.amx_int8_gops},
+                          {"threads", threads}, {"cpu", cpu.brand}}.dump(2);
     return m;
+}
+
+FloorPeak floor_peak(const MachineLimits &m, GemmUnit unit) {
+    FloorPeak f{m.fp32_gflops, "fp32"};
+    auto consider = [&](double peak, const char *name) {
+        if (peak > f.gflops) f = {peak, name};
+    };
+    if (unit == GemmUnit::Bf16) {
+        consider(m.bf16_gflops, "bf16");
+        consider(m.amx_bf16_gflops, "amx_bf16");
+    } else if (unit == GemmUnit::Int8) {
+        consider(m.int8_gops, "int8");
+        consider(m.amx_int8_gops, "amx_int8");
+    }
+    return f;
 }
 
 GemmUnit gemm_unit(const tile::Module &m, bool bf16_tile_products) {
@@ -415,17 +494,14 @@ BenchReport bench_compiled(const std::shared_ptr<const Compilation> &shared, con
     j["gbps"] = cost.bytes / (tf.median_ms * 1e-3) / 1e9;
     j["gflops"] = cost.flops / (tf.median_ms * 1e-3) / 1e9;
     j["machine"] = {{"bandwidth_gbs", lim.bandwidth_gbs}, {"fp32_gflops", lim.fp32_gflops}, {"bf16_gflops", lim.bf16_gflops},
-                    {"int8_gops", lim.int8_gops}, {"source", lim.source}};
-    // The compute floor at the peak of the fastest unit the kernel's GEMMs use (bf16 or int8 dot
-    // products where the CPU has them), never below the f32 FMA peak.
+                    {"int8_gops", lim.int8_gops},         {"amx_bf16_gflops", lim.amx_bf16_gflops},
+                    {"amx_int8_gops", lim.amx_int8_gops}, {"source", lim.source}};
+    // The compute floor at the peak of the fastest unit the machine has for the dtype the kernel's
+    // GEMMs multiply in (AMX tiles or AVX-512 dot products), never below the f32 FMA peak.
     GemmUnit unit = gemm_unit(prog.module(), cpu_rounds_tile_products(prog.module(), cpu_codegen_options(c.options)));
-    double peak = lim.fp32_gflops;
-    std::string peak_unit = "fp32";
-    double unit_peak = unit == GemmUnit::Bf16 ? lim.bf16_gflops : unit == GemmUnit::Int8 ? lim.int8_gops : 0;
-    if (unit_peak > peak) {
-        peak = unit_peak;
-        peak_unit = unit == GemmUnit::Bf16 ? "bf16" : "int8";
-    }
+    FloorPeak fp = floor_peak(lim, unit);
+    const double peak = fp.gflops;
+    const std::string &peak_unit = fp.unit;
     j["peak_unit"] = peak_unit;
     j["peak_gflops"] = peak;
     double floor_ms = std::max(cost.bytes / (lim.bandwidth_gbs * 1e9), cost.flops / (peak * 1e9)) * 1e3;
@@ -442,7 +518,10 @@ BenchReport bench_compiled(const std::shared_ptr<const Compilation> &shared, con
     text << c.file << " at";
     for (auto &[n, v] : sizes) text << " " << n << "=" << v;
     text << " (" << threads << " threads; machine: " << lim.bandwidth_gbs << " GB/s, " << lim.fp32_gflops << " GFLOP/s fp32, "
-         << lim.bf16_gflops << " bf16, " << lim.int8_gops << " GOP/s int8, " << lim.source << ")\n";
+         << lim.bf16_gflops << " bf16, " << lim.int8_gops << " GOP/s int8";
+    if (lim.amx_bf16_gflops > 0 || lim.amx_int8_gops > 0)
+        text << ", AMX " << lim.amx_bf16_gflops << " GFLOP/s bf16, " << lim.amx_int8_gops << " GOP/s int8";
+    text << ", " << lim.source << ")\n";
     text << "  floor " << floor_ms << " ms (" << cost.bytes / 1e6 << " MB, " << cost.flops / 1e9 << " GFLOP at the " << peak_unit
          << " peak)\n";
     text << "  memory beyond inputs and outputs: " << j["peak_bytes"].get<double>() / (1 << 20) << " MiB\n";

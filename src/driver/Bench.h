@@ -24,19 +24,30 @@ struct MachineLimits {
     double fp32_gflops = 0;    ///< vector FMA peak, all threads
     double bf16_gflops = 0;    ///< vdpbf16ps peak, all threads (0: no AVX512_BF16)
     double int8_gops = 0;      ///< vpdpbusd peak, all threads (0: no AVX512_VNNI)
+    double amx_bf16_gflops = 0;  ///< AMX tdpbf16ps peak, all threads (0: no AMX, or Linux refused the tiles)
+    double amx_int8_gops = 0;    ///< AMX tdpbssd peak, all threads (0: likewise)
     int threads = 0;
     std::string source;        ///< "measured" or "cached: PATH"
 };
 
 /** Measures (once per cache directory, CPU and thread count; kept as JSON) the machine's memory
- *  bandwidth and its FP32 FMA, bf16 dot and int8 dot peaks with JIT-compiled probes (compiled for
- *  `cpu`, the host). */
+ *  bandwidth and its FP32 FMA, bf16 dot, int8 dot and AMX bf16 / int8 tile peaks with JIT-compiled
+ *  probes (compiled for `cpu`, the host). */
 MachineLimits machine_limits(const CpuFeatures &cpu, int threads, bool remeasure = false);
 
 /** The fastest unit a module's tile GEMMs run on: int8 (i8 × i8), bf16 (bf16 × bf16, or a float
  *  tile rounded to bf16 when `bf16_tile_products`: CpuCodegenOptions), else fp32. */
 enum class GemmUnit { Fp32, Bf16, Int8 };
 GemmUnit gemm_unit(const tile::Module &m, bool bf16_tile_products);
+
+/** The compute peak a floor uses for GEMMs in `unit`'s dtype: the fastest unit the machine has for
+ *  it — "amx_bf16" / "amx_int8" (tiles), "bf16" / "int8" (AVX-512 dot products) — and never below
+ *  "fp32" (the FMA peak). A floor at a slower unit than the machine has is no floor (issue 13). */
+struct FloorPeak {
+    double gflops = 0;
+    std::string unit;
+};
+FloorPeak floor_peak(const MachineLimits &m, GemmUnit unit);
 
 /** Bytes a workload must move (every input read once, every output written once) and FLOPs of
  *  its definitions as written (each reduction term's operations times its domain). */
