@@ -3,6 +3,7 @@
  */
 #include "codegen/CodeGen_CPU.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -16,7 +17,7 @@
 namespace rf {
 
 extern const char *const kEmbeddedCpuHeader;   // generated from src/runtime/kernels/redfuse_cpu.h
-extern const char *const kEmbeddedSimdHeader;  // generated from src/runtime/kernels/redfuse_simd{,_gemm,_fp8}.h
+extern const char *const kEmbeddedSimdHeader;  // generated from src/runtime/kernels/redfuse_simd{,_gemm,_bf16,_amx,_fp8}.h
 
 const std::string &cpu_runtime_header() {
     static const std::string text = kEmbeddedCpuHeader;
@@ -50,6 +51,42 @@ std::string c_string(const std::string &s) {
 }
 
 std::string local_name(const std::string &n) { return c_identifier(n.substr(1), "l_"); }
+
+/** The exp2 calls of a float vector loop that can be computed ahead of its body, in a pass of their
+ *  own through rfk::exp2_row (see print_staged_exp2): distinct arguments (pointer equality is
+ *  structural equality) that read nothing the body writes and hold no nested reduction; up to four.
+ *  None when the body holds anything but assignments, accumulations and stores. */
+std::vector<Expr> stageable_exp2_args(const StmtP &loop) {
+    std::vector<Expr> args;
+    std::set<std::string> written;
+    bool plain = true;
+    for (const StmtP &c : loop->body)
+        for_each_stmt(c, [&](const StmtP &s) {
+            switch (s->kind) {
+            case StmtKind::Block: case StmtKind::Comment: break;
+            case StmtKind::Assign: case StmtKind::Accum: case StmtKind::Store: written.insert(s->target->name); break;
+            default: plain = false;
+            }
+        });
+    if (!plain) return {};
+    std::function<void(Expr)> find = [&](Expr e) {
+        if (e->kind == Kind::Reduce) return;  // a nested reduction binds its own axes
+        if (e->kind == Kind::Call && e->func == Func::exp2 && e->stype == SType::Real) {
+            Expr a = e->args[0];
+            bool reads_written = false;
+            for (const std::string &w : written) reads_written = reads_written || mentions(a, w);
+            bool nested = any_of(a, [](Expr n) { return n->kind == Kind::Reduce; });
+            if (!reads_written && !nested && args.size() < 4 && std::find(args.begin(), args.end(), a) == args.end()) args.push_back(a);
+            return;
+        }
+        for (Expr a : e->args) find(a);
+    };
+    for (const StmtP &c : loop->body)
+        for_each_stmt(c, [&](const StmtP &s) {
+            if (s->value) find(s->value);
+        });
+    return args;
+}
 
 class KernelPrinter : public codegen::StmtPrinter {
 public:
@@ -312,6 +349,7 @@ private:
             pad(ind) << "}\n";
             return;
         }
+        if (s->loop == LoopKind::Simd && !staging_ && print_staged_exp2(s, ind)) return;
         if (s->loop == LoopKind::Simd) {
             std::vector<std::string> reds, flags;
             for (const StmtP &c : s->body) {
@@ -343,6 +381,55 @@ private:
         pad(ind) << head << " {\n";
         body(s->body, ind + 1, false);
         pad(ind) << "}\n";
+    }
+
+    /** A float vector loop whose exp2 calls have arguments it does not write (stageable_exp2_args),
+     *  strip-mined by 256 elements: per strip, a vector loop writes each argument to an array on the
+     *  stack, rfk::exp2_row turns the array into 2^x in place, and the loop runs over the strip with
+     *  those exp2 calls read from the arrays. Why: GCC vectorizes the inline exp2_f of an `omp simd`
+     *  loop into ~22 instructions per 16 values; exp2_row's AVX-512 form is 9 (vreduceps and
+     *  vscalefps, no clamps) and the staging costs a store and a load, all in L1 (softmax bf16
+     *  [4096, 4096] on AMD Zen 4, 2 threads: see docs/tile-ir.md, "CPU code generation"). The values
+     *  are exp2_row's (within 1 ulp, like exp2_f's); the reductions keep their order within a strip. */
+    bool print_staged_exp2(const StmtP &s, int ind) {
+        if (compute_type() != "float") return false;
+        std::vector<Expr> args = stageable_exp2_args(s);
+        if (args.empty()) return false;
+        const std::string v = local_name(s->var->name);
+        Expr strip_begin = make_var("$rfx_s", VarRole::Index, SType::Int), strip_end = make_var("$rfx_e", VarRole::Index, SType::Int);
+        std::map<Expr, Expr> staged;
+        for (size_t i = 0; i < args.size(); i++)
+            staged[args[i]] = make_load("$rfx_x" + std::to_string(i), {make_sub(s->var, strip_begin)}, DType::f32, SType::Real);
+        auto read_staged = [&](Expr e) {
+            return substitute(e, [&](Expr n) -> Expr {
+                if (n->kind != Kind::Call || n->func != Func::exp2) return nullptr;
+                auto it = staged.find(n->args[0]);
+                return it == staged.end() ? nullptr : it->second;
+            });
+        };
+        auto strip = std::make_shared<Stmt>(*s);
+        strip->begin = strip_begin;
+        strip->end = strip_end;
+        strip->body.clear();
+        for (const StmtP &c : s->body) strip->body.push_back(mutate(c, read_staged, [](const std::string &n) { return n; }));
+
+        pad(ind) << "{\n";
+        for (size_t i = 0; i < args.size(); i++) pad(ind + 1) << "alignas(64) float l_rfx_x" << i << "[256];\n";
+        pad(ind + 1) << "const int64_t l_rfx_end = " << int_expr(s->end) << ";\n";
+        pad(ind + 1) << "for (int64_t l_rfx_s = " << int_expr(s->begin) << "; l_rfx_s < l_rfx_end; l_rfx_s += 256) {\n";
+        pad(ind + 2) << "const int64_t l_rfx_e = std::min<int64_t>(l_rfx_s + 256, l_rfx_end);\n";
+        pad(ind + 2) << "#pragma omp simd\n";
+        pad(ind + 2) << "for (int64_t " << v << " = l_rfx_s; " << v << " < l_rfx_e; ++" << v << ") {\n";
+        for (size_t i = 0; i < args.size(); i++)
+            pad(ind + 3) << "l_rfx_x" << i << "[" << v << " - l_rfx_s] = (float)(" << expr(args[i], "float") << ");\n";
+        pad(ind + 2) << "}\n";
+        for (size_t i = 0; i < args.size(); i++) pad(ind + 2) << "rfk::exp2_row(l_rfx_x" << i << ", l_rfx_e - l_rfx_s);\n";
+        staging_ = true;
+        loop(strip, ind + 2);
+        staging_ = false;
+        pad(ind + 1) << "}\n";
+        pad(ind) << "}\n";
+        return true;
     }
 
     /** The element type of a GEMM operand: a local tile array (the compute type) or a buffer. */
@@ -418,6 +505,7 @@ private:
     std::ostringstream &os_;
     bool round_tile_products_;  ///< cpu_rounds_tile_products
     bool simd_ = false;  ///< printing inside a simd loop
+    bool staging_ = false;  ///< printing the strip loop of print_staged_exp2
     std::map<std::string, const Buffer *> bufs_;
     std::map<std::string, const Stmt *> locals_;
 };

@@ -4,11 +4,11 @@
  * -m flags: AVX-512 (F+BW+VL; vdpbf16ps with AVX512_BF16, vpdpbusd with AVX512_VNNI), else AVX2+FMA,
  * else portable scalar loops.
  *
- * Four texts, pasted in this order (CMake embeds their concatenation as kEmbeddedSimdHeader, which
+ * Five texts, pasted in this order (CMake embeds their concatenation as kEmbeddedSimdHeader, which
  * the JIT pastes and `emit` writes out as one redfuse_simd.h): this one (ISA selection, bf16
  * conversions, the per-ISA vector vocabulary, the vectorized exp and the row primitives),
  * redfuse_simd_gemm.h (the GEMM micro-kernels and their scratch), redfuse_simd_bf16.h (float tiles
- * on the bf16 unit) and redfuse_simd_fp8.h (narrow GEMM weights). A program that includes them directly includes them in that order.
+ * on the bf16 unit), redfuse_simd_amx.h (AMX tile GEMMs) and redfuse_simd_fp8.h (narrow GEMM weights). A program that includes them directly includes them in that order.
  *
  * Self-contained (no redfuse headers) and C++17, because JIT-compiled kernels include it. Every function
  * is `static inline`, so translation units built with different -m flags never share a definition.
@@ -33,6 +33,12 @@
 #endif
 #if defined(RFK_SIMD_AVX512) && defined(__AVX512VNNI__)
 #define RFK_SIMD_VNNI 1
+#endif
+// AMX tiles (redfuse_simd_amx.h) with -mamx-tile -mamx-bf16 -mamx-int8 on top of AVX512_BF16 and VNNI
+// (every AMX CPU has both); RFK_AMX_EMULATE runs the same code on a software model of the tiles.
+#if defined(RFK_SIMD_BF16) && defined(RFK_SIMD_VNNI) && \
+    (defined(RFK_AMX_EMULATE) || (defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__)))
+#define RFK_SIMD_AMX 1
 #endif
 #if defined(RFK_SIMD_AVX512) || defined(RFK_SIMD_AVX2)
 #define RFK_SIMD_VECTOR 1
@@ -63,6 +69,18 @@ static inline const char *simd_level() {
     return "avx2";
 #else
     return "scalar";
+#endif
+}
+
+/** Which tile unit the GEMMs may use: "amx", "amx-emulated" (RFK_AMX_EMULATE) or "none". With AMX the
+ *  GEMMs still take the vector path when Linux does not grant the tile state or a shape is small. */
+static inline const char *tile_unit() {
+#if defined(RFK_SIMD_AMX) && defined(RFK_AMX_EMULATE)
+    return "amx-emulated";
+#elif defined(RFK_SIMD_AMX)
+    return "amx";
+#else
+    return "none";
 #endif
 }
 

@@ -1,5 +1,5 @@
 /** \file redfuse_simd_bf16.h
- * Hot-loop primitives for generated CPU kernels, third of four texts: float tiles on the bf16 unit
+ * Hot-loop primitives for generated CPU kernels, third of five texts: float tiles on the bf16 unit
  * (FlashAttention's trade: P, X·g or dS rounded to bf16 and multiplied with vdpbf16ps). Pasted after
  * redfuse_simd_gemm.h, whose pair kernels it drives.
  */
@@ -100,6 +100,9 @@ constexpr int64_t kBf16NnMinRows = 8;
 // gemm_nt_f32_bf16 without AVX512_BF16.
 static inline void gemm_nt_f32_as_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                                        const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_AMX)
+    if (simd_detail::amx_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate)) return;  // rounds A as it packs
+#endif
 #if defined(RFK_SIMD_BF16)
     if (M > 0 && K > 0) {
         int64_t ld = simd_detail::padded_ld(K);
@@ -116,6 +119,9 @@ static inline void gemm_nt_f32_as_bf16(int64_t M, int64_t N, int64_t K, float al
 // packed into pair panels per call); otherwise exactly gemm_nn_acc_f32_bf16.
 static inline void gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp,
                                            const uint16_t *V, int64_t ldv, float *C, int64_t ldc) {
+#if defined(RFK_SIMD_AMX)
+    if (simd_detail::amx_gemm_nn_acc_f32_as_bf16(M, N, K, P, ldp, V, ldv, C, ldc)) return;
+#endif
 #if defined(RFK_SIMD_BF16)
     if (M >= kBf16NnMinRows && N > 0 && K > 0) {
         int64_t ld = simd_detail::padded_ld(K);

@@ -1,10 +1,10 @@
 /** \file redfuse_simd_gemm.h
- * Hot-loop primitives for generated CPU kernels, second of four texts: the tile GEMM micro-kernels
+ * Hot-loop primitives for generated CPU kernels, second of five texts: the tile GEMM micro-kernels
  * (f32, bf16, int8), written once over the vector vocabulary of redfuse_simd.h and pasted after it
- * (see the order of the four texts there).
+ * (see the order of the five texts there).
  *
  * Leading dimensions are in elements. Scratch memory (slot 0: B panels; 1: widened A; 2: int32 sums; 3: A
- * rounded to bf16) is per thread and translation unit (a process-wide map, not thread_local) and only grows: up to 512 KiB per thread for large GEMMs (plus
+ * rounded to bf16; 4, 5: AMX panels and row copies) is per thread and translation unit (a process-wide map, not thread_local) and only grows: up to 512 KiB per thread for large GEMMs (plus
  * up to 128 KiB for bf16 A without AVX512_BF16), 64 KiB or less for attention-sized tiles.
  */
 #ifndef REDFUSE_SIMD_GEMM_H
@@ -58,7 +58,7 @@ struct ScratchBuffer {
 // object is unloaded, costs one uncontended lock per call (calls are per tile, not per element).
 struct ScratchPool {
     std::mutex lock;
-    std::unordered_map<std::thread::id, std::array<ScratchBuffer, 4>> per_thread;  // node addresses are stable
+    std::unordered_map<std::thread::id, std::array<ScratchBuffer, 6>> per_thread;  // node addresses are stable
 };
 static inline ScratchPool &scratch_pool() {
     static ScratchPool pool;
@@ -95,6 +95,18 @@ static inline void with_rows(int r, F &&f) {
         with_rows<R - 1>(r, f);
     }
 }
+
+#if defined(RFK_SIMD_AMX)
+// The AMX tile GEMMs (redfuse_simd_amx.h, pasted later), which the public GEMMs try first: each returns
+// false, having done nothing, when the shape is too small for tiles or Linux denies the tile state.
+template <typename TA>
+static inline bool amx_gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const uint16_t *B,
+                                    int64_t ldb, float *C, int64_t ldc, bool accumulate);
+static inline bool amx_gemm_nt_s8(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B, int64_t ldb,
+                                  int32_t *C, int64_t ldc, bool accumulate);
+static inline bool amx_gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const uint16_t *V,
+                                               int64_t ldv, float *C, int64_t ldc);
+#endif
 
 #if defined(RFK_SIMD_VECTOR)
 
@@ -562,6 +574,9 @@ static inline void gemm_nt_f32_bf16(int64_t M, int64_t N, int64_t K, float alpha
 // With AVX512_BF16 the products go through vdpbf16ps, which treats bf16 subnormal inputs as zero.
 static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
                                 const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_AMX)
+    if (simd_detail::amx_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate)) return;
+#endif
 #if defined(RFK_SIMD_BF16)
     simd_detail::nt_gemm<simd_detail::DotBf16>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
 #elif defined(RFK_SIMD_VECTOR)
@@ -600,6 +615,9 @@ static inline void gemm_nn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const f
 
 static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,
                                     int64_t ldb, int32_t *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_AMX)
+    if (simd_detail::amx_gemm_nt_s8(M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
+#endif
 #if defined(RFK_SIMD_VECTOR)
     using namespace simd_detail;
 #if defined(RFK_SIMD_VNNI)

@@ -22,6 +22,7 @@
 
 #include "driver/Compiler.h"
 #include "driver/Run.h"
+#include "runtime/HostCpu.h"
 #include "support/Error.h"
 
 using namespace rf;
@@ -101,6 +102,34 @@ TEST_P(CpuExamples, TailsSegmentsAndTheUnfusedPlan) {
     RunOptions unfused;
     unfused.unfused = true;
     run_case(path, src, unfused);
+}
+
+// The GEMM-shaped examples through the AMX tile GEMMs (redfuse_simd_amx.h) on the software model of
+// the tile instructions (-DRFK_AMX_EMULATE through REDFUSE_JIT_FLAGS, read at compile time): the
+// generated kernels' calls, scratch and threads with the AMX path, at sizes with tiles of 16+ rows
+// and K tails. On an AMX CPU the JIT compiles the real instructions and every CPU test runs them.
+TEST(CpuBackend, AmxEmulatedTileGemmsAgainstTheReference) {
+    const CpuFeatures &cpu = host_cpu();
+    if (!cpu.avx512f || !cpu.avx512bw || !cpu.avx512vl || !cpu.avx512_bf16 || !cpu.avx512_vnni)
+        GTEST_SKIP() << "the AMX path sits on AVX512_BF16 and VNNI, which this CPU lacks";
+    const char *old = std::getenv("REDFUSE_JIT_FLAGS");
+    std::string saved = old ? old : "";
+    ::setenv("REDFUSE_JIT_FLAGS", "-DRFK_AMX_EMULATE", 1);
+    std::vector<std::pair<std::string, std::map<std::string, int64_t>>> cases{
+        {"attention", {{"B", 1}, {"H", 2}, {"M", 67}, {"N", 133}, {"D", 40}}},
+        {"attention_causal", {{"B", 1}, {"H", 2}, {"N", 100}, {"D", 64}}},
+        {"rmsnorm_gemm", {{"M", 70}, {"N", 90}, {"K", 300}}},
+        {"quant_gemm_int8", {{"M", 40}, {"N", 50}, {"K", 200}}},
+        {"linear_cross_entropy", {{"T", 40}, {"D", 96}, {"V", 300}}}};
+    for (const auto &[name, sizes] : cases) {
+        std::filesystem::path path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / (name + ".rf");
+        RunOptions o;
+        o.sizes = sizes;
+        SCOPED_TRACE(name);
+        run_case(path, read(path), o);
+    }
+    if (old) ::setenv("REDFUSE_JIT_FLAGS", saved.c_str(), 1);
+    else ::unsetenv("REDFUSE_JIT_FLAGS");
 }
 
 TEST(CpuBackend, SharedRescaleFactorsAgainstTheReference) {

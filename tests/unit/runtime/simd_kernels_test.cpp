@@ -32,6 +32,7 @@
 #include "runtime/kernels/redfuse_simd.h"
 #include "runtime/kernels/redfuse_simd_gemm.h"
 #include "runtime/kernels/redfuse_simd_bf16.h"
+#include "runtime/kernels/redfuse_simd_amx.h"
 #include "runtime/kernels/redfuse_simd_fp8.h"
 
 extern char **environ;
@@ -712,7 +713,10 @@ int main() {
         std::printf("%d failures\n%s", f.count, f.text.c_str());
         return 1;
     }
-    std::printf("ok %s\n", rfk::simd_level());
+    if (std::strcmp(rfk::tile_unit(), "none") == 0)
+        std::printf("ok %s\n", rfk::simd_level());
+    else
+        std::printf("ok %s+%s\n", rfk::simd_level(), rfk::tile_unit());
     return 0;
 }
 
@@ -822,10 +826,11 @@ std::string slurp(const std::string &path) {
     return s.str();
 }
 
-/** Compiles this file as the child driver with the generated kernels' flags and checks it prints "ok <level>". */
+/** Compiles this file as the child driver with the generated kernels' flags and checks it prints "ok <level>"
+ *  (or, with `run` false, only that it compiles without warnings). */
 void check_compiled_path(const std::vector<std::string> &flags, const std::vector<std::string> &cpu_flags,
-                         const std::string &level) {
-    if (!host_has(cpu_flags)) GTEST_SKIP() << "the host CPU lacks the flags for the " << level << " path";
+                         const std::string &level, bool run_it = true) {
+    if (run_it && !host_has(cpu_flags)) GTEST_SKIP() << "the host CPU lacks the flags for the " << level << " path";
     rf::test::TempDir dir;
     std::string exe = dir.path() + "/simd_driver", log = dir.path() + "/log.txt";
     std::vector<std::string> argv = {"c++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-DRFK_SIMD_DRIVER",
@@ -837,6 +842,7 @@ void check_compiled_path(const std::vector<std::string> &flags, const std::vecto
     ASSERT_EQ(rc, 0) << "compiling the driver failed:\n" << slurp(log);
     std::string compile_log = slurp(log);
     EXPECT_EQ(compile_log.find("warning"), std::string::npos) << compile_log;
+    if (!run_it) return;
     rc = run({exe}, log);
     std::string out = slurp(log);
     EXPECT_EQ(rc, 0) << out;
@@ -853,6 +859,32 @@ TEST(SimdKernels, Avx512PathMatchesReference) {
 TEST(SimdKernels, Avx512WithoutBf16OrVnniMatchesReference) {
     check_compiled_path({"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mavx2", "-mf16c"},
                         {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "avx2", "f16c"}, "avx512");
+}
+
+const std::vector<std::string> kAvx512Bf16Flags = {"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16",
+                                                   "-mavx512vnni", "-mfma", "-mavx2", "-mf16c"};
+const std::vector<std::string> kAvx512Bf16CpuFlags = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16",
+                                                      "avx512_vnni", "fma", "avx2", "f16c"};
+
+std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string> &b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+// The AMX tile GEMMs on the software model of the tile instructions: packing, tails, orientations,
+// the transposed stores and the dispatch, everything but the instructions, on any AVX512_BF16 CPU.
+TEST(SimdKernels, AmxEmulatedPathMatchesReference) {
+    check_compiled_path(plus(kAvx512Bf16Flags, {"-DRFK_AMX_EMULATE"}), kAvx512Bf16CpuFlags, "avx512+amx-emulated");
+}
+
+// The same source with the real tile instructions: compiled everywhere, run where the CPU has AMX.
+TEST(SimdKernels, AmxPathCompiles) {
+    check_compiled_path(plus(kAvx512Bf16Flags, {"-mamx-tile", "-mamx-bf16", "-mamx-int8"}), {}, "avx512+amx", false);
+}
+
+TEST(SimdKernels, AmxPathMatchesReference) {
+    check_compiled_path(plus(kAvx512Bf16Flags, {"-mamx-tile", "-mamx-bf16", "-mamx-int8"}),
+                        plus(kAvx512Bf16CpuFlags, {"amx_tile", "amx_bf16", "amx_int8"}), "avx512+amx");
 }
 
 TEST(SimdKernels, Avx2PathMatchesReference) {
