@@ -24,6 +24,7 @@
 #include "../../src/runtime/kernels/redfuse_simd.h"
 #include "../../src/runtime/kernels/redfuse_simd_gemm.h"
 #include "../../src/runtime/kernels/redfuse_simd_bf16.h"
+#include "../../src/runtime/kernels/redfuse_simd_amx.h"
 
 // GCC 12's false positive on _mm512_undefined_* inside AVX-512 reductions (see redfuse_simd.h).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -242,7 +243,8 @@ int main(int argc, char **argv) {
 #if defined(__AVX512VNNI__)
     ps8 = peak(2);
 #endif
-    std::printf("redfuse_simd.h path: %s, %d thread(s), each on its own copy of the operands\n", rfk::simd_level(), g_threads);
+    std::printf("redfuse_simd.h path: %s, tile unit: %s, %d thread(s), each on its own copy of the operands\n", rfk::simd_level(),
+                rfk::tile_unit(), g_threads);
     std::printf("peaks (same threads): f32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s, int8 dot %.0f GOP/s\n\n", pf32, pbf16, ps8);
     std::printf("%-22s %-22s %17s %6s\n", "kernel", "shape", "rate", "%peak");
 

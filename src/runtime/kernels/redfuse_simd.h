@@ -35,8 +35,9 @@
 #define RFK_SIMD_VNNI 1
 #endif
 // AMX tiles (redfuse_simd_amx.h) with -mamx-tile -mamx-bf16 -mamx-int8 on top of AVX512_BF16 and VNNI
-// (every AMX CPU has both); RFK_AMX_EMULATE runs the same code on a software model of the tiles.
-#if defined(RFK_SIMD_BF16) && defined(RFK_SIMD_VNNI) && \
+// (every AMX CPU has both); RFK_AMX_EMULATE runs the same code on a software model of the tiles;
+// RFK_NO_AMX keeps the vector kernels (REDFUSE_JIT_FLAGS=-DRFK_NO_AMX: an A/B comparison on one CPU).
+#if defined(RFK_SIMD_BF16) && defined(RFK_SIMD_VNNI) && !defined(RFK_NO_AMX) && \
     (defined(RFK_AMX_EMULATE) || (defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__)))
 #define RFK_SIMD_AMX 1
 #endif
