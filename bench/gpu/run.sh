@@ -15,6 +15,8 @@
 #               bench/gpu/python_cuda.py: the Python API on CUDA tensors, and its call overhead
 #   e. bench:   measured limits (copy bandwidth, bf16/fp8 matrix rates), then redfuse bench and the
 #               torch peers per case (bench/gpu/gpu_bench.py); then the report
+#   g. host AMX: where the host CPU has AMX, the AMX tile GEMMs against the reference and bench/micro
+#               with and without them ($OUT/host_micro_{amx,noamx}.txt), in the time left
 #   Writes $OUT/{run.log,build.log,gpu_results.json,table.md}; keeps going past failures.
 #
 # Options: --target cuda|cpu (default cuda)  --quick (tiny bench sizes)  --build-dir DIR (default
@@ -62,6 +64,36 @@ left() { echo $((DEADLINE - $(now))); }
 PHASE_TIMES=()
 phase_done() { PHASE_TIMES+=("\"$1\": $(( $(now) - $2 ))"); }
 has_phase() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
+
+# g. The host CPU's AMX tiles (the device machine's host may be an AMX Xeon; development machines so
+# far were not): when /proc/cpuinfo has amx_tile, the AMX GEMMs (redfuse_simd_amx.h) run against the
+# reference (the simd test's driver, -march=native), and bench/micro runs with and without them.
+# Compiled in the background after the build; run at the end, in what time is left.
+AMX_PID=""
+host_amx_start() {
+  grep -q ' amx_tile' /proc/cpuinfo 2>/dev/null || { log "g. host AMX: the host CPU has no AMX"; return; }
+  local cxx=${CXX:-c++}
+  ( timeout -k 5 240 "$cxx" -std=c++17 -O2 -DRFK_SIMD_DRIVER -pthread -Isrc -march=native \
+      tests/unit/runtime/simd_kernels_test.cpp -o "$WORK/simd_amx_check" &&
+    timeout -k 5 240 "$cxx" -std=c++17 -O3 -march=native -fopenmp bench/micro/simd_bench.cpp -o "$WORK/simd_bench_amx" &&
+    timeout -k 5 240 "$cxx" -std=c++17 -O3 -march=native -fopenmp -DRFK_NO_AMX bench/micro/simd_bench.cpp \
+      -o "$WORK/simd_bench_noamx" ) > "$OUT/host_amx_build.log" 2>&1 &
+  AMX_PID=$!
+  log "g. host AMX: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); building the AMX checks (pid $AMX_PID)"
+}
+host_amx_check() {
+  [ -n "$AMX_PID" ] || return
+  wait "$AMX_PID" || { log "g. host AMX: build failed ($(tail -3 "$OUT/host_amx_build.log" | tr '\n' ' '))"; AMX_PID=""; return; }
+  log "g. host AMX: the AMX GEMMs against the reference: $(timeout 60 "$WORK/simd_amx_check" 2>&1 | tail -3 | tr '\n' ' ')"
+}
+host_amx_micro() {
+  [ -n "$AMX_PID" ] || return
+  for v in amx noamx; do
+    [ $(left) -gt 12 ] || { log "g. host AMX: no time left for bench/micro ($v)"; break; }
+    timeout $(( $(left) - 10 < 20 ? $(left) - 10 : 20 )) "$WORK/simd_bench_$v" --seconds 0.05 > "$OUT/host_micro_$v.txt" 2>&1
+    log "g. host AMX: bench/micro ($v) -> $OUT/host_micro_$v.txt"
+  done
+}
 
 # Builds redfuse._redfuse for the device's python (nanobind: the carried wheel, or one installed) in
 # the same build folder, then runs bench/gpu/python_cuda.py on the target's tensors.
@@ -166,6 +198,7 @@ EOF
   printf '{"status": "%s", "seconds": %d, "reason": "%s", "build_dir": "%s"}\n' "$status" "$(( $(now) - t ))" \
     "$(echo "$reason" | tr '"\\' "''")" "$BUILD_DIR" > "$WORK/build.json"
   phase_done build "$t"
+  host_amx_start
   local have_rf=1
   if [ "$status" = failed ] || [ "$status" = missing ] || [ ! -x "$REDFUSE" ]; then have_rf=0; fi
 
@@ -242,10 +275,15 @@ EOF
     log "f. python: skipped ($(has_phase python || echo 'not in --phases'; [ $have_rf = 1 ] || echo 'no redfuse'; [ $(left) -gt 150 ] || echo 'no time'))"
   fi
 
+  t=$(now)
+  host_amx_check
+  phase_done host_amx "$t"
+
   # ------------------------------------------------------------------------------ e. bench
   if has_phase bench; then
     t=$(now)
     local dl=$((DEADLINE - 15)) extra=()
+    [ -n "$AMX_PID" ] && dl=$((dl - 45))  # g's two bench/micro runs after it
     [ $QUICK = 1 ] && extra+=(--quick)
     [ -n "$ONLY" ] && extra+=(--only "$ONLY")
     log "e. bench: limits, then redfuse and the peers per case (until +$((dl - T0S)) s)"
@@ -253,6 +291,8 @@ EOF
       || log "e. bench exited $?"
     phase_done bench "$t"
   fi
+
+  host_amx_micro
 
   # ------------------------------------------------------------------------------ report
   (IFS=,; echo "{${PHASE_TIMES[*]}}") > "$WORK/phases.json"
