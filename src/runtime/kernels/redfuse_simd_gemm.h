@@ -506,6 +506,97 @@ RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, co
         _mm_maskstore_epi32(c + i * ldc, m4, v);
     }
 }
+
+// Outer-product form for many rows (the weight GEMM of quant->GEMM): B^T panels of quads (4 consecutive k
+// of one column in a 32-bit lane), each row of A broadcast one quad at a time from a copy shifted to
+// unsigned (A ^ 0x80 = A + 128), and 128 * sum_k B[j][k] per column (vpdpbusd of 0x80 bytes over the
+// panel) subtracted at the store. Against the dot form it reads A from L1-sized strips once per panel
+// instead of once per 4 columns of B, and needs no horizontal sums.
+// out[q*W + j] = quad (B[j][4q .. 4q+3]); bytes past kc and rows >= `rows` are zero.
+template <int NV>
+static inline void pack_quads(const int8_t *src, int64_t ld, int64_t rows, int64_t kc, int32_t *out) {
+    constexpr int W = NV * 16;
+    int64_t nquads = (kc + 3) / 4;
+    for (int h = 0; h < NV; ++h) {
+        int64_t valid = clamp64(rows - h * 16, 0, 16);
+        for (int64_t q0 = 0; q0 < nquads; q0 += 16) {
+            int64_t bytes = min64(64, kc - 4 * q0);
+            __mmask64 m = bytes >= 64 ? ~__mmask64(0) : (__mmask64(1) << bytes) - 1;
+            vf r[16];
+            for (int t = 0; t < 16; ++t)
+                r[t] = t >= valid ? vzero() : _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(m, src + (h * 16 + t) * ld + 4 * q0));
+            vtranspose(r);
+            for (int64_t t = 0; t < min64(16, nquads - q0); ++t)
+                _mm512_storeu_si512(out + (q0 + t) * W + h * 16, _mm512_castps_si512(r[t]));
+        }
+    }
+}
+
+// C[0..MR)[0..ncols) (+)= the dot products of MR rows of shifted A (quads at a + i*lda) with a panel of
+// nq quads, minus the panel's shift correction `bias`.
+template <int MR>
+RFK_KERNEL static void s8_outer_kernel(int64_t nq, const uint8_t *a, int64_t lda, const int32_t *b, const int32_t *bias,
+                                       int32_t *c, int64_t ldc, bool add, int64_t ncols) {
+    __m512i acc[MR][2];
+    RFK_UNROLL for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+    for (int64_t q = 0; q < nq; ++q) {
+        __m512i b0 = in_register(_mm512_loadu_si512(b + q * 32)), b1 = in_register(_mm512_loadu_si512(b + q * 32 + 16));
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            int32_t quad;
+            std::memcpy(&quad, a + i * lda + 4 * q, 4);
+            __m512i av = _mm512_set1_epi32(quad);
+            acc[i][0] = dpbusd(acc[i][0], av, b0);
+            acc[i][1] = dpbusd(acc[i][1], av, b1);
+        }
+    }
+    RFK_UNROLL for (int i = 0; i < MR; ++i)
+        for (int h = 0; h < 2; ++h) {
+            __mmask16 m = first_n(clamp64(ncols - 16 * h, 0, 16));
+            if (!m) break;
+            __m512i v = _mm512_sub_epi32(acc[i][h], _mm512_loadu_si512(bias + 16 * h));
+            if (add) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, c + i * ldc + 16 * h));
+            _mm512_mask_storeu_epi32(c + i * ldc + 16 * h, m, v);
+        }
+}
+
+// C (+)= A B^T through s8_outer_kernel: K in blocks of 4096 bytes (the panel, 1024 quads x 32 columns, and a
+// 128-row block of A share L2, as the bf16 pair blocks), per block A shifted into a copy padded to whole
+// quads, then per 32 columns of B a panel, its correction, and the strips of A over it.
+static inline void s8_nt_packed(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B, int64_t ldb,
+                                int32_t *C, int64_t ldc, bool accumulate) {
+    constexpr int64_t KC = 4096, W = 32;
+    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
+    int32_t *panel = static_cast<int32_t *>(scratch(0, size_t(min64(K, KC) / 4 + 1) * W * sizeof(int32_t)));
+    alignas(64) int32_t bias[W];
+    for (int64_t pc = 0; pc < K; pc += KC) {
+        int64_t kc = min64(KC, K - pc), nq = (kc + 3) / 4, ald = nq * 4 + 64;  // +64: rows off 4 KiB strides
+        bool add = accumulate || pc > 0;
+        for (int64_t ic = 0; ic < M; ic += kMC) {
+            int64_t mc = min64(kMC, M - ic);
+            uint8_t *a8 = static_cast<uint8_t *>(scratch(2, size_t(mc * ald)));
+            for (int64_t i = 0; i < mc; ++i)
+                for (int64_t k = 0; k < nq * 4; k += 64) {
+                    int64_t n = min64(64, kc - k);
+                    __mmask64 m = n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1;  // the padding: 0x80, times B's zeros
+                    _mm512_storeu_si512(a8 + i * ald + k, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, A + (ic + i) * lda + pc + k), flip));
+                }
+            for (int64_t j = 0; j < N; j += W) {
+                int64_t ncols = min64(W, N - j);
+                pack_quads<2>(B + j * ldb + pc, ldb, ncols, kc, panel);
+                __m512i c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
+                for (int64_t q = 0; q < nq; ++q) {
+                    c0 = dpbusd(c0, flip, _mm512_loadu_si512(panel + q * W));
+                    c1 = dpbusd(c1, flip, _mm512_loadu_si512(panel + q * W + 16));
+                }
+                _mm512_store_si512(bias, c0);
+                _mm512_store_si512(bias + 16, c1);
+                for_strips<kMR>(mc, [&](auto rows, int64_t i) {
+                    s8_outer_kernel<decltype(rows)::value>(nq, a8 + i * ald, ald, panel, bias, C + (ic + i) * ldc + j, ldc, add, ncols);
+                });
+            }
+        }
+    }
+}
 #else
 // Without VNNI: widen to int16 and vpmaddwd, exact (|a*b| <= 2^14, so a pair sum fits in int32).
 template <int MR>
@@ -626,6 +717,10 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
 #if defined(RFK_SIMD_VECTOR)
     using namespace simd_detail;
 #if defined(RFK_SIMD_VNNI)
+    if (K > 0 && M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
+        s8_nt_packed(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return;
+    }
     int32_t bias[4] = {0, 0, 0, 0};  // 128 * sum_k B[j][k] of the current 4 rows, from their first strip
 #endif
     dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const int8_t *const *rows, int64_t ncols) {
