@@ -182,10 +182,12 @@ private:
     }
 
     void visit_copy_row(const StmtP &s) override {
-        bool f32_output = false;
+        // rfk::copy_row_f32 and copy_row_bf16 (the printer's two row copies)
+        bool row_output = false;
         for (const Buffer &x : m_.buffers)
-            f32_output = f32_output || (x.name == s->target->name && x.role == Buffer::Role::Output && x.dtype == DType::f32);
-        if (!f32_output) fail(s, "row copy to something other than an f32 output");
+            row_output = row_output || (x.name == s->target->name && x.role == Buffer::Role::Output &&
+                                        (x.dtype == DType::f32 || x.dtype == DType::bf16));
+        if (!row_output) fail(s, "row copy to something other than an f32 or bf16 output");
         if (s->value->name.empty() || s->value->name[0] != '$') fail(s, "row copy from a non-local");
         if (in_simd_) fail(s, "row copy inside a simd loop");
         expr(s, s->target);
