@@ -3,7 +3,7 @@
  * (f32, bf16, int8), written once over the vector vocabulary of redfuse_simd.h and pasted after it
  * (see the order of the five texts there).
  *
- * Leading dimensions are in elements. Scratch memory (slot 0: B panels; 1: widened A; 2: int32 sums; 3: A
+ * Leading dimensions are in elements. Scratch memory (slot 0: B panels; 1: widened or shifted A; 2: int32 sums; 3: A
  * rounded to bf16; 4, 5: AMX panels and row copies) is per thread and translation unit (a process-wide map, not thread_local) and only grows: up to 512 KiB per thread for large GEMMs (plus
  * up to 128 KiB for bf16 A without AVX512_BF16), 64 KiB or less for attention-sized tiles.
  */
@@ -573,7 +573,7 @@ static inline void s8_nt_packed(int64_t M, int64_t N, int64_t K, const int8_t *A
         bool add = accumulate || pc > 0;
         for (int64_t ic = 0; ic < M; ic += kMC) {
             int64_t mc = min64(kMC, M - ic);
-            uint8_t *a8 = static_cast<uint8_t *>(scratch(2, size_t(mc * ald)));
+            uint8_t *a8 = static_cast<uint8_t *>(scratch(1, size_t(mc * ald)));  // slot 2 may hold the caller's C
             for (int64_t i = 0; i < mc; ++i)
                 for (int64_t k = 0; k < nq * 4; k += 64) {
                     int64_t n = min64(64, kc - k);
