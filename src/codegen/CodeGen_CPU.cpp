@@ -55,7 +55,11 @@ std::string local_name(const std::string &n) { return c_identifier(n.substr(1), 
 /** The exp2 calls of a float vector loop that can be computed ahead of its body, in a pass of their
  *  own through rfk::exp2_row (see print_staged_exp2): distinct arguments (pointer equality is
  *  structural equality) that read nothing the body writes and hold no nested reduction; up to four.
- *  None when the body holds anything but assignments, accumulations and stores. */
+ *  None when the body holds anything but assignments and accumulations into locals. A loop storing
+ *  to a global buffer keeps the inline exp2_f: f32 softmax writes its output in the exp2 loop, the
+ *  first touch of those lines (read for ownership from DRAM), which the inline polynomial overlaps
+ *  and a staged loop turns into a burst of stalled stores (AMD Zen 4, 1 thread, [1024, 4096], noisy
+ *  runs: 2.6-3.6 ms inline, 2.7-4.3 ms staged in strips of 1024). */
 std::vector<Expr> stageable_exp2_args(const StmtP &loop) {
     std::vector<Expr> args;
     std::set<std::string> written;
@@ -64,7 +68,7 @@ std::vector<Expr> stageable_exp2_args(const StmtP &loop) {
         for_each_stmt(c, [&](const StmtP &s) {
             switch (s->kind) {
             case StmtKind::Block: case StmtKind::Comment: break;
-            case StmtKind::Assign: case StmtKind::Accum: case StmtKind::Store: written.insert(s->target->name); break;
+            case StmtKind::Assign: case StmtKind::Accum: written.insert(s->target->name); break;
             default: plain = false;
             }
         });
@@ -384,17 +388,19 @@ private:
     }
 
     /** A float vector loop whose exp2 calls have arguments it does not write (stageable_exp2_args),
-     *  strip-mined by 256 elements: per strip, a vector loop writes each argument to an array on the
+     *  strip-mined by 1024 elements: per strip, a vector loop writes each argument to an array on the
      *  stack, rfk::exp2_row turns the array into 2^x in place, and the loop runs over the strip with
      *  those exp2 calls read from the arrays. Why: GCC vectorizes the inline exp2_f of an `omp simd`
      *  loop into ~22 instructions per 16 values; exp2_row's AVX-512 form is 9 (vreduceps and
      *  vscalefps, no clamps) and the staging costs a store and a load, all in L1 (softmax bf16
      *  [4096, 4096] on AMD Zen 4, 2 threads: see docs/tile-ir.md, "CPU code generation"). The values
-     *  are exp2_row's (within 1 ulp, like exp2_f's); the reductions keep their order within a strip. */
+     *  are exp2_row's (within 1 ulp, like exp2_f's); a reduction runs per strip, each strip's part
+     *  added to the running value (strips of 1024: the tiles of the online passes fit in one). */
     bool print_staged_exp2(const StmtP &s, int ind) {
         if (compute_type() != "float") return false;
         std::vector<Expr> args = stageable_exp2_args(s);
         if (args.empty()) return false;
+        const int kStrip = 1024;
         const std::string v = local_name(s->var->name);
         Expr strip_begin = make_var("$rfx_s", VarRole::Index, SType::Int), strip_end = make_var("$rfx_e", VarRole::Index, SType::Int);
         std::map<Expr, Expr> staged;
@@ -414,10 +420,10 @@ private:
         for (const StmtP &c : s->body) strip->body.push_back(mutate(c, read_staged, [](const std::string &n) { return n; }));
 
         pad(ind) << "{\n";
-        for (size_t i = 0; i < args.size(); i++) pad(ind + 1) << "alignas(64) float l_rfx_x" << i << "[256];\n";
+        for (size_t i = 0; i < args.size(); i++) pad(ind + 1) << "alignas(64) float l_rfx_x" << i << "[" << kStrip << "];\n";
         pad(ind + 1) << "const int64_t l_rfx_end = " << int_expr(s->end) << ";\n";
-        pad(ind + 1) << "for (int64_t l_rfx_s = " << int_expr(s->begin) << "; l_rfx_s < l_rfx_end; l_rfx_s += 256) {\n";
-        pad(ind + 2) << "const int64_t l_rfx_e = std::min<int64_t>(l_rfx_s + 256, l_rfx_end);\n";
+        pad(ind + 1) << "for (int64_t l_rfx_s = " << int_expr(s->begin) << "; l_rfx_s < l_rfx_end; l_rfx_s += " << kStrip << ") {\n";
+        pad(ind + 2) << "const int64_t l_rfx_e = std::min<int64_t>(l_rfx_s + " << kStrip << ", l_rfx_end);\n";
         pad(ind + 2) << "#pragma omp simd\n";
         pad(ind + 2) << "for (int64_t " << v << " = l_rfx_s; " << v << " < l_rfx_e; ++" << v << ") {\n";
         for (size_t i = 0; i < args.size(); i++)

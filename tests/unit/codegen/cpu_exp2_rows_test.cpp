@@ -1,0 +1,102 @@
+/** \file cpu_exp2_rows_test.cpp
+ * The exp2 of float vector loops staged through rfk::exp2_row (CodeGen_CPU.cpp print_staged_exp2):
+ * a loop accumulating into locals computes its exp2 arguments into a stack array per strip of 1024
+ * and calls the row primitive; a loop storing to an output keeps the inline exp2_f. The kernels so
+ * built pass the reference check on rows shorter than a vector, across strip boundaries, with results
+ * in the denormals, and on rows that are fully masked (-inf), hold +inf or NaN, or mix -inf with
+ * finite values (the guarded loop of non-finite row maxima is staged too).
+ */
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <regex>
+
+#include "../ExampleRuns.h"
+#include "../ExampleSizes.h"
+#include "../runtime/TempDir.h"
+#include "driver/Compiler.h"
+#include "interp/Inputs.h"
+#include "interp/Npy.h"
+
+using namespace rf;
+
+namespace {
+
+std::filesystem::path softmax_path() { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "softmax.rf"; }
+
+std::string softmax_with(const std::string &in, const std::string &out) {
+    std::string s = std::regex_replace(test::read_text(softmax_path()), std::regex(R"(input X\[R, C\] : f32)"), "input X[R, C] : " + in);
+    return std::regex_replace(s, std::regex(R"(output Y : f32)"), "output Y : " + out);
+}
+
+std::string cpp_for(const std::string &src) {
+    ArenaScope arena;
+    auto c = analyze_source(src, "softmax.rf", make_target(TargetKind::Cpu), {});
+    return generate(*c).source;
+}
+
+}  // namespace
+
+TEST(CpuExp2Rows, LoopsIntoLocalsAreStagedLoopsIntoOutputsAreNot) {
+    // bf16: the exp2 loop sums and writes a float row buffer; both finite-invariant copies are staged.
+    std::string bf16 = cpp_for(softmax_with("bf16", "bf16"));
+    EXPECT_NE(bf16.find("rfk::exp2_row(l_rfx_x0, l_rfx_e - l_rfx_s);"), std::string::npos);
+    EXPECT_NE(bf16.find("alignas(64) float l_rfx_x0[1024];"), std::string::npos);
+    // f32: the exp2 loop stores into Y itself (the first touch of its lines), so exp2_f stays inline.
+    std::string f32 = cpp_for(softmax_with("f32", "f32"));
+    EXPECT_EQ(f32.find("rfk::exp2_row("), std::string::npos);
+    EXPECT_NE(f32.find("rfk::exp2_f("), std::string::npos);
+}
+
+TEST(CpuExp2Rows, StagedSoftmaxMatchesTheReference) {
+    std::string src = softmax_with("bf16", "bf16");
+    for (int64_t C : {1, 15, 17, 1023, 1024, 1025, 2500}) {
+        RunOptions o;
+        o.sizes = {{"R", 5}, {"C", C}};
+        test::check_run(softmax_path(), src, o, "cpu", {1});
+        o.tile = 4096;  // one vector loop over the whole row: several strips
+        test::check_run(softmax_path(), src, o, "cpu", {2});
+    }
+    // Inputs scaled by 100: exp2 results in the denormals and exact zeros.
+    RunOptions wide;
+    wide.sizes = {{"R", 9}, {"C", 1100}};
+    wide.scale = 100;
+    test::check_run(softmax_path(), src, wide, "cpu", {3});
+    // An f32 output checked at f32's tolerance: logsumexp's exp2 loop only sums, so it is staged.
+    std::filesystem::path lse = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "logsumexp.rf";
+    std::string lse_src = test::read_text(lse);
+    EXPECT_NE(cpp_for(lse_src).find("rfk::exp2_row("), std::string::npos);
+    for (int64_t C : {7, 1025, 3000}) {
+        RunOptions o;
+        o.sizes = {{"R", 4}, {"C", C}};
+        test::check_run(lse, lse_src, o, "cpu", {5});
+        o.scale = 100;
+        test::check_run(lse, lse_src, o, "cpu", {6});
+    }
+}
+
+TEST(CpuExp2Rows, MaskedInfiniteAndNaNRows) {
+    const double inf = std::numeric_limits<double>::infinity();
+    for (const char *dt : {"bf16", "f32"}) {
+        SCOPED_TRACE(dt);
+        std::string src = softmax_with(dt, "bf16");
+        ArenaScope arena;
+        auto c = compile_source(src, "softmax.rf", {});
+        const int64_t R = 6, C = 1500;
+        auto in = make_random_inputs(c->program, bind_sizes(c->program, {{"R", R}, {"C", C}}), 4);
+        std::vector<double> &x = in.at("X").data;
+        for (int64_t j = 0; j < C; ++j) x[size_t(0 * C + j)] = -inf;  // fully masked: zeros
+        x[size_t(1 * C + 700)] = inf;                                  // +inf: NaN there, zeros elsewhere
+        x[size_t(2 * C + 1200)] = std::nan("");                       // NaN: a NaN row
+        for (int64_t j = 0; j < C; j += 3) x[size_t(3 * C + j)] = -inf;  // masked elements among finite ones
+        x[size_t(4 * C + 5)] = round_to_dtype(1e-40, in.at("X").dtype);   // a denormal input
+        test::TempDir dir;
+        save_dir(dir.path(), in);
+        RunOptions o;
+        o.sizes = {{"R", R}, {"C", C}};
+        o.load_dir = dir.path();
+        test::check_run(softmax_path(), src, o, "cpu", {4});
+    }
+}

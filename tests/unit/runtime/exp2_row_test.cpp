@@ -1,0 +1,206 @@
+/** \file exp2_row_test.cpp
+ * rfk::exp2_row (redfuse_cpu.h), the row exp2 that generated float vector loops call for their exp2
+ * (CodeGen_CPU.cpp print_staged_exp2), against float64 exp2: within 1 ulp over a dense sweep and a
+ * stride through every float, exact at 2^k, special values (±inf, NaN, ±0) as exp2 gives them, and
+ * every length up to a few vectors without touching the element past the end. The in-process test
+ * runs the path of the default flags (scalar); the same checks are compiled again with AVX-512 and
+ * AVX2 flags by the system compiler (this file with RFK_EXP2_ROW_DRIVER defined) and run as a child.
+ */
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/kernels/redfuse_cpu.h"
+
+extern char **environ;
+
+namespace exp2_row_check {
+
+const float kInf = std::numeric_limits<float>::infinity();
+
+/** |got - exact| in units of the float spacing at `exact` (2^-149 below the normal range); a result
+ *  that must overflow has to be +inf. */
+double ulp_error(float got, double exact) {
+    if (std::isnan(exact)) return std::isnan(got) ? 0 : 1e30;
+    if (std::isnan(got)) return 1e30;
+    if (exact >= 0x1p128) return got == kInf ? 0 : 1e30;
+    double g = std::isinf(got) ? std::copysign(0x1p128, double(got)) : double(got);
+    int e;
+    std::frexp(std::fabs(exact), &e);
+    double ulp = std::fabs(exact) < 0x1p-126 ? 0x1p-149 : std::ldexp(1.0, e - 24);
+    return std::fabs(g - exact) / ulp;
+}
+
+/** The failures as text ("" when none), at most a few lines. */
+std::string check(bool thorough) {
+    std::ostringstream out;
+    int lines = 0;
+    auto fail = [&](const std::string &what) {
+        if (lines++ < 8) out << what << "\n";
+    };
+    std::vector<float> xs = {0.0f, -0.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), 1e-45f, -1e-45f, 127.99999f,
+                             128.0f, 129.0f, -126.0f, -149.0f, -149.5f, -150.0f, -150.00002f, -151.0f, 0.5f, -0.5f, 1e30f, -1e30f};
+    int steps = thorough ? 4000000 : 200000;
+    for (int i = 0; i <= steps; ++i) xs.push_back(-160.0f + 300.0f * float(i) / float(steps));
+    // A stride through every bit pattern (both signs, every exponent); odd, so it meets every residue.
+    uint32_t stride = thorough ? 997u : 65537u;
+    for (uint64_t b = 0; b < (1ull << 32); b += stride) {
+        uint32_t u = uint32_t(b);
+        float f;
+        std::memcpy(&f, &u, 4);
+        xs.push_back(f);
+    }
+    for (int k = -149; k <= 127; ++k) xs.push_back(float(k));
+    std::vector<float> ys = xs;
+    rfk::exp2_row(ys.data(), int64_t(ys.size()));
+    double worst = 0;
+    float worst_x = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+        double err = ulp_error(ys[i], std::exp2(double(xs[i])));
+        if (err > worst) worst = err, worst_x = xs[i];
+        if (xs[i] == std::nearbyint(xs[i]) && xs[i] >= -149 && xs[i] <= 127 && ys[i] != std::ldexp(1.0f, int(xs[i])))
+            fail("exp2_row(" + std::to_string(xs[i]) + ") is not a power of two");
+        if ((xs[i] == kInf && ys[i] != kInf) || (xs[i] == -kInf && !(ys[i] == 0 && !std::signbit(ys[i]))) ||
+            (std::isnan(xs[i]) && !std::isnan(ys[i])) || (xs[i] == 0 && ys[i] != 1.0f))
+            fail("exp2_row special value " + std::to_string(xs[i]) + " -> " + std::to_string(ys[i]));
+    }
+    if (worst > 1.0) {
+        std::ostringstream m;
+        m << "exp2_row: " << worst << " ulp at x = " << std::hexfloat << worst_x;
+        fail(m.str());
+    }
+    // Every length up to a few vectors: the tails are masked, the element past the end untouched.
+    for (int64_t n = 0; n <= 70; ++n) {
+        std::vector<float> in(size_t(n) + 1), row;
+        for (int64_t i = 0; i < n; ++i) in[size_t(i)] = -20.0f + 0.7f * float(i);
+        in[size_t(n)] = 12345.0f;
+        row = in;
+        rfk::exp2_row(row.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+            if (ulp_error(row[size_t(i)], std::exp2(double(in[size_t(i)]))) > 1.0) {
+                fail("exp2_row n=" + std::to_string(n) + ": element " + std::to_string(i));
+                break;
+            }
+        if (row[size_t(n)] != 12345.0f) fail("exp2_row n=" + std::to_string(n) + " wrote past the end");
+    }
+    return out.str();
+}
+
+/** Which path of exp2_row these flags compiled. */
+const char *path() {
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "avx2";
+#else
+    return "scalar";
+#endif
+}
+
+}  // namespace exp2_row_check
+
+#if defined(RFK_EXP2_ROW_DRIVER)
+
+int main() {
+    std::string failures = exp2_row_check::check(true);
+    if (!failures.empty()) {
+        std::printf("%s", failures.c_str());
+        return 1;
+    }
+    std::printf("ok %s\n", exp2_row_check::path());
+    return 0;
+}
+
+#else
+
+#include <gtest/gtest.h>
+
+#include "TempDir.h"
+
+namespace {
+
+bool host_has(const std::vector<std::string> &needed) {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(cpuinfo, line)) {
+        if (line.rfind("flags", 0) != 0) continue;
+        std::istringstream words(line.substr(line.find(':') + 1));
+        std::vector<std::string> have;
+        for (std::string w; words >> w;) have.push_back(w);
+        for (const std::string &n : needed)
+            if (std::find(have.begin(), have.end(), n) == have.end()) return false;
+        return true;
+    }
+    return false;
+}
+
+/** Runs argv (looked up on PATH, no shell) with stdout and stderr to `log`; the exit status, -1 if
+ *  it could not start. */
+int run(const std::vector<std::string> &argv, const std::string &log) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<char *> args;
+    for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) return -1;
+    int status = 0;
+    if (waitpid(pid, &status, 0) < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+std::string slurp(const std::string &path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+/** Compiles this file as the child driver with `flags` (the generated kernels' -O3) and checks it
+ *  prints "ok <level>" and compiles without warnings. */
+void check_compiled_path(const std::vector<std::string> &flags, const std::vector<std::string> &cpu_flags, const std::string &level) {
+    if (!host_has(cpu_flags)) GTEST_SKIP() << "the host CPU lacks the flags for the " << level << " path";
+    rf::test::TempDir dir;
+    std::string exe = dir.path() + "/exp2_row_driver", log = dir.path() + "/log.txt";
+    std::vector<std::string> argv = {"c++", "-std=c++17", "-O3", "-Wall", "-Wextra", "-DRFK_EXP2_ROW_DRIVER", "-I" REDFUSE_SOURCE_DIR "/src"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), {REDFUSE_SOURCE_DIR "/tests/unit/runtime/exp2_row_test.cpp", "-o", exe});
+    int rc = run(argv, log);
+    if (rc == -1) GTEST_SKIP() << "no c++ on PATH";
+    ASSERT_EQ(rc, 0) << "compiling the driver failed:\n" << slurp(log);
+    std::string compile_log = slurp(log);
+    EXPECT_EQ(compile_log.find("warning"), std::string::npos) << compile_log;
+    rc = run({exe}, log);
+    std::string out = slurp(log);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_EQ(out, "ok " + level + "\n");
+}
+
+}  // namespace
+
+TEST(Exp2Row, DefaultPathWithinOneUlp) { EXPECT_EQ(exp2_row_check::check(false), ""); }
+
+TEST(Exp2Row, Avx512PathWithinOneUlp) {
+    check_compiled_path({"-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma"},
+                        {"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx2", "fma"}, "avx512");
+}
+
+TEST(Exp2Row, Avx2PathWithinOneUlp) { check_compiled_path({"-mavx2", "-mfma"}, {"avx2", "fma"}, "avx2"); }
+
+#endif
