@@ -176,32 +176,6 @@ static inline void amx_configure() {
 
 static inline int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-// out[j][p] = dword j of row p, for a 16 x 16 matrix of 32-bit units (rows r[0..16)): the VNNI panel of
-// 16 rows of K-contiguous data (each 32-bit unit a bf16 pair or an int8 quad).
-static inline void transpose_dwords(__m512i r[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; ++i) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    // u[4g + c], lane L: column 4L + c of rows 4g .. 4g+3.
-    for (int g = 0; g < 4; ++g) {
-        u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-    }
-    // Column 4L + c is lane L of u[c], u[4 + c], u[8 + c], u[12 + c], in that order.
-    for (int c = 0; c < 4; ++c) {
-        __m512i x0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), x1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
-        __m512i y0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88), y1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
-        r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-        r[4 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-        r[8 + c] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
-        r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
-    }
-}
-
 // 64 bytes of a row as tile data: bf16 or int8 copied (masked: bytes past `n` elements are zero and
 // never read), float rounded to bf16 (round to nearest even, as round_to_bf16).
 template <typename T>
@@ -232,13 +206,13 @@ static inline void amx_pack_panels(const T *src, int64_t ld, int64_t cols, int64
     int64_t panels = round_up(cols, 32) / 16;
     for (int64_t t = 0; t < panels; ++t)
         for (int64_t c = 0; c < steps; ++c) {
-            __m512i r[16];
+            vf r[16];  // 16 rows of 16 32-bit units, transposed into the panel's 16 units x 16 columns
             for (int j = 0; j < 16; ++j) {
                 int64_t col = 16 * t + j;
-                r[j] = col < cols ? amx_row_chunk(src + col * ld + c * E, K - c * E) : _mm512_setzero_si512();
+                r[j] = _mm512_castsi512_ps(col < cols ? amx_row_chunk(src + col * ld + c * E, K - c * E) : _mm512_setzero_si512());
             }
-            transpose_dwords(r);
-            for (int p = 0; p < 16; ++p) _mm512_storeu_si512(out + (t * steps + c) * 256 + p * 16, r[p]);
+            vtranspose(r);
+            for (int p = 0; p < 16; ++p) _mm512_storeu_ps(out + (t * steps + c) * 256 + p * 16, r[p]);
         }
 }
 
@@ -308,12 +282,12 @@ static inline void amx_store_block(uint32_t *out, bool transpose) {
     RFK_TILE_STORE(2, out + 16 * 32, 128);
     RFK_TILE_STORE(3, out + 16 * 32 + 16, 128);
     if (!transpose) return;
-    __m512i q[4][16];  // out = [[X, Y], [Z, W]] (16 x 16 quarters) becomes [[Xt, Zt], [Yt, Wt]]
+    vf q[4][16];  // out = [[X, Y], [Z, W]] (16 x 16 quarters of 32-bit units) becomes [[Xt, Zt], [Yt, Wt]]
     for (int h = 0; h < 4; ++h)
-        for (int i = 0; i < 16; ++i) q[h][i] = _mm512_loadu_si512(out + (16 * (h >> 1) + i) * 32 + 16 * (h & 1));
+        for (int i = 0; i < 16; ++i) q[h][i] = _mm512_loadu_ps(out + (16 * (h >> 1) + i) * 32 + 16 * (h & 1));
     for (int h = 0; h < 4; ++h) {
-        transpose_dwords(q[h]);
-        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(out + (16 * (h & 1) + i) * 32 + 16 * (h >> 1), q[h][i]);
+        vtranspose(q[h]);
+        for (int i = 0; i < 16; ++i) _mm512_storeu_ps(out + (16 * (h & 1) + i) * 32 + 16 * (h >> 1), q[h][i]);
     }
 }
 

@@ -227,6 +227,29 @@ static inline void outer_block(int64_t M, int64_t nc, int64_t kc, const float *a
         });
 }
 
+#if defined(RFK_SIMD_AVX512)
+// out[u*W + j] = 32-bit unit u (bytes 4u .. 4u+3) of row j, for units holding a byte of the first `bytes`
+// of each row; bytes past them and rows >= `rows` are zero. The pair panels of the bf16 kernels and the
+// quad panels of the int8 ones: the f32 transpose applied to 32-bit units.
+template <int NV>
+static inline void pack_units(const uint8_t *src, int64_t ld_bytes, int64_t rows, int64_t bytes, float *out) {
+    constexpr int W = NV * 16;
+    int64_t units = (bytes + 3) / 4;
+    for (int h = 0; h < NV; ++h) {
+        int64_t valid = clamp64(rows - h * 16, 0, 16);
+        for (int64_t u0 = 0; u0 < units; u0 += 16) {
+            int64_t n = min64(64, bytes - 4 * u0);
+            __mmask64 m = n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1;
+            vf r[16];
+            for (int t = 0; t < 16; ++t)
+                r[t] = t >= valid ? vzero() : _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(m, src + (h * 16 + t) * ld_bytes + 4 * u0));
+            vtranspose(r);
+            for (int64_t t = 0; t < min64(16, units - u0); ++t) vstore(out + (u0 + t) * W + h * 16, r[t]);
+        }
+    }
+}
+#endif
+
 #if defined(RFK_SIMD_BF16)
 // ---------------------------------------------------------------------------------------------------
 // bf16 x bf16 with vdpbf16ps: each 32-bit lane holds a pair of consecutive k. B^T panels of pairs are the
@@ -238,19 +261,7 @@ static inline __mmask32 first_n16(int64_t n) { return __mmask32(n >= 32 ? 0xffff
 // out[p*W + j] = pair (B[j][2p], B[j][2p+1]); a missing odd element and rows >= `rows` are zero.
 template <int NV>
 static inline void pack_pairs(const uint16_t *src, int64_t ld, int64_t rows, int64_t kc, float *out) {
-    constexpr int W = NV * 16;
-    int64_t npairs = (kc + 1) / 2;
-    for (int h = 0; h < NV; ++h) {
-        int64_t valid = clamp64(rows - h * 16, 0, 16);
-        for (int64_t p0 = 0; p0 < npairs; p0 += 16) {
-            __mmask32 m = first_n16(kc - 2 * p0);
-            vf r[16];
-            for (int t = 0; t < 16; ++t)
-                r[t] = t >= valid ? vzero() : _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, src + (h * 16 + t) * ld + 2 * p0));
-            vtranspose(r);
-            for (int64_t t = 0; t < min64(16, npairs - p0); ++t) vstore(out + (p0 + t) * W + h * 16, r[t]);
-        }
-    }
+    pack_units<NV>(reinterpret_cast<const uint8_t *>(src), 2 * ld, rows, 2 * kc, out);
 }
 
 template <int MR, int NV>
@@ -512,26 +523,6 @@ RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, co
 // unsigned (A ^ 0x80 = A + 128), and 128 * sum_k B[j][k] per column (vpdpbusd of 0x80 bytes over the
 // panel) subtracted at the store. Against the dot form it reads A from L1-sized strips once per panel
 // instead of once per 4 columns of B, and needs no horizontal sums.
-// out[q*W + j] = quad (B[j][4q .. 4q+3]); bytes past kc and rows >= `rows` are zero.
-template <int NV>
-static inline void pack_quads(const int8_t *src, int64_t ld, int64_t rows, int64_t kc, int32_t *out) {
-    constexpr int W = NV * 16;
-    int64_t nquads = (kc + 3) / 4;
-    for (int h = 0; h < NV; ++h) {
-        int64_t valid = clamp64(rows - h * 16, 0, 16);
-        for (int64_t q0 = 0; q0 < nquads; q0 += 16) {
-            int64_t bytes = min64(64, kc - 4 * q0);
-            __mmask64 m = bytes >= 64 ? ~__mmask64(0) : (__mmask64(1) << bytes) - 1;
-            vf r[16];
-            for (int t = 0; t < 16; ++t)
-                r[t] = t >= valid ? vzero() : _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(m, src + (h * 16 + t) * ld + 4 * q0));
-            vtranspose(r);
-            for (int64_t t = 0; t < min64(16, nquads - q0); ++t)
-                _mm512_storeu_si512(out + (q0 + t) * W + h * 16, _mm512_castps_si512(r[t]));
-        }
-    }
-}
-
 // C[0..MR)[0..ncols) (+)= the dot products of MR rows of shifted A (quads at a + i*lda) with a panel of
 // nq quads, minus the panel's shift correction `bias`.
 template <int MR>
@@ -582,7 +573,7 @@ static inline void s8_nt_packed(int64_t M, int64_t N, int64_t K, const int8_t *A
                 }
             for (int64_t j = 0; j < N; j += W) {
                 int64_t ncols = min64(W, N - j);
-                pack_quads<2>(B + j * ldb + pc, ldb, ncols, kc, panel);
+                pack_units<2>(reinterpret_cast<const uint8_t *>(B + j * ldb + pc), ldb, ncols, kc, reinterpret_cast<float *>(panel));
                 __m512i c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
                 for (int64_t q = 0; q < nq; ++q) {
                     c0 = dpbusd(c0, flip, _mm512_loadu_si512(panel + q * W));

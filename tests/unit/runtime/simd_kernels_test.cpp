@@ -858,6 +858,12 @@ TEST(SimdKernels, Avx512PathMatchesReference) {
                         "avx512");
 }
 
+// Cascade Lake / Ice Lake: VNNI (the int8 kernels, dot and outer-product forms) without AVX512_BF16.
+TEST(SimdKernels, Avx512VnniWithoutBf16MatchesReference) {
+    check_compiled_path({"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma", "-mavx2", "-mf16c"},
+                        {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "fma", "avx2", "f16c"}, "avx512");
+}
+
 TEST(SimdKernels, Avx512WithoutBf16OrVnniMatchesReference) {
     check_compiled_path({"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mavx2", "-mf16c"},
                         {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "avx2", "f16c"}, "avx512");
