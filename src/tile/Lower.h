@@ -40,6 +40,9 @@ struct LowerOptions {
     bool float_states = false;
     /** Column reductions may take the rows of a block as SIMD lanes (Schedule::row_lanes): the CPU. */
     bool row_lanes = false;
+    /** Rows per block of an attention-shaped chain (a per-tile prologue GEMM, QKᵀ, and a member with
+     *  an extra axis, P·V): 32 keep a GPU's score tile in shared memory; the CPU takes 64. */
+    int64_t attention_row_block = 32;
     /** An epilogue's bf16 outputs are written a row at a time from a float row, like f32 ones (the
      *  CPU: one vector conversion per 16 values, rfk::copy_row_bf16); elsewhere element by element. */
     bool bf16_row_outputs = false;
@@ -48,7 +51,7 @@ struct LowerOptions {
 /** The default schedule of a chain at the given sizes (its plan's strategy and segments, a tile
  *  that keeps the tile's working set in L1). */
 Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads, int workers,
-                          bool row_lanes = false);
+                          bool row_lanes = false, int64_t attention_row_block = 32);
 
 /** Plan → tile IR. InternalError if the plan is inconsistent; UserError for constructs the tile IR
  *  cannot express yet (named, with the definition's location). */

@@ -126,7 +126,7 @@ bool deep_prologue(const ChainPlan &c, const Program &p, const SizeBinding &size
 }
 
 Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads, int target_workers,
-                          bool row_lanes) {
+                          bool row_lanes, int64_t attention_row_block) {
     Schedule s;
     s.strategy = c.strategy;
     s.threads = threads;
@@ -143,12 +143,19 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBindin
     // the attention output) run as GEMMs over a block of rows: 32 rows x 256 keys keeps the score
     // tile (32 KiB) in L1/L2 and amortizes each K/V tile over the block (measured: 1 thread,
     // L = 512, D = 64: 21 ms at 1 x 64, 4.1 ms at 32 x 256).
-    bool contraction = !c.prologue.empty();
+    bool extra_axis = false;
     for (const std::string &n : c.members)
-        if (const TensorDef *d = p.find_def(n); d && d->vars.size() > c.n_row + (d->is_topk() ? 1 : 0)) contraction = true;
+        if (const TensorDef *d = p.find_def(n); d && d->vars.size() > c.n_row + (d->is_topk() ? 1 : 0)) extra_axis = true;
+    bool contraction = !c.prologue.empty() || extra_axis;
     if (contraction) {
         s.tile = 256;
         s.row_block = 32;
+        // Attention-shaped (QKᵀ, then P·V): each K and V tile is packed per row block, so on the CPU
+        // 64 rows halve that packing and lengthen the GEMMs' M (measured, 2 threads, AMD Zen 4,
+        // B = 1, H = 8, N = 2048: bf16 D = 128 70-78 -> 64-67 ms, causal 47-50 -> 44-47, f32 D = 128
+        // 70-73 -> 65-68, causal D = 64 32-34 -> 30-31; bf16 M = N = 512, D = 64 2.9-3.2 -> 2.8 ms;
+        // linear + cross-entropy's logits alone, D = 64, were 4% slower with 64, so it keeps 32).
+        if (!c.prologue.empty() && extra_axis) s.row_block = attention_row_block;
         // Rows that share an operand in groups (GQA: query heads h with K[b, h / G, ...]) are blocked
         // by the group, so the shared K/V tile is read once per group.
         bool known_sizes = true;
@@ -470,7 +477,7 @@ private:
 
     void emit_chain(const ChainPlan &c0, size_t ci, std::set<std::string> &done,
                     const std::vector<const TensorDef *> &elementwise, std::set<const TensorDef *> &placed) {
-        Schedule s = default_schedule(c0, p_, o_.sizes, o_.threads, o_.workers, o_.row_lanes);
+        Schedule s = default_schedule(c0, p_, o_.sizes, o_.threads, o_.workers, o_.row_lanes, o_.attention_row_block);
         std::map<std::string, std::string> term_store;
         bool may_split = s.segments <= 1 && s.strategy != Strategy::MultiPass && s.strategy != Strategy::Incremental && !o_.force_strategy;
         if (may_split) {
