@@ -6,11 +6,6 @@
  * runs the path of the default flags (scalar); the same checks are compiled again with AVX-512 and
  * AVX2 flags by the system compiler (this file with RFK_EXP2_ROW_DRIVER defined) and run as a child.
  */
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,7 +19,6 @@
 
 #include "runtime/kernels/redfuse_cpu.h"
 
-extern char **environ;
 
 namespace exp2_row_check {
 
@@ -127,69 +121,16 @@ int main() {
 
 #include <gtest/gtest.h>
 
-#include "TempDir.h"
+#include "ChildDriver.h"
 
 namespace {
 
-bool host_has(const std::vector<std::string> &needed) {
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(cpuinfo, line)) {
-        if (line.rfind("flags", 0) != 0) continue;
-        std::istringstream words(line.substr(line.find(':') + 1));
-        std::vector<std::string> have;
-        for (std::string w; words >> w;) have.push_back(w);
-        for (const std::string &n : needed)
-            if (std::find(have.begin(), have.end(), n) == have.end()) return false;
-        return true;
-    }
-    return false;
-}
-
-/** Runs argv (looked up on PATH, no shell) with stdout and stderr to `log`; the exit status, -1 if
- *  it could not start. */
-int run(const std::vector<std::string> &argv, const std::string &log) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    std::vector<char *> args;
-    for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
-    args.push_back(nullptr);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return -1;
-    int status = 0;
-    if (waitpid(pid, &status, 0) < 0) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-std::string slurp(const std::string &path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-/** Compiles this file as the child driver with `flags` (the generated kernels' -O3) and checks it
- *  prints "ok <level>" and compiles without warnings. */
+/** This file built as the child driver with `flags` (the generated kernels' -O3): it must print
+ *  "ok <level>" and compile without warnings. */
 void check_compiled_path(const std::vector<std::string> &flags, const std::vector<std::string> &cpu_flags, const std::string &level) {
-    if (!host_has(cpu_flags)) GTEST_SKIP() << "the host CPU lacks the flags for the " << level << " path";
-    rf::test::TempDir dir;
-    std::string exe = dir.path() + "/exp2_row_driver", log = dir.path() + "/log.txt";
-    std::vector<std::string> argv = {"c++", "-std=c++17", "-O3", "-Wall", "-Wextra", "-DRFK_EXP2_ROW_DRIVER", "-I" REDFUSE_SOURCE_DIR "/src"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    argv.insert(argv.end(), {REDFUSE_SOURCE_DIR "/tests/unit/runtime/exp2_row_test.cpp", "-o", exe});
-    int rc = run(argv, log);
-    if (rc == -1) GTEST_SKIP() << "no c++ on PATH";
-    ASSERT_EQ(rc, 0) << "compiling the driver failed:\n" << slurp(log);
-    std::string compile_log = slurp(log);
-    EXPECT_EQ(compile_log.find("warning"), std::string::npos) << compile_log;
-    rc = run({exe}, log);
-    std::string out = slurp(log);
-    EXPECT_EQ(rc, 0) << out;
-    EXPECT_EQ(out, "ok " + level + "\n");
+    rf::test::check_child_driver(REDFUSE_SOURCE_DIR "/tests/unit/runtime/exp2_row_test.cpp",
+                                 {"-std=c++17", "-O3", "-Wall", "-Wextra", "-DRFK_EXP2_ROW_DRIVER", "-I" REDFUSE_SOURCE_DIR "/src"},
+                                 flags, cpu_flags, level);
 }
 
 }  // namespace

@@ -10,11 +10,6 @@
  * a read past a row or past the end shows up as a crash or a wrong value; outputs start as NaN when
  * `accumulate` is false and keep a sentinel in their padding, so a read of C or a stray store shows too.
  */
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,7 +30,7 @@
 #include "runtime/kernels/redfuse_simd_amx.h"
 #include "runtime/kernels/redfuse_simd_fp8.h"
 
-extern char **environ;
+#include "SimdCheckSupport.h"
 
 namespace simd_check {
 
@@ -44,69 +39,6 @@ constexpr bool kThorough = true;  // -O2 child process: the full shape set and a
 #else
 constexpr bool kThorough = false;  // may run at -O0 under sanitizers
 #endif
-
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-const float kInf = std::numeric_limits<float>::infinity();
-const double kEps = std::ldexp(1.0, -24);
-
-/** Failure messages, the first few kept in full. */
-struct Failures {
-    int count = 0;
-    std::string text;
-    void add(const std::string &what) {
-        if (++count <= 12) text += what + "\n";
-    }
-};
-
-/** A buffer of n elements that ends exactly at a PROT_NONE page. */
-template <typename T>
-class Guarded {
-public:
-    explicit Guarded(size_t n) {
-        size_t page = size_t(sysconf(_SC_PAGESIZE)), bytes = n * sizeof(T);
-        size_t data_pages = (bytes + page - 1) / page;
-        len_ = (data_pages + 1) * page;
-        void *base = mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (base == MAP_FAILED) std::abort();
-        base_ = static_cast<char *>(base);
-        mprotect(base_ + data_pages * page, page, PROT_NONE);
-        data_ = reinterpret_cast<T *>(base_ + data_pages * page - bytes);
-    }
-    ~Guarded() { munmap(base_, len_); }
-    Guarded(const Guarded &) = delete;
-    Guarded &operator=(const Guarded &) = delete;
-    T *data() { return data_; }
-    T &operator[](size_t i) { return data_[i]; }
-
-private:
-    char *base_;
-    size_t len_;
-    T *data_;
-};
-
-/** splitmix64: deterministic and fast at -O0. */
-struct Rng {
-    uint64_t s;
-    explicit Rng(uint64_t seed) : s(seed) {}
-    uint64_t next() {
-        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-    }
-    float uniform(float lo, float hi) { return lo + (hi - lo) * float(next() >> 40) * 0x1p-24f; }
-    int64_t below(int64_t n) { return int64_t(next() % uint64_t(n)); }
-};
-
-std::string describe(const char *fn, int64_t M, int64_t N, int64_t K, bool acc) {
-    std::ostringstream s;
-    s << fn << " M=" << M << " N=" << N << " K=" << K << " accumulate=" << acc << " (" << rfk::simd_level() << ")";
-    return s.str();
-}
-
-struct Shape {
-    int64_t M, N, K;
-};
 
 /** The cross product of edge sizes plus shapes that cross the kernels' block sizes (KC, NC, MC). */
 std::vector<Shape> gemm_shapes() {
@@ -726,7 +658,7 @@ int main() {
 
 #include <gtest/gtest.h>
 
-#include "TempDir.h"
+#include "ChildDriver.h"
 
 namespace {
 
@@ -786,69 +718,13 @@ TEST(SimdKernels, ConcurrentCallsAgree) {
     EXPECT_EQ(f.count, 0) << f.text;
 }
 
-/** The CPU flags the host must have for a build with `flags` to run. */
-bool host_has(const std::vector<std::string> &needed) {
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(cpuinfo, line)) {
-        if (line.rfind("flags", 0) != 0) continue;
-        std::istringstream words(line.substr(line.find(':') + 1));
-        std::vector<std::string> have;
-        for (std::string w; words >> w;) have.push_back(w);
-        for (const std::string &n : needed)
-            if (std::find(have.begin(), have.end(), n) == have.end()) return false;
-        return true;
-    }
-    return false;
-}
-
-/** Runs argv (looked up on PATH, no shell) with stdout and stderr to `log`; the exit status, -1 if it
- *  could not start. */
-int run(const std::vector<std::string> &argv, const std::string &log) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    std::vector<char *> args;
-    for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
-    args.push_back(nullptr);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return -1;
-    int status = 0;
-    if (waitpid(pid, &status, 0) < 0) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-std::string slurp(const std::string &path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-/** Compiles this file as the child driver with the generated kernels' flags and checks it prints "ok <level>"
- *  (or, with `run` false, only that it compiles without warnings). */
+/** This file built as the child driver with the generated kernels' flags: it must print "ok <level>"
+ *  (or, with `run_it` false, only compile without warnings). */
 void check_compiled_path(const std::vector<std::string> &flags, const std::vector<std::string> &cpu_flags,
                          const std::string &level, bool run_it = true) {
-    if (run_it && !host_has(cpu_flags)) GTEST_SKIP() << "the host CPU lacks the flags for the " << level << " path";
-    rf::test::TempDir dir;
-    std::string exe = dir.path() + "/simd_driver", log = dir.path() + "/log.txt";
-    std::vector<std::string> argv = {"c++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-DRFK_SIMD_DRIVER",
-                                     "-pthread", "-I" REDFUSE_SOURCE_DIR "/src"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    argv.insert(argv.end(), {REDFUSE_SOURCE_DIR "/tests/unit/runtime/simd_kernels_test.cpp", "-o", exe});
-    int rc = run(argv, log);
-    if (rc == -1) GTEST_SKIP() << "no c++ on PATH";
-    ASSERT_EQ(rc, 0) << "compiling the driver failed:\n" << slurp(log);
-    std::string compile_log = slurp(log);
-    EXPECT_EQ(compile_log.find("warning"), std::string::npos) << compile_log;
-    if (!run_it) return;
-    rc = run({exe}, log);
-    std::string out = slurp(log);
-    EXPECT_EQ(rc, 0) << out;
-    EXPECT_EQ(out, "ok " + level + "\n");
+    rf::test::check_child_driver(REDFUSE_SOURCE_DIR "/tests/unit/runtime/simd_kernels_test.cpp",
+                                 {"-std=c++17", "-O2", "-Wall", "-Wextra", "-DRFK_SIMD_DRIVER", "-pthread", "-I" REDFUSE_SOURCE_DIR "/src"},
+                                 flags, cpu_flags, level, run_it);
 }
 
 TEST(SimdKernels, Avx512PathMatchesReference) {
