@@ -15,6 +15,7 @@
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
+#include "SoftmaxSpecs.h"
 #include "../runtime/TempDir.h"
 #include "driver/Compiler.h"
 #include "interp/Inputs.h"
@@ -24,12 +25,8 @@ using namespace rf;
 
 namespace {
 
-std::filesystem::path softmax_path() { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "softmax.rf"; }
-
-std::string softmax_with(const std::string &in, const std::string &out) {
-    std::string s = std::regex_replace(test::read_text(softmax_path()), std::regex(R"(input X\[R, C\] : f32)"), "input X[R, C] : " + in);
-    return std::regex_replace(s, std::regex(R"(output Y : f32)"), "output Y : " + out);
-}
+using test::softmax_path;
+using test::softmax_with;
 
 std::string cpp_for(const std::string &src) {
     ArenaScope arena;

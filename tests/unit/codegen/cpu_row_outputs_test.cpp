@@ -13,6 +13,7 @@
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
+#include "SoftmaxSpecs.h"
 #include "driver/Compiler.h"
 #include "tile/TileIR.h"
 
@@ -20,12 +21,8 @@ using namespace rf;
 
 namespace {
 
-std::filesystem::path softmax_path() { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "softmax.rf"; }
-
-std::string softmax_with(const std::string &in, const std::string &out) {
-    std::string s = std::regex_replace(test::read_text(softmax_path()), std::regex(R"(input X\[R, C\] : f32)"), "input X[R, C] : " + in);
-    return std::regex_replace(s, std::regex(R"(output Y : f32)"), "output Y : " + out);
-}
+using test::softmax_path;
+using test::softmax_with;
 
 std::string tile_text(const std::string &src, TargetKind target) {
     ArenaScope arena;

@@ -18,24 +18,13 @@
 #include <vector>
 
 #include "runtime/kernels/redfuse_cpu.h"
+#include "UlpError.h"
 
 
 namespace exp2_row_check {
 
 const float kInf = std::numeric_limits<float>::infinity();
 
-/** |got - exact| in units of the float spacing at `exact` (2^-149 below the normal range); a result
- *  that must overflow has to be +inf. */
-double ulp_error(float got, double exact) {
-    if (std::isnan(exact)) return std::isnan(got) ? 0 : 1e30;
-    if (std::isnan(got)) return 1e30;
-    if (exact >= 0x1p128) return got == kInf ? 0 : 1e30;
-    double g = std::isinf(got) ? std::copysign(0x1p128, double(got)) : double(got);
-    int e;
-    std::frexp(std::fabs(exact), &e);
-    double ulp = std::fabs(exact) < 0x1p-126 ? 0x1p-149 : std::ldexp(1.0, e - 24);
-    return std::fabs(g - exact) / ulp;
-}
 
 /** The failures as text ("" when none), at most a few lines. */
 std::string check(bool thorough) {
