@@ -28,6 +28,18 @@ Module hoist_invariants(const Module &m);
  *  score tile) (CoalesceTileArrays.cpp). */
 Module coalesce_tile_arrays(const Module &m);
 
+/** A branch on a flag that is the same constant on every row (a member's literal-recompute flag
+ *  that nothing sets) becomes the branch it takes (FoldConstantFlags.cpp). CPU only. */
+Module fold_constant_flags(const Module &m);
+
+/** A plain sum fed only by tile GEMMs keeps no "seen" flag or unused reference point, and lives in
+ *  a float tile the GEMMs accumulate into instead of a float64 state (GemmSumTiles.cpp). CPU only. */
+Module keep_gemm_sums_in_tiles(const Module &m);
+
+/** A float64 temporary that one row block stores from a local and only the same block's epilogue
+ *  reads goes: the epilogue reads the local (ForwardBlockTemps.cpp). CPU only. */
+Module forward_block_temps(const Module &m);
+
 /** A member's tile GEMM accumulates straight into its running state instead of a zeroed tile array
  *  added to the state afterwards (GemmIntoState.cpp). Only where states have the GEMM's float type:
  *  the GPU lowering (LowerOptions::float_states); the CPU keeps states in double. */
@@ -45,7 +57,7 @@ Module skip_masked_tiles(const Module &m);
 Module version_on_finite_invariants(const Module &m);
 
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, Coalesce, GemmState, SkipMasked, FiniteInvariants };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants };
 
 struct TilePassInfo {
     TilePass id;
@@ -58,7 +70,9 @@ struct TilePassInfo {
 
 /** Every pass in the order they run: the GEMMs first (the other passes see them as the backends
  *  will; turning the optional passes off keeps them, as the lowering's choice of kernels); exp2 next, because it puts log2 e next to the invariant
- *  coefficients the hoisting then moves out; the arrays are coalesced last but one, on the final
+ *  coefficients the hoisting then moves out; fold-flags, gemm-sums and forward-temps next (the CPU's
+ *  GEMM-fed sums into tiles, their float64 temporaries gone), before coalescing, which may then share
+ *  the freed tiles; the arrays are coalesced last but one, on the final
  *  statements; gemm-state next, on the GEMMs as they will be printed; skip-masked last, so the others
  *  see one copy of each tile's statements (it duplicates them for the unmasked tiles);
  *  finite-invariants after it, on every copy of the vector loops. */

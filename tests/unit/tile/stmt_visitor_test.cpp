@@ -163,24 +163,22 @@ TEST(StmtMutator, BottomUpRewriteSeesRebuiltChildren) {
 
 TEST(TilePasses, TableListsThePassesInOrder) {
     const auto &p = tile_passes();
-    ASSERT_EQ(p.size(), 7u);
+    ASSERT_EQ(p.size(), 10u);
+    const char *names[] = {"gemm", "exp2", "hoist", "fold-flags", "gemm-sums", "forward-temps", "coalesce", "gemm-state", "skip-masked",
+                           "finite-invariants"};
+    for (size_t i = 0; i < p.size(); i++) EXPECT_STREQ(p[i].name, names[i]);
     EXPECT_EQ(p[0].id, TilePass::Gemm);
-    EXPECT_STREQ(p[0].name, "gemm");
     EXPECT_TRUE(p[0].always);
     EXPECT_EQ(p[1].id, TilePass::Exp2);
-    EXPECT_STREQ(p[1].name, "exp2");
-    EXPECT_STREQ(p[2].name, "hoist");
-    EXPECT_STREQ(p[3].name, "coalesce");
-    EXPECT_STREQ(p[4].name, "gemm-state");
-    EXPECT_EQ(p[4].id, TilePass::GemmState);
-    EXPECT_TRUE(p[4].float_states_only);
-    EXPECT_STREQ(p[5].name, "skip-masked");
-    EXPECT_EQ(p[5].id, TilePass::SkipMasked);
-    EXPECT_STREQ(p[6].name, "finite-invariants");
-    EXPECT_TRUE(p[6].cpu_only);
-    for (size_t i = 0; i + 1 < p.size(); i++) EXPECT_FALSE(p[i].cpu_only) << p[i].name;
-    for (size_t i = 0; i < p.size(); i++)
-        if (i != 4) EXPECT_FALSE(p[i].float_states_only) << p[i].name;
+    EXPECT_EQ(p[3].id, TilePass::FoldFlags);
+    EXPECT_EQ(p[4].id, TilePass::GemmSums);
+    EXPECT_EQ(p[5].id, TilePass::ForwardTemps);
+    EXPECT_EQ(p[7].id, TilePass::GemmState);
+    EXPECT_EQ(p[8].id, TilePass::SkipMasked);
+    EXPECT_TRUE(p[7].float_states_only);
+    // The CPU-only passes: the flags, GEMM sums and temporaries of double states, and the finite copies.
+    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].cpu_only, i == 3 || i == 4 || i == 5 || i == 9) << p[i].name;
+    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].float_states_only, i == 7) << p[i].name;
     for (size_t i = 1; i < p.size(); i++) EXPECT_FALSE(p[i].always) << p[i].name;
     for (const TilePassInfo &i : p) EXPECT_NE(i.run, nullptr);
 }
