@@ -5,6 +5,7 @@
 #include "codegen/CodeGen_C.h"
 
 #include <charconv>
+#include <optional>
 #include <cmath>
 #include <cstdio>
 #include <unordered_map>
@@ -144,6 +145,18 @@ private:
         }
     }
 
+    /** f32(i8(x)) or f64(i8(x)) on the CPU, in the real type of the code around it: rounding x
+     *  (ties to even), clamping to [-128, 127] and NaN → 0 are exact in float as in double, and an
+     *  int8 value converts exactly to either, so the float64 round trip of cast_i8 and cast_f32 is
+     *  not needed; without it a quantization loop vectorizes (vrndscaleps instead of a scalar
+     *  vcvttss2si per element). */
+    std::optional<std::string> int8_in_real_type(Expr e) {
+        if (gpu() || (e->dtype != DType::f32 && e->dtype != DType::f64)) return std::nullopt;
+        Expr q = e->args[0];
+        if (q->kind != Kind::Cast || q->dtype != DType::i8 || q->args[0]->stype != SType::Real) return std::nullopt;
+        return "(" + helper("round_i8") + "(" + as_real(q->args[0]) + "))";
+    }
+
     /** The argument of a rounding cast: double on the CPU, the compute type on the GPU. */
     std::string as_double(Expr e) { return gpu() ? as_real(e) : "((double)(" + print(e) + "))"; }
 
@@ -213,6 +226,7 @@ private:
         case Kind::Max: return helper("max") + "(" + as_real(a[0]) + ", " + as_real(a[1]) + ")";
         case Kind::Select: return "(" + boolean(a[0]) + " ? " + as_real(a[1]) + " : " + as_real(a[2]) + ")";
         case Kind::Cast:
+            if (std::optional<std::string> q = int8_in_real_type(e)) return *q;
             return "((" + R() + ")" + ihelper("cast_") + std::string(dtype_name(e->dtype)) + "(" + as_double(a[0]) + "))";
         case Kind::Reduce: return reduce(e);
         case Kind::Cmp: case Kind::And: case Kind::Or: case Kind::Not:

@@ -198,6 +198,12 @@ template <typename T> static inline RFK_ALWAYS_INLINE T sigmoid(T x) { return x 
 template <typename T> static inline RFK_ALWAYS_INLINE T rsqrt(T x) { return T(1) / std::sqrt(x); }
 template <typename T> static inline RFK_ALWAYS_INLINE T round_even(T x) { return std::nearbyint(x); }
 
+// Threads a tile GEMM may split its columns over when it is called outside an active parallel
+// region (redfuse_simd_gemm.h, split_columns): the generated parallel loop sets it to its thread
+// count when it has a single iteration (one row block: a weight GEMM at M = 16), else to 1. Trivially
+// destructible, so no thread-exit destructor is registered from the dlopen'd kernel.
+[[maybe_unused]] static thread_local int gemm_split_threads = 1;
+
 static inline RFK_ALWAYS_INLINE int64_t floordiv(int64_t a, int64_t b) {
     int64_t q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
@@ -238,6 +244,13 @@ static inline RFK_ALWAYS_INLINE double cast_bf16(double v) { return round_float(
 static inline RFK_ALWAYS_INLINE double cast_f8e4m3(double v) { return round_float(v, 3, -6, 448.0, false); }
 static inline RFK_ALWAYS_INLINE double cast_f8e5m2(double v) { return round_float(v, 2, -14, 57344.0, true); }
 static inline RFK_ALWAYS_INLINE double cast_i8(double v) { return round_int(v, -128, 127); }
+// i8(x) for an x already in float or double, as that type: the same integer as cast_i8 (rounding
+// and clamping are exact in either type), without the float64 round trip, so loops vectorize.
+template <typename T> static inline RFK_ALWAYS_INLINE T round_i8(T x) {
+    T r = std::nearbyint(x);
+    r = r < T(-128) ? T(-128) : (r > T(127) ? T(127) : r);
+    return r == r ? r : T(0);
+}
 static inline RFK_ALWAYS_INLINE double cast_i32(double v) { return round_int(v, -2147483648.0, 2147483647.0); }
 static inline RFK_ALWAYS_INLINE double cast_i64(double v) { return round_int(v, -9223372036854775808.0, 9223372036854774784.0); }
 

@@ -100,6 +100,10 @@ constexpr int64_t kBf16NnMinRows = 8;
 // gemm_nt_f32_bf16 without AVX512_BF16.
 static inline void gemm_nt_f32_as_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                                        const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    if (simd_detail::split_columns(M, N, K, [&](int64_t j0, int64_t n) {
+            gemm_nt_f32_as_bf16(M, n, K, alpha, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate);
+        }))
+        return;
 #if defined(RFK_SIMD_AMX)
     if (simd_detail::amx_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate)) return;  // rounds A as it packs
 #endif

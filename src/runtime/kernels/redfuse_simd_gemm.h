@@ -23,6 +23,9 @@
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (as in redfuse_simd.h).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -81,6 +84,31 @@ static inline void *scratch(int slot, size_t bytes) {
         b.bytes = rounded;
     }
     return b.data;
+}
+
+// Column split: a GEMM called outside an active parallel region with gemm_split_threads > 1 (the
+// weight GEMM of a chain whose rows fill one row block, RMSNorm→GEMM or a quantized GEMM at M = 16)
+// runs column ranges on that many threads: C[:, j0:j1] = A·B[j0:j1, :]ᵀ reads only B's rows j0..j1,
+// so the parts are independent, and each thread packs into its own scratch. Ranges are multiples of
+// 64 columns; small GEMMs (M·N·K < 2^22) stay on the calling thread.
+template <typename F>
+static inline bool split_columns(int64_t M, int64_t N, int64_t K, F &&part) {
+#if defined(_OPENMP)
+    int threads = gemm_split_threads;
+    if (threads < 2 || omp_in_parallel() || N < 128 || double(M) * double(N) * double(K) < double(1 << 22)) return false;
+    int64_t parts = std::min<int64_t>(threads, N / 64);
+    int64_t width = (N + parts - 1) / parts;
+    width = (width + 63) / 64 * 64;
+#pragma omp parallel for num_threads(static_cast<int>(parts)) schedule(static, 1)
+    for (int64_t t = 0; t < parts; t++) {
+        int64_t j0 = t * width, n = std::min<int64_t>(N - j0, width);
+        if (n > 0) part(j0, n);
+    }
+    return true;
+#else
+    (void)M, (void)N, (void)K, (void)part;
+    return false;
+#endif
 }
 
 // Calls f(std::integral_constant<int, r>) for a run-time r in [1, R]: row tails reuse the register-blocked
@@ -630,6 +658,10 @@ RFK_KERNEL static void s8_dot_kernel_avx2(int64_t K, const int8_t *a, int64_t ld
 
 static inline void gemm_nt_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                                const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    if (simd_detail::split_columns(M, N, K, [&](int64_t j0, int64_t n) {
+            gemm_nt_f32(M, n, K, alpha, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate);
+        }))
+        return;
 #if defined(RFK_SIMD_VECTOR)
     simd_detail::nt_gemm<simd_detail::DotFma>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
 #else
@@ -646,6 +678,10 @@ static inline void gemm_nt_f32(int64_t M, int64_t N, int64_t K, float alpha, con
 // with AVX512_BF16, A rounded to bf16) converts A with f32_to_bf16 and calls gemm_nt_bf16.
 static inline void gemm_nt_f32_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                                     const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    if (simd_detail::split_columns(M, N, K, [&](int64_t j0, int64_t n) {
+            gemm_nt_f32_bf16(M, n, K, alpha, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate);
+        }))
+        return;
 #if defined(RFK_SIMD_VECTOR)
     simd_detail::nt_gemm<simd_detail::DotFma>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
 #else
@@ -661,6 +697,10 @@ static inline void gemm_nt_f32_bf16(int64_t M, int64_t N, int64_t K, float alpha
 // With AVX512_BF16 the products go through vdpbf16ps, which treats bf16 subnormal inputs as zero.
 static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
                                 const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    if (simd_detail::split_columns(M, N, K, [&](int64_t j0, int64_t n) {
+            gemm_nt_bf16(M, n, K, alpha, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate);
+        }))
+        return;
 #if defined(RFK_SIMD_AMX)
     if (simd_detail::amx_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate)) return;
 #endif
@@ -702,6 +742,10 @@ static inline void gemm_nn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const f
 
 static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,
                                     int64_t ldb, int32_t *C, int64_t ldc, bool accumulate) {
+    if (simd_detail::split_columns(M, N, K, [&](int64_t j0, int64_t n) {
+            gemm_nt_s8s8_s32(M, n, K, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate);
+        }))
+        return;
 #if defined(RFK_SIMD_AMX)
     if (simd_detail::amx_gemm_nt_s8(M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
 #endif

@@ -154,6 +154,36 @@ TEST(CodeGenC, CastsRoundExactlyLikeTheReference) {
     }
 }
 
+TEST(CodeGenC, Int8CastsStayInTheRealTypeAndRoundLikeTheReference) {
+    // f32(i8(x)) (a quantization feeding an int8 GEMM) prints without the float64 round trip of
+    // cast_i8 / cast_f32 in float and in double code, with the same integer: ties to even, clamped
+    // to [-128, 127], NaN to 0, infinities clamped.
+    ArenaScope arena;
+    Expr q = make_cast(DType::f32, make_cast(DType::i8, make_symbol("a0")));
+    std::ostringstream src;
+    src << header() << "extern \"C\" void q(const double *atoms, double *out) {\n";
+    for (const char *real : {"float", "double"}) {
+        std::string text = emit_c(q, context(real));
+        EXPECT_NE(text.find("rfk::round_i8<" + std::string(real) + ">"), std::string::npos) << text;
+        EXPECT_EQ(text.find("cast_i8"), std::string::npos) << text;
+        src << "  out[" << (std::string(real) == "float" ? 0 : 1) << "] = " << text << ";\n";
+    }
+    src << "}\n";
+    auto so = jit_compile(src.str(), jit_options());
+    auto fn = reinterpret_cast<void (*)(const double *, double *)>(so->symbol("q"));
+    std::vector<double> values = {0.0, -0.0, 0.5, 1.5, 2.5, -2.5, -0.5, 126.5, 127.5, 128.0, -128.5, -129.0, 1e9, -1e9, 3.4e38,
+                                  INFINITY, -INFINITY, NAN, 0.49999997, 12.25, -7.75};
+    std::mt19937_64 rng(11);
+    for (int i = 0; i < 5000; i++) values.push_back(static_cast<float>(std::uniform_real_distribution<double>(-300, 300)(rng)));
+    for (double v : values) {
+        double out[2];
+        fn(&v, out);
+        double want = round_to_dtype(round_to_dtype(v, DType::i8), DType::f32);
+        EXPECT_EQ(out[0], want) << "float f32(i8(" << v << "))";
+        EXPECT_EQ(out[1], want) << "double f32(i8(" << v << "))";
+    }
+}
+
 TEST(CodeGenC, IndexArithmeticAndNestedArgmax) {
     ArenaScope arena;
     Expr i = make_symbol("a0");  // real symbol converted to an index below

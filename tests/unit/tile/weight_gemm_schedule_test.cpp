@@ -45,6 +45,25 @@ TEST(WeightGemmSchedule, WideOutputRowsTakeTheWholeAxisAndBigRowBlocks) {
     EXPECT_NE(attention.find("tile=256 row_block=64"), std::string::npos) << attention;
 }
 
+TEST(WeightGemmSchedule, RowsThatFitOneBlockStayOneBlock) {
+    // M = 16 decode rows: one block of 16 (its GEMMs split their columns over the threads) instead of
+    // two blocks of 8 that each stream the whole weight; 5 rows round up to 16; with many threads and
+    // 200 rows the blocks still halve until every thread has one.
+    ArenaScope arena;
+    for (const char *name : {"rmsnorm_gemm.rf", "quant_gemm_int8.rf"}) {
+        std::string t = tile_text(name, {{"M", 16}, {"N", 4096}, {"K", 4096}});
+        EXPECT_NE(t.find("tile=4096 row_block=16 "), std::string::npos) << name << "\n" << t;
+        t = tile_text(name, {{"M", 5}, {"N", 4096}, {"K", 4096}});
+        EXPECT_NE(t.find("tile=4096 row_block=16 "), std::string::npos) << name << "\n" << t;
+        Options o;
+        o.sizes = {{"M", 200}, {"N", 4096}, {"K", 4096}};
+        o.threads = 16;
+        auto c = analyze_source(test::read_text(example(name)), name, make_target(TargetKind::Cpu), o);
+        t = tile::to_string(generate(*c).module);
+        EXPECT_NE(t.find("tile=4096 row_block=8 "), std::string::npos) << name << " (16 threads: 25 blocks)\n" << t;
+    }
+}
+
 TEST(WeightGemmSchedule, DeepPrologueGemmsTakeBigRowBlocks) {
     ArenaScope arena;
     std::string lce = tile_text("linear_cross_entropy.rf", {{"T", 1024}, {"D", 2048}, {"V", 32000}});
