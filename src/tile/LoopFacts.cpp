@@ -106,10 +106,34 @@ bool tile_start_below(Expr tb, Expr hi, const Facts &f) {
     return diff->kind == Kind::Sub && diff->args[0] == hi && diff->args[1] == lo;
 }
 
+/** 0 < nbv for the rows of a block as the lowering declares them (LowerPass.cpp row_decls):
+ *      for row in [0, (E + B - 1) / B):  rbase = row * B;  nbv = min(B, E - rbase)
+ *  row ≤ (E + B − 1) / B − 1 gives row·B ≤ E − 1, so E − rbase ≥ 1, and B ≥ 1. */
+bool block_has_rows(Expr nbv, const Facts &f) {
+    Expr v = value_of(nbv, f);
+    if (!v || v->kind != Kind::Min) return false;
+    double B;
+    int c = positive_const(v->args[0], B) ? 0 : positive_const(v->args[1], B) ? 1 : -1;
+    if (c < 0) return false;
+    Expr rest = v->args[1 - c];
+    if (rest->kind != Kind::Sub) return false;
+    Expr E = rest->args[0], rbase = value_of(rest->args[1], f);
+    if (!rbase || rbase->kind != Kind::Mul || rbase->args.size() != 2 || rbase->args[0]->kind != Kind::Var ||
+        !rbase->args[1]->is_const(B))
+        return false;
+    auto range = f.loop_ranges.find(rbase->args[0]->name);
+    if (range == f.loop_ranges.end() || !range->second.first->is_const(0)) return false;
+    Expr n = range->second.second;  // (E + B - 1) / B
+    if (n->kind != Kind::IDiv || !n->args[1]->is_const(B)) return false;
+    Expr num = n->args[0];
+    return num->kind == Kind::Add && num->args.size() == 2 && num->args[0] == E && num->args[1]->is_const(B - 1);
+}
+
 }  // namespace
 
 bool runs_at_least_once(Expr begin, Expr end, const Facts &f) {
     if (begin->is_const() && end->is_const()) return begin->value < end->value;
+    if (begin->is_const(0) && block_has_rows(end, f)) return true;
     // te = min(tb + T, hi) with T >= 1 and tb < hi.
     Expr te = value_of(end, f);
     if (!te || te->kind != Kind::Min) return false;

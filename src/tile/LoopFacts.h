@@ -52,7 +52,8 @@ struct Facts {
 /** True when the loop [begin, end) provably runs at least once: constant bounds with begin < end,
  *  or a tile of the cascade axis as the lowering declares it (LowerPass.cpp `tiles`):
  *      for t in [0, (hi - lo + T - 1) / T):  tb = lo + t * T;  te = min(tb + T, hi);  for j in [tb, te)
- *  where t < ⌊(hi − lo + T − 1) / T⌋ gives t·T ≤ hi − lo − 1, so tb < hi, and te = min(tb + T, hi) > tb. */
+ *  where t < ⌊(hi − lo + T − 1) / T⌋ gives t·T ≤ hi − lo − 1, so tb < hi, and te = min(tb + T, hi) > tb;
+ *  or the rows of a block, [0, nbv) with nbv = min(B, E − rbase), rbase = row·B, row < (E + B − 1) / B. */
 bool runs_at_least_once(Expr begin, Expr end, const Facts &facts);
 
 

@@ -50,7 +50,9 @@ std::vector<Shape> gemm_shapes() {
         for (int64_t n : sizes)
             for (int64_t k : sizes) out.push_back({m, n, k});
     std::vector<Shape> extra = {{65, 130, 16}, {16, 65, 130}, {130, 17, 65}, {8, 64, 256}, {9, 40, 600},
-                                {20, 600, 7},  {200, 20, 9},  {64, 64, 64},  {4, 70, 513}, {64, 128, 128}};
+                                {20, 600, 7},  {200, 20, 9},  {64, 64, 64},  {4, 70, 513}, {64, 128, 128},
+                                // the dot form's K blocks (dot_k_block: more than one row strip, K past a block)
+                                {16, 9, 1000}, {7, 5, 700},   {12, 6, 1500}};
     // {20, 40, 2100}: past the 2048-long K blocks of the bf16 pair kernels.
     if (kThorough) extra.insert(extra.end(), {{140, 530, 300}, {1, 1000, 128}, {128, 256, 64}, {5, 64, 1100}, {8, 17, 1025}, {20, 40, 2100}});
     out.insert(out.end(), extra.begin(), extra.end());
