@@ -4,7 +4,9 @@
  * and calls the row primitive; a loop storing to an output keeps the inline exp2_f. The kernels so
  * built pass the reference check on rows shorter than a vector, across strip boundaries, with results
  * in the denormals, and on rows that are fully masked (-inf), hold +inf or NaN, or mix -inf with
- * finite values (the guarded loop of non-finite row maxima is staged too).
+ * finite values (the guarded loop of non-finite row maxima is staged too). A loop that rewrites a tile
+ * array in place element by element (attention's exp tile P over its score tile S) is staged too; one
+ * whose exp2 reads another element of the array it writes is not.
  */
 #include <gtest/gtest.h>
 
@@ -20,6 +22,9 @@
 #include "driver/Compiler.h"
 #include "interp/Inputs.h"
 #include "interp/Npy.h"
+#include "codegen/CodeGen_CPU.h"
+#include "tile/LowerPass.h"
+#include "tile/TileIR.h"
 
 using namespace rf;
 
@@ -96,4 +101,36 @@ TEST(CpuExp2Rows, MaskedInfiniteAndNaNRows) {
         o.load_dir = dir.path();
         test::check_run(softmax_path(), src, o, "cpu", {4});
     }
+}
+
+TEST(CpuExp2Rows, InPlaceElementWiseRewritesAreStagedOtherReadsAreNot) {
+    ArenaScope arena;
+    // Attention's exp tile: $pro0[rr * S + j - tb] = exp2($pro0[rr * S + j - tb] * h - m), in place.
+    std::filesystem::path att = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "attention.rf";
+    auto c = analyze_source(test::read_text(att), "attention.rf", make_target(TargetKind::Cpu), {});
+    EXPECT_NE(generate(*c).source.find("rfk::exp2_row("), std::string::npos);
+    // By hand: $a[j] = exp2($a[j]) is staged; $b[j] = exp2($b[j - 1]) reads what the iteration before
+    // wrote, which a staged strip would read before that write: it stays inline.
+    using namespace rf::tile;
+    Expr j = make_index("$j");
+    auto at = [&](const char *a, Expr i) { return local_at(a, i); };
+    Module m;
+    m.sizes = {"R"};
+    m.buffers.push_back({"Y", Buffer::Role::Output, DType::f32, {make_size("R")}});
+    std::vector<StmtP> body{
+        decl("$a", LocalClass::Tile, {int_c(65)}, real_c(1)),
+        decl("$b", LocalClass::Tile, {int_c(65)}, real_c(1)),
+        for_loop(j, int_c(0), int_c(64), {assign(at("$a", j), make_call(Func::exp2, at("$a", j)))}, LoopKind::Simd),
+        for_loop(j, int_c(1), int_c(64), {assign(at("$b", j), make_call(Func::exp2, at("$b", make_sub(j, int_c(1)))))}, LoopKind::Simd),
+        store(make_load("Y", {make_index("$r")}, DType::f32, SType::Real), make_add(at("$a", int_c(3)), at("$b", int_c(3))))};
+    tile::Kernel k;
+    k.name = "k0";
+    k.body = for_loop(make_index("$r"), int_c(0), make_size("R"), body, LoopKind::Parallel);
+    m.kernels.push_back(k);
+    verify(m);
+    std::string src = generate_cpu(m);
+    size_t first = src.find("rfk::exp2_row(");
+    EXPECT_NE(first, std::string::npos) << src;
+    EXPECT_EQ(src.find("rfk::exp2_row(", first + 1), std::string::npos) << src;
+    EXPECT_NE(src.find("rfk::exp2_f("), std::string::npos) << src;
 }
