@@ -202,7 +202,10 @@ template <typename T> static inline RFK_ALWAYS_INLINE T round_even(T x) { return
 // region (redfuse_simd_gemm.h, split_columns): the generated parallel loop sets it to its thread
 // count when it has a single iteration (one row block: a weight GEMM at M = 16), else to 1. Trivially
 // destructible, so no thread-exit destructor is registered from the dlopen'd kernel.
+#ifndef RFK_GEMM_SPLIT_THREADS  // declared by redfuse_simd_gemm.h too, which also stands alone
+#define RFK_GEMM_SPLIT_THREADS
 [[maybe_unused]] static thread_local int gemm_split_threads = 1;
+#endif
 
 static inline RFK_ALWAYS_INLINE int64_t floordiv(int64_t a, int64_t b) {
     int64_t q = a / b;

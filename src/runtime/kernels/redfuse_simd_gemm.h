@@ -45,6 +45,10 @@
 #endif
 
 namespace rfk {
+#ifndef RFK_GEMM_SPLIT_THREADS  // declared by redfuse_cpu.h too (the generated parallel loop sets it)
+#define RFK_GEMM_SPLIT_THREADS
+[[maybe_unused]] static thread_local int gemm_split_threads = 1;
+#endif
 namespace simd_detail {
 
 // ---------------------------------------------------------------------------------------------------
