@@ -3,7 +3,9 @@
  * "recompute literally" flag that no statement ever sets) by the branch it always takes.
  */
 #include <map>
+#include <optional>
 #include <set>
+#include <string>
 
 #include "ir/Eval.h"
 #include "tile/Passes.h"
