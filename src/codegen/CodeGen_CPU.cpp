@@ -382,7 +382,7 @@ private:
             pad(ind + 1) << "const int nt_ = rf_threads > 0 ? rf_threads : omp_get_max_threads();\n";
             pad(ind + 1) << "const int64_t chunk_ = n_ / (int64_t)nt_ / 8 > 1 ? n_ / (int64_t)nt_ / 8 : 1; (void)chunk_;\n";
             // One row block: its tile GEMMs split their columns over the threads instead (redfuse_cpu.h).
-            pad(ind + 1) << "rfk::gemm_split_threads = n_ == 1 ? nt_ : 1;\n";
+            pad(ind + 1) << "rfk::gemm_split_threads.store(n_ == 1 ? nt_ : 1, std::memory_order_relaxed);\n";
             pad(ind + 1) << "#pragma omp parallel num_threads(nt_) if (n_ > 1)\n";
             pad(ind + 1) << "{\n";
             arrays_below(s, ind + 2);

@@ -7,6 +7,7 @@
 #ifndef REDFUSE_CPU_H
 #define REDFUSE_CPU_H
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -200,11 +201,14 @@ template <typename T> static inline RFK_ALWAYS_INLINE T round_even(T x) { return
 
 // Threads a tile GEMM may split its columns over when it is called outside an active parallel
 // region (redfuse_simd_gemm.h, split_columns): the generated parallel loop sets it to its thread
-// count when it has a single iteration (one row block: a weight GEMM at M = 16), else to 1. Trivially
-// destructible, so no thread-exit destructor is registered from the dlopen'd kernel.
+// count when it has a single iteration (one row block: a weight GEMM at M = 16), else to 1. A
+// process-wide atomic of this kernel object, not a thread_local: LeakSanitizer's exit-time scan of
+// the threads' TLS crashed (signal 11 in its tracer) on the OpenMP workers' TLS blocks of a kernel
+// object already unloaded. Concurrent calls on several threads can only make a split less or more
+// likely (never happens inside an active region), not change a result.
 #ifndef RFK_GEMM_SPLIT_THREADS  // declared by redfuse_simd_gemm.h too, which also stands alone
 #define RFK_GEMM_SPLIT_THREADS
-[[maybe_unused]] static thread_local int gemm_split_threads = 1;
+[[maybe_unused]] static std::atomic<int> gemm_split_threads{1};
 #endif
 
 static inline RFK_ALWAYS_INLINE int64_t floordiv(int64_t a, int64_t b) {

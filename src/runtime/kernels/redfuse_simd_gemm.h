@@ -15,6 +15,7 @@
 #endif
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -47,7 +48,7 @@
 namespace rfk {
 #ifndef RFK_GEMM_SPLIT_THREADS  // declared by redfuse_cpu.h too (the generated parallel loop sets it)
 #define RFK_GEMM_SPLIT_THREADS
-[[maybe_unused]] static thread_local int gemm_split_threads = 1;
+[[maybe_unused]] static std::atomic<int> gemm_split_threads{1};
 #endif
 namespace simd_detail {
 
@@ -98,7 +99,7 @@ static inline void *scratch(int slot, size_t bytes) {
 template <typename F>
 static inline bool split_columns(int64_t M, int64_t N, int64_t K, F &&part) {
 #if defined(_OPENMP)
-    int threads = gemm_split_threads;
+    int threads = gemm_split_threads.load(std::memory_order_relaxed);
     if (threads < 2 || omp_in_parallel() || N < 128 || double(M) * double(N) * double(K) < double(1 << 22)) return false;
     int64_t parts = std::min<int64_t>(threads, N / 64);
     int64_t width = (N + parts - 1) / parts;

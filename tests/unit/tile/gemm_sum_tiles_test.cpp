@@ -125,7 +125,7 @@ TEST(TileGemmColumnSplit, OneRowBlockSplitsItsGemmsColumnsOverTheThreads) {
     // with N not a multiple of the 64-column parts.
     ArenaScope arena;
     auto c = analyze_source(test::read_text(example("rmsnorm_gemm.rf")), "rmsnorm_gemm.rf", make_target(TargetKind::Cpu), {});
-    EXPECT_NE(generate(*c).source.find("rfk::gemm_split_threads = n_ == 1 ? nt_ : 1;"), std::string::npos);
+    EXPECT_NE(generate(*c).source.find("rfk::gemm_split_threads.store(n_ == 1 ? nt_ : 1, std::memory_order_relaxed);"), std::string::npos);
     for (const char *name : {"rmsnorm_gemm.rf", "quant_gemm_int8.rf"}) {
         RunOptions o;
         o.threads = 2;
