@@ -21,9 +21,10 @@ namespace {
 
 std::filesystem::path example(const std::string &name) { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / name; }
 
-std::string tile_text(const std::string &name, const std::map<std::string, int64_t> &sizes) {
+std::string tile_text(const std::string &name, const std::map<std::string, int64_t> &sizes, int threads = 0) {
     Options o;
     o.sizes = sizes;
+    o.threads = threads;
     auto c = analyze_source(test::read_text(example(name)), name, make_target(TargetKind::Cpu), o);
     return tile::to_string(generate(*c).module);
 }
@@ -55,11 +56,7 @@ TEST(WeightGemmSchedule, RowsThatFitOneBlockStayOneBlock) {
         EXPECT_NE(t.find("tile=4096 row_block=16 "), std::string::npos) << name << "\n" << t;
         t = tile_text(name, {{"M", 5}, {"N", 4096}, {"K", 4096}});
         EXPECT_NE(t.find("tile=4096 row_block=16 "), std::string::npos) << name << "\n" << t;
-        Options o;
-        o.sizes = {{"M", 200}, {"N", 4096}, {"K", 4096}};
-        o.threads = 16;
-        auto c = analyze_source(test::read_text(example(name)), name, make_target(TargetKind::Cpu), o);
-        t = tile::to_string(generate(*c).module);
+        t = tile_text(name, {{"M", 200}, {"N", 4096}, {"K", 4096}}, 16);
         EXPECT_NE(t.find("tile=4096 row_block=8 "), std::string::npos) << name << " (16 threads: 25 blocks)\n" << t;
     }
 }
