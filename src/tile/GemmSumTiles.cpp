@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "tile/GemmSites.h"
 #include "tile/LoopFacts.h"
 #include "tile/Passes.h"
 #include "tile/StmtVisitor.h"
@@ -160,51 +161,6 @@ StmtP drop_unused_flags(const StmtP &body) {
     });
 }
 
-/** The accumulation `A[e] sum= tmp[e]` (same e) when s is one, else nothing. */
-std::optional<std::string> sum_of_tile(const StmtP &s, const std::string &tmp) {
-    if (s->kind != StmtKind::Accum || s->op != ReduceOp::Sum || s->target->kind != Kind::Load || s->value->kind != Kind::Load ||
-        s->value->name != tmp || s->target->args != s->value->args || mentions(s->target, tmp))
-        return std::nullopt;
-    return s->target->name;
-}
-
-/** Where a GEMM sum can move into its state: list position of `tile tmp`, the state it feeds. */
-struct GemmSite {
-    std::string tmp, acc;
-};
-
-/** At list[i]: `tile tmp[..]` (uninitialized, or 0), list[i+1] holds only GEMMs into tmp
- *  (overwriting it when uninitialized), list[i+2] exactly one `acc[e] sum= tmp[e]` and no other
- *  mention of tmp, nothing else in the list mentions tmp. */
-std::optional<GemmSite> gemm_site(const std::vector<StmtP> &list, size_t i) {
-    const Stmt &d = *list[i];
-    if (i + 2 >= list.size() || d.kind != StmtKind::Decl || d.cls != LocalClass::Tile || d.dims.empty()) return std::nullopt;
-    if (d.value && !d.value->is_const(0)) return std::nullopt;
-    const std::string &tmp = d.name;
-    bool gemms_only = !any_stmt(list[i + 1], [&](const StmtP &c) {
-        if (c->kind != StmtKind::Gemm) return mentions_own(c, tmp);
-        const GemmInfo &g = *c->gemm;
-        bool defines = g.accumulate ? d.value != nullptr : true;
-        return !(defines && g.c_base->kind == Kind::Load && g.c_base->name == tmp && !mentions(g.a_base, tmp) && !mentions(g.b_base, tmp));
-    });
-    if (!gemms_only || !any_stmt(list[i + 1], [](const StmtP &c) { return c->kind == StmtKind::Gemm; })) return std::nullopt;
-    std::optional<std::string> acc;
-    int sums = 0;
-    bool other = false;
-    for_each_stmt(list[i + 2], [&](const StmtP &c) {
-        if (auto a = sum_of_tile(c, tmp)) {
-            acc = a;
-            sums++;
-        } else if (mentions_own(c, tmp)) {
-            other = true;
-        }
-    });
-    if (!acc || sums != 1 || other) return std::nullopt;
-    for (size_t q = 0; q < list.size(); q++)
-        if (q != i && q != i + 1 && q != i + 2 && mentions_anywhere(list[q], tmp)) return std::nullopt;
-    return GemmSite{tmp, *acc};
-}
-
 /** Every GEMM site in the body, by the state it feeds. */
 std::map<std::string, int> gemm_sites(const StmtP &body) {
     std::map<std::string, int> n;
@@ -250,40 +206,12 @@ public:
 
     std::vector<StmtP> mutate_list(const std::vector<StmtP> &in) override {
         std::vector<StmtP> list = in;
-        for (size_t i = 0; i < list.size(); i++) {
-            auto g = gemm_site(list, i);
-            if (!g || !into_.count(g->acc)) continue;
-            list[i + 1] = redirect(list[i + 1], g->acc);
-            // The sum and the loops it leaves empty go (the statement itself if nothing else is left).
-            auto gone = [&](const StmtP &c) { return sum_of_tile(c, g->tmp) || (c->kind == StmtKind::For && c->body.empty()); };
-            StmtP rest = rewrite_bottom_up(list[i + 2], [&](const StmtP &s) -> StmtP {
-                std::vector<StmtP> b, e;
-                for (const StmtP &c : s->body)
-                    if (!gone(c)) b.push_back(c);
-                for (const StmtP &c : s->else_body)
-                    if (!gone(c)) e.push_back(c);
-                return b.size() == s->body.size() && e.size() == s->else_body.size() ? s : with_body(s, b, e);
-            });
-            if (gone(rest)) list.erase(list.begin() + static_cast<std::ptrdiff_t>(i + 2));
-            else list[i + 2] = rest;
-            list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
-        }
+        for (size_t i = 0; i < list.size(); i++)
+            if (auto site = gemm_site(list, i); site && into_.count(site->acc)) accumulate_site_into_state(list, i, *site);
         return StmtMutator::mutate_list(list);
     }
 
 private:
-    static StmtP redirect(const StmtP &s, const std::string &acc) {
-        return rewrite_bottom_up(s, [&](const StmtP &c) -> StmtP {
-            if (c->kind != StmtKind::Gemm) return c;
-            auto g = std::make_shared<GemmInfo>(*c->gemm);
-            g->c_base = make_load(acc, g->c_base->args, g->c_base->dtype, g->c_base->stype);
-            g->accumulate = true;
-            auto r = std::make_shared<Stmt>(*c);
-            r->gemm = g;
-            return r;
-        });
-    }
-
     const std::set<std::string> &into_;
 };
 

@@ -229,7 +229,7 @@ TEST(Cli, GpuTargets) {
     EXPECT_EQ(sh("run " + ex("softmax") + " --target opencl --threads 48").status, 2);
     EXPECT_EQ(sh("run " + ex("softmax") + " --target opencl --fusion-level lane").status, 2);
     EXPECT_EQ(sh("run " + ex("softmax") + " --target opencl --fusion-level warp --check").status, 0);
-    if (!has_driver) EXPECT_EQ(sh("tune " + ex("softmax") + " --target cuda").status, 1);
+    if (!has_driver) { EXPECT_EQ(sh("tune " + ex("softmax") + " --target cuda").status, 1); }
 }
 
 TEST(Cli, RunOnOpenCL) {

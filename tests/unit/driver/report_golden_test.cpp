@@ -40,5 +40,5 @@ TEST(Golden, AnalyzeAndPlanDumpsOfEveryExample) {
         EXPECT_EQ(got, want.str()) << "golden mismatch for " << rel;
         compared++;
     }
-    if (!update) EXPECT_GE(compared, 20);
+    if (!update) { EXPECT_GE(compared, 20); }
 }

@@ -87,7 +87,7 @@ TEST(Numerics, FullyMaskedAttentionRowsGiveZeroAndNoNaN) {
                     for (int64_t e = 0; e < 4; e++) {
                         double v = O.at({0, h, i, e});
                         EXPECT_FALSE(std::isnan(v));
-                        if (i < 2) EXPECT_EQ(v, 0.0);
+                        if (i < 2) { EXPECT_EQ(v, 0.0); }
                     }
                 }
         }

@@ -38,7 +38,7 @@ void expect_matches_finite_differences(const Program &p, const GradResult &g, co
         SCOPED_TRACE("gradient " + c.gradient);
         EXPECT_LE(c.max_abs_err, GradCheckReport::kTolerance * c.scale) << "element " << c.worst;
         EXPECT_TRUE(c.ok) << c.checked << " checked, " << c.skipped << " skipped";
-        if (c.elements > 1) EXPECT_GT(c.checked, 0) << "no differentiable point";
+        if (c.elements > 1) { EXPECT_GT(c.checked, 0) << "no differentiable point"; }
     }
 }
 
@@ -260,7 +260,7 @@ void expect_masked_rows_get_zero_gradients(const std::string &spec, const std::s
     int64_t rows_per_outer = d.shape.size() >= 2 ? d.shape[d.shape.size() - 2] : 1;
     for (size_t i = 0; i < d.data.size(); i++) {
         int64_t row = static_cast<int64_t>(i) / row_len % rows_per_outer;
-        if (row < masked_rows) EXPECT_EQ(d.data[i], 0.0) << dinput << " at " << i;
+        if (row < masked_rows) { EXPECT_EQ(d.data[i], 0.0) << dinput << " at " << i; }
     }
 }
 

@@ -206,7 +206,7 @@ TEST_P(WorkloadSpec, ParsesAndBinds) {
     for (const TensorDef &d : p.defs) {
         bool is_output = false;
         for (const OutputDecl &o : p.outputs) is_output |= o.name == d.name || o.name == d.index_name;
-        if (!is_output) EXPECT_TRUE(d.is_reduction()) << d.name;
+        if (!is_output) { EXPECT_TRUE(d.is_reduction()) << d.name; }
     }
     try {
         bind_sizes(p, w.sizes);

@@ -14,6 +14,7 @@
 #include "tile/Lower.h"
 #include "tile/LowerPass.h"
 #include "tile/Passes.h"
+#include "tile/StmtVisitor.h"
 #include "tile/TileIR.h"
 
 using namespace rf;
@@ -80,7 +81,20 @@ std::vector<Case> cases() {
                  return s;
              });
          }, false},
-        {"a GEMM that overwrites its array: kept", [] { return kernel(false, add); }, false},
+        {"the one GEMM overwrites its zeroed array: the same sum, added into the state", [] { return kernel(false, add); }, true},
+        {"two GEMMs overwrite the array: kept (the second would drop the first's product)", [] {
+             Module m = kernel(false, add);
+             m.kernels[0].body = rewrite_bottom_up(m.kernels[0].body, [](const StmtP &s) -> StmtP {
+                 if (s->kind != StmtKind::For || s->var->name != "$row") return s;
+                 std::vector<StmtP> b;
+                 for (const StmtP &c : s->body) {
+                     b.push_back(c);
+                     if (c->kind == StmtKind::Gemm) b.back() = block({c, c});
+                 }
+                 return with_body(s, b);
+             });
+             return m;
+         }, false},
         {"the array read after the loop: kept", [] {
              return kernel(true, add, {store(make_load("Y", {int_c(0)}, DType::f32, SType::Real), local_at("$g", int_c(0)))});
          }, false},

@@ -42,7 +42,7 @@ TEST(TilePrologues, AttentionBackwardStoresNoScoreTensor) {
             auto c = analyze_source(spec, "backward.rf", make_target(target), {});
             tile::Module m = generate(*c).module;
             for (const tile::Buffer &b : m.buffers)
-                if (b.role == tile::Buffer::Role::Temp) EXPECT_LE(b.dims.size(), 3u) << b.name << " is stored whole";
+                if (b.role == tile::Buffer::Role::Temp) { EXPECT_LE(b.dims.size(), 3u) << b.name << " is stored whole"; }
             std::string text = tile::to_string(m);
             // S and dP as GEMMs over the row block in the dQ chain and, transposed, the dK/dV chain.
             // The grouped form's dK/dV chain sums over (h, i) flattened: its tiles are not
