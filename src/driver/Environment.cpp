@@ -65,6 +65,10 @@ Options with_environment(Options o) {
         else o.tile_passes = named("REDFUSE_TILE_PASSES", [&] { return parse_tile_pass_list(p); });
     }
     if (env("REDFUSE_VERIFY") == "1") o.verify_each_pass = true;
+    if (std::string h = env("REDFUSE_HUGE_PAGES"); !h.empty()) {
+        if (h != "0" && h != "1") throw UserError({}, "REDFUSE_HUGE_PAGES: expected 0 or 1, got '" + h + "'");
+        o.huge_page_outputs = h == "1";
+    }
     for (const std::string &w : split(env("REDFUSE_JIT_FLAGS"), ' ')) o.jit_extra_flags.push_back(w);
     return o;
 }

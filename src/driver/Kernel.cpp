@@ -18,6 +18,7 @@
 #include "interp/Reference.h"
 #include "runtime/CpuBackend.h"
 #include "runtime/GpuBackend.h"
+#include "runtime/HostMemory.h"
 #include "support/Error.h"
 
 namespace rf {
@@ -392,6 +393,8 @@ void Kernel::operator()(const std::vector<TensorView> &ins, const std::vector<Te
     }
     CallBuffers bufs(ins, outs);
     if (I.cpu) {
+        if (I.schedule.huge_page_outputs)
+            for (size_t j = ins.size(); j < bufs.ptrs.size(); j++) advise_huge_pages(bufs.ptrs[j], bufs.bytes[j]);
         int rc = I.cpu->entry(size_values.data(), bufs.ptrs.data(), I.schedule.threads);
         if (rc != 0) throw UserError({}, "the generated kernel could not allocate its temporaries (out of memory)");
     } else {

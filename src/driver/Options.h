@@ -93,6 +93,11 @@ struct Options {
     std::vector<DumpRequest> dumps;
     std::ostream *dump_stream = nullptr;
 
+    // ---- Running (CPU).
+    /** Before a call, ask for transparent huge pages on output buffers of 4 MiB or more
+     *  (runtime/HostMemory.h: a fresh output's page faults cost more than a memory-bound kernel). */
+    bool huge_page_outputs = true;
+
     // ---- The JIT (CPU) and the cubin cache (CUDA).
     std::vector<std::string> jit_extra_flags;  ///< appended to the generated kernels' compiler flags
     std::string cache_dir;         ///< JIT and cubin cache (empty: the default)
