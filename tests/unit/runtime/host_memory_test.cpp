@@ -13,9 +13,11 @@
 #include <sstream>
 #include <string>
 
+#include "driver/Environment.h"
 #include "driver/HostTarget.h"
 #include "driver/Kernel.h"
 #include "runtime/HostMemory.h"
+#include "support/Error.h"
 
 namespace rf {
 namespace {
@@ -96,6 +98,22 @@ TEST(HostMemory, CpuKernelsAdviseTheirLargeOutputsUnlessTold) {
         for (int64_t c = 0; c < C; c++) row += out[c];
         EXPECT_NEAR(row, 1.0, 1e-4);
     }
+}
+
+TEST(HostMemory, TheEnvironmentTurnsTheAdviceOffOrIsAnError) {
+    EXPECT_TRUE(Options{}.huge_page_outputs);
+    setenv("REDFUSE_HUGE_PAGES", "0", 1);
+    EXPECT_FALSE(with_environment(Options{}).huge_page_outputs);
+    setenv("REDFUSE_HUGE_PAGES", "1", 1);
+    EXPECT_TRUE(with_environment(Options{}).huge_page_outputs);
+    setenv("REDFUSE_HUGE_PAGES", "yes", 1);
+    try {
+        with_environment(Options{});
+        ADD_FAILURE() << "REDFUSE_HUGE_PAGES=yes was accepted";
+    } catch (const UserError &e) {
+        EXPECT_NE(std::string(e.what()).find("REDFUSE_HUGE_PAGES: expected 0 or 1, got 'yes'"), std::string::npos) << e.what();
+    }
+    unsetenv("REDFUSE_HUGE_PAGES");
 }
 
 }  // namespace
