@@ -72,6 +72,7 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     lo.row_lanes = c.target.kind == TargetKind::Cpu;
     lo.bf16_row_outputs = c.target.kind == TargetKind::Cpu;
     if (c.target.kind == TargetKind::Cpu) lo.attention_row_block = 64;
+    if (c.target.kind == TargetKind::Cpu && c.target.cpu.l2_bytes > 0) lo.fast_memory_bytes = c.target.cpu.l2_bytes / 2;
     return lo;
 }
 

@@ -46,12 +46,14 @@ struct LowerOptions {
     /** An epilogue's bf16 outputs are written a row at a time from a float row, like f32 ones (the
      *  CPU: one vector conversion per 16 values, rfk::copy_row_bf16); elsewhere element by element. */
     bool bf16_row_outputs = false;
+    /** Fast memory per worker that the rows of an on-chip multi-pass block should fit (the CPU: half
+     *  of L2, as the planner's PlanOptions::fast_memory_bytes); 0: no limit. */
+    int64_t fast_memory_bytes = 0;
 };
 
-/** The default schedule of a chain at the given sizes (its plan's strategy and segments, a tile
- *  that keeps the tile's working set in L1). */
-Schedule default_schedule(const ChainPlan &c, const Program &p, const SizeBinding &sizes, int threads, int workers,
-                          bool row_lanes = false, int64_t attention_row_block = 32);
+/** The default schedule of a chain at the sizes and for the machine of `o` (its plan's strategy and
+ *  segments, a tile that keeps the tile's working set in L1, a row block per chain shape). */
+Schedule default_schedule(const ChainPlan &c, const Program &p, const LowerOptions &o);
 
 /** Plan → tile IR. InternalError if the plan is inconsistent; UserError for constructs the tile IR
  *  cannot express yet (named, with the definition's location). */

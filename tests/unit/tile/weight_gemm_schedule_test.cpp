@@ -3,7 +3,7 @@
  * with 1024 or more output columns per row (RMSNorm->GEMM's Y[m, n], quantization->GEMM) takes one
  * tile of the whole axis (up to 4096) and 128-row blocks; a prologue GEMM with a deep contraction
  * (linear + cross-entropy's logits over D >= 512) 128-row blocks; attention-shaped chains 64 x 256
- * on the CPU.
+ * on the CPU; an on-chip multi-pass chain's row block fits half of L2 (moment of inertia).
  * The kernels so scheduled agree with the reference.
  */
 #include <gtest/gtest.h>
@@ -44,6 +44,26 @@ TEST(WeightGemmSchedule, WideOutputRowsTakeTheWholeAxisAndBigRowBlocks) {
     // Attention-shaped chains (QKᵀ and P·V) take 64-row blocks on the CPU.
     std::string attention = tile_text("attention.rf", {{"B", 1}, {"H", 8}, {"M", 2048}, {"N", 2048}, {"D", 128}});
     EXPECT_NE(attention.find("tile=256 row_block=64"), std::string::npos) << attention;
+}
+
+TEST(WeightGemmSchedule, OnchipPassesKeepTheirRowBlockInHalfOfL2) {
+    // Moment of inertia reads w[s, n] and P[s, n, 0..2]: 16 bytes per point. Its member c[s, a] has an
+    // extra axis, which takes 32-row blocks; its on-chip passes re-read the block's rows, so the block
+    // is capped at half of L2 over the bytes of a row: N = 65536 (1 MiB a row) one row per block,
+    // N = 4096 (64 KiB) 8 rows with 1 MiB of L2, N = 512 the 32 rows.
+    ArenaScope arena;
+    Target t = make_target(TargetKind::Cpu);
+    t.cpu.l2_bytes = 1 << 20;
+    auto schedule_of = [&](int64_t N) {
+        Options o;
+        o.sizes = {{"S", 256}, {"N", N}};
+        auto c = analyze_source(test::read_text(example("moment_of_inertia.rf")), "moment_of_inertia.rf", t, o);
+        return tile::to_string(generate(*c).module);
+    };
+    std::string big = schedule_of(65536), mid = schedule_of(4096), small = schedule_of(512);
+    EXPECT_NE(big.find("strategy=onchip_multipass tile=256 row_block=1 "), std::string::npos) << big;
+    EXPECT_NE(mid.find("strategy=onchip_multipass tile=256 row_block=8 "), std::string::npos) << mid;
+    EXPECT_NE(small.find("strategy=onchip_multipass tile=256 row_block=32 "), std::string::npos) << small;
 }
 
 TEST(WeightGemmSchedule, RowsThatFitOneBlockStayOneBlock) {
