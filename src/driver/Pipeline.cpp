@@ -57,6 +57,10 @@ void verify_if_asked(const tile::Module &m, const Options &o) {
     if (o.verify_each_pass || tile::verify_each_pass()) tile::verify(m);
 }
 
+/** A CPU worker's fast memory for the plan's on-chip passes and their row blocks: half of L2 (room
+ *  for the other operands); 0 when the target does not say. */
+int64_t cpu_fast_memory_bytes(const Target &t) { return t.kind == TargetKind::Cpu && t.cpu.l2_bytes > 0 ? t.cpu.l2_bytes / 2 : 0; }
+
 tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     tile::LowerOptions lo;
     lo.sizes = c.sizes;
@@ -72,7 +76,7 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     lo.row_lanes = c.target.kind == TargetKind::Cpu;
     lo.bf16_row_outputs = c.target.kind == TargetKind::Cpu;
     if (c.target.kind == TargetKind::Cpu) lo.attention_row_block = 64;
-    if (c.target.kind == TargetKind::Cpu && c.target.cpu.l2_bytes > 0) lo.fast_memory_bytes = c.target.cpu.l2_bytes / 2;
+    lo.fast_memory_bytes = cpu_fast_memory_bytes(c.target);
     return lo;
 }
 
@@ -147,7 +151,7 @@ PlanOptions plan_options(const Target &target, const Options &o) {
     po.approx = o.approx;
     if (target.kind == TargetKind::Cpu) {
         po.parallel_units = target.workers();
-        if (target.cpu.l2_bytes > 0) po.fast_memory_bytes = target.cpu.l2_bytes / 2;  // room for the other operands
+        if (int64_t fast = cpu_fast_memory_bytes(target)) po.fast_memory_bytes = fast;
     }
     return po;
 }

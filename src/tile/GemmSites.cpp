@@ -81,14 +81,7 @@ std::optional<GemmSite> gemm_site(const std::vector<StmtP> &list, size_t i) {
 
 std::optional<StmtP> without_gemm_sum(const StmtP &s, const std::string &tmp) {
     auto gone = [&](const StmtP &c) { return sum_of_tile(c, tmp) || (c->kind == StmtKind::For && c->body.empty()); };
-    StmtP rest = rewrite_bottom_up(s, [&](const StmtP &p) -> StmtP {
-        std::vector<StmtP> b, e;
-        for (const StmtP &c : p->body)
-            if (!gone(c)) b.push_back(c);
-        for (const StmtP &c : p->else_body)
-            if (!gone(c)) e.push_back(c);
-        return b.size() == p->body.size() && e.size() == p->else_body.size() ? p : with_body(p, b, e);
-    });
+    StmtP rest = drop_stmts(s, gone);
     if (gone(rest)) return std::nullopt;
     return rest;
 }

@@ -143,21 +143,10 @@ StmtP drop_unused_flags(const StmtP &body) {
             if (!writes_n && mentions_own(s, n)) still_read.insert(n);
         }
     });
-    return rewrite_bottom_up(out, [&](const StmtP &s) -> StmtP {
-        auto gone = [&](const StmtP &c) {
-            std::string n = c->kind == StmtKind::Decl ? c->name
-                          : c->kind == StmtKind::Assign && c->target->kind == Kind::Load ? c->target->name : std::string();
-            return dropped.count(n) && !still_read.count(n);
-        };
-        auto keep = [&](const std::vector<StmtP> &l) {
-            std::vector<StmtP> k;
-            for (const StmtP &c : l)
-                if (!gone(c)) k.push_back(c);
-            return k;
-        };
-        std::vector<StmtP> b = keep(s->body), e = keep(s->else_body);
-        if (b.size() == s->body.size() && e.size() == s->else_body.size()) return s;
-        return with_body(s, b, e);
+    return drop_stmts(out, [&](const StmtP &c) {
+        std::string n = c->kind == StmtKind::Decl ? c->name
+                      : c->kind == StmtKind::Assign && c->target->kind == Kind::Load ? c->target->name : std::string();
+        return dropped.count(n) && !still_read.count(n);
     });
 }
 

@@ -171,4 +171,15 @@ StmtP rewrite_bottom_up(const StmtP &s, const std::function<StmtP(const StmtP &)
     return r.mutate(s);
 }
 
+StmtP drop_stmts(const StmtP &s, const std::function<bool(const StmtP &)> &gone) {
+    return rewrite_bottom_up(s, [&](const StmtP &p) -> StmtP {
+        std::vector<StmtP> b, e;
+        for (const StmtP &c : p->body)
+            if (!gone(c)) b.push_back(c);
+        for (const StmtP &c : p->else_body)
+            if (!gone(c)) e.push_back(c);
+        return b.size() == p->body.size() && e.size() == p->else_body.size() ? p : with_body(p, b, e);
+    });
+}
+
 }  // namespace rf::tile

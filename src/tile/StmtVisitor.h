@@ -113,4 +113,9 @@ bool any_child(const StmtP &s, const std::function<bool(const StmtP &)> &pred);
  *  result (f returns its argument to keep it). Unchanged subtrees keep their pointers. */
 StmtP rewrite_bottom_up(const StmtP &s, const std::function<StmtP(const StmtP &)> &f);
 
+/** s with every statement for which `gone` holds removed from the lists below it (body and else),
+ *  bottom-up: a loop emptied by the removals is itself tested by `gone` in its parent's list. s itself
+ *  is kept (the caller tests it). Unchanged subtrees keep their pointers. */
+StmtP drop_stmts(const StmtP &s, const std::function<bool(const StmtP &)> &gone);
+
 }  // namespace rf::tile
