@@ -514,7 +514,7 @@ private:
         std::string lda = int_expr(g.a_si), ldc = int_expr(g.c_si);
         bool f32a = ta == DType::f32, f32b = tb == DType::f32, bfa = ta == DType::bf16, bfb = tb == DType::bf16;
         std::string call;
-        if (g.trans_b) {
+        if (g.trans_b && !g.a_transposed()) {
             std::string ldb = int_expr(g.b_sj), tail = ", " + C + ", " + ldc + ", " + (g.accumulate ? "true" : "false") + ");";
             std::string args = "(" + M + ", " + N + ", " + K + ", " + alpha + ", " + A + ", " + lda + ", " + B + ", " + ldb + tail;
             if (f32a && f32b) call = "rfk::gemm_nt_f32" + args;
@@ -524,6 +524,12 @@ private:
             else if (f32a && tb == DType::f8e5m2) call = "rfk::gemm_nt_f32_f8e5m2" + args;
             else if (f32a && tb == DType::f16) call = "rfk::gemm_nt_f32_f16" + args;
             else if (ta == DType::i8 && tb == DType::i8 && g.alpha->is_const(1)) call = "rfk::gemm_nt_s8_to_f32" + args;
+        } else if (g.accumulate && g.alpha->is_const(1) && g.a_transposed()) {
+            // Aᵀ·B: A stored with its rows along k (a row-reduced member's tile, LowerRowReduced.cpp).
+            std::string ldb = int_expr(g.b_sk), lda_t = int_expr(g.a_sk);
+            std::string args = "(" + M + ", " + N + ", " + K + ", " + A + ", " + lda_t + ", " + B + ", " + ldb + ", " + C + ", " + ldc + ");";
+            if (f32a && f32b) call = "rfk::gemm_tn_acc_f32" + args;
+            else if (f32a && bfb) call = (round_tile_products_ ? "rfk::gemm_tn_acc_f32_as_bf16" : "rfk::gemm_tn_acc_f32_bf16") + args;
         } else if (g.accumulate && g.alpha->is_const(1)) {
             std::string ldb = int_expr(g.b_sk);
             std::string args = "(" + M + ", " + N + ", " + K + ", " + A + ", " + lda + ", " + B + ", " + ldb + ", " + C + ", " + ldc + ");";
@@ -635,7 +641,8 @@ std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
         for (Expr e : b.dims) size += " * (int64_t)(" + emit_c(e, ictx) + ")";
         // Uninitialized: every element of a temporary is written before it is read, and zeroing
         // (page-faulting) a large one would cost more than some kernels.
-        os << "        std::unique_ptr<double[]> rf_t" << ti << "(new double[(size_t)(" << size << ")]);\n";
+        std::string T = c_storage_type(b.dtype);
+        os << "        std::unique_ptr<" << T << "[]> rf_t" << ti << "(new " << T << "[(size_t)(" << size << ")]);\n";
         os << "        rf_bufs[" << i << "] = rf_t" << ti++ << ".get();\n";
     }
     for (const Kernel &k : m.kernels) os << "        " << k.name << "(rf_sizes, rf_bufs, rf_threads);\n";

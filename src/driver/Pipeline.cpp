@@ -75,6 +75,7 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     lo.float_states = is_gpu(c.target.kind);  // GPU states are float: tile GEMMs may accumulate into them
     lo.row_lanes = c.target.kind == TargetKind::Cpu;
     lo.bf16_row_outputs = c.target.kind == TargetKind::Cpu;
+    lo.row_reduced_members = c.target.kind == TargetKind::Cpu;
     if (c.target.kind == TargetKind::Cpu) lo.attention_row_block = 64;
     lo.fast_memory_bytes = cpu_fast_memory_bytes(c.target);
     return lo;

@@ -105,6 +105,23 @@ private:
             int64_t q = floor_div(x, y);
             return e->kind == Kind::IDiv ? q : x - y * q;
         }
+        case Kind::Select:
+            // Integer choices between sizes (the lowering's buffer extents: one copy per worker
+            // when the rows are fewer than the workers).
+            if (a[0]->kind == Kind::Cmp) {
+                int64_t x = eval(a[0]->args[0]), y = eval(a[0]->args[1]);
+                bool c = false;
+                switch (a[0]->cmp) {
+                case CmpOp::LT: c = x < y; break;
+                case CmpOp::LE: c = x <= y; break;
+                case CmpOp::GT: c = x > y; break;
+                case CmpOp::GE: c = x >= y; break;
+                case CmpOp::EQ: c = x == y; break;
+                case CmpOp::NE: c = x != y; break;
+                }
+                return eval(c ? a[1] : a[2]);
+            }
+            break;
         default: break;
         }
         RF_INTERNAL_ASSERT(false) << "eval_int of a non-integer expression: " << to_string(e);

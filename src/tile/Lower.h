@@ -40,6 +40,10 @@ struct LowerOptions {
     bool float_states = false;
     /** Column reductions may take the rows of a block as SIMD lanes (Schedule::row_lanes): the CPU. */
     bool row_lanes = false;
+    /** A chain of sums over one axis may run inside another chain that computes the same per-tile
+     *  prologue with the roles of row and axis swapped, as a row-reduced member (LowerRowReduced.cpp:
+     *  the attention backward's dQ inside its dK/dV chain). Float partial sums per worker: the CPU. */
+    bool row_reduced_members = false;
     /** Rows per block of an attention-shaped chain (a per-tile prologue GEMM, QKᵀ, and a member with
      *  an extra axis, P·V): 32 keep a GPU's score tile in shared memory; the CPU takes 64. */
     int64_t attention_row_block = 32;

@@ -47,6 +47,7 @@ namespace rf::tile::lowering {
 
 PassKernel PassLowering::run() {
     prepare();
+    RF_INTERNAL_ASSERT(ctx_.row_reduced.empty() || ctx_.schedule.segments <= 1) << "row-reduced members in a multi-segment pass";
     return ctx_.schedule.segments > 1 ? multi_segment() : single_segment();
 }
 
@@ -318,6 +319,7 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
         out.push_back(rows_of_block({for_loop(j, j0, j1, {assign(local_at(local, add_i(mul_i(rr(), int_c(row_stride())), make_sub(j, j0))), v)}, LoopKind::Simd)}));
     }
     plan_gemms(P);
+    plan_row_reduced();
     plan_shared_rescales(P);
     plan_companions(P);
     for (const MemberInfo &m : members_) {
@@ -386,6 +388,7 @@ std::vector<StmtP> PassLowering::update_tile(const std::string &P) {
             break;
         }
     }
+    for (const StmtP &s : row_reduced_updates()) out.push_back(s);
     return out;
 }
 
@@ -552,6 +555,7 @@ StmtP PassLowering::tiles(const std::string &P, Expr lo, Expr hi) {
 }
 
 PassKernel PassLowering::single_segment() {
+    if (!ctx_.row_reduced.empty()) return row_reduced_kernel();
     Expr row = make_index("$row");
     std::vector<StmtP> body = row_decls(row);
     for (const StmtP &s : row_statements()) body.push_back(s);

@@ -339,6 +339,7 @@ public:
                 if (d.is_reduction() && !in_chain.count(d.name) && !tile_prologue(d.name, chains)) chains.push_back(single_member_chain(d));
         }
         choose_prologues(chains);
+        if (!o_.unfused) choose_row_reduced_members(chains);
         make_buffers(chains);
         order(chains);
         return std::move(m_);
@@ -424,6 +425,19 @@ private:
             for (const std::string &n : c.prologue) tile_prologue(n, chains);
     }
 
+    /** Chains that run inside another chain's kernel (LowerRowReduced.cpp), with a float buffer of
+     *  partial sums each. */
+    void choose_row_reduced_members(const std::vector<ChainPlan> &chains) {
+        row_reduced_ = choose_row_reduced(chains, prologue_slots_, p_, o_);
+        for (auto &[host, members] : row_reduced_.by_host)
+            for (RowReducedMember &r : members) {
+                r.partial = "%rowsum" + std::to_string(partial_buffers_.size());
+                partial_buffers_.push_back({r.partial, Buffer::Role::Temp, DType::f32,
+                                            {row_reduced_partial_elements(r, chains[host], p_, row_reduced_workers())}});
+            }
+    }
+    int row_reduced_workers() const { return std::max(1, o_.threads > 0 ? o_.threads : o_.workers); }
+
     // ---- Buffers.
     void make_buffers(const std::vector<ChainPlan> &chains) {
         std::set<std::string> read;
@@ -444,6 +458,7 @@ private:
                 if (read.count(n) || !outputs.count(n)) m_.buffers.push_back({n, Buffer::Role::Temp, DType::f64, d.extents});
             }
         }
+        for (const Buffer &b : partial_buffers_) m_.buffers.push_back(b);
         (void)chains;
     }
 
@@ -452,7 +467,8 @@ private:
         std::set<std::string> done;
         for (const InputDecl &in : p_.inputs) done.insert(in.name);
         std::vector<size_t> pending;
-        for (size_t i = 0; i < chains.size(); i++) pending.push_back(i);
+        for (size_t i = 0; i < chains.size(); i++)
+            if (!row_reduced_.absorbed.count(i)) pending.push_back(i);
         std::vector<const TensorDef *> elementwise;
         for (const TensorDef &d : p_.defs)
             if (!d.is_reduction()) elementwise.push_back(&d);
@@ -481,6 +497,8 @@ private:
                 }
                 bool ok = true;
                 for (const std::string &n : c.members) ok = ok && ready(*p_.find_def(n), own);
+                if (auto rows = row_reduced_.by_host.find(pending[pi]); rows != row_reduced_.by_host.end())
+                    for (const RowReducedMember &r : rows->second) ok = ok && ready(*r.def, own);
                 if (!ok) continue;
                 emit_chain(c, pending[pi], done, elementwise, placed);
                 pending.erase(pending.begin() + static_cast<long>(pi));
@@ -526,7 +544,9 @@ private:
                     const std::vector<const TensorDef *> &elementwise, std::set<const TensorDef *> &placed) {
         Schedule s = default_schedule(c0, p_, o_);
         std::map<std::string, std::string> term_store;
-        bool may_split = s.segments <= 1 && s.strategy != Strategy::MultiPass && s.strategy != Strategy::Incremental && !o_.force_strategy;
+        auto rows = row_reduced_.by_host.find(ci);
+        const bool hosts = rows != row_reduced_.by_host.end();
+        bool may_split = !hosts && s.segments <= 1 && s.strategy != Strategy::MultiPass && s.strategy != Strategy::Incremental && !o_.force_strategy;
         if (may_split) {
             if (auto split = split_for_term_reuse(c0, elementwise, term_store)) split_chains_.push_back(*split);
         }
@@ -556,6 +576,14 @@ private:
         }
         std::string what;
         for (const std::string &n : c.members) what += (what.empty() ? "" : ", ") + n;
+        if (hosts) {
+            RF_INTERNAL_ASSERT(ctxs.size() == 1 && s.segments <= 1) << "a chain with row-reduced members in several passes or segments";
+            ctxs[0].row_reduced = rows->second;
+            ctxs[0].row_reduced_workers = row_reduced_workers();
+            for (const RowReducedMember &r : rows->second) {
+                what += " + " + r.def->name + " (over the rows)";
+            }
+        }
         bool onchip = c.passes.size() > 1 && s.segments <= 1 && s.strategy != Strategy::MultiPass;
         if (onchip) {
             // Members of the chain are computed before its epilogue.
@@ -601,6 +629,8 @@ private:
         for (const std::string &n : c.members)
             if (const TensorDef *d = p_.find_def(n); d->is_topk()) done.insert(d->index_name);
         for (const TensorDef *d : ctxs.back().epilogues) done.insert(d->name);
+        if (hosts)  // final once the whole kernel has run: never a row epilogue of the host
+            for (const RowReducedMember &r : rows->second) done.insert(r.def->name);
     }
 
     /** Softmax-like chains on chip: when an element-wise output contains a multiplicative member's
@@ -737,6 +767,8 @@ private:
     const Program &p_;
     const LowerOptions &o_;
     Module m_;
+    RowReducedChoice row_reduced_;
+    std::vector<Buffer> partial_buffers_;
     /** Per-tile prologue -> the chains computing it -> its slots there (prologue_slots). */
     std::map<std::string, std::map<size_t, std::vector<size_t>>> prologue_slots_;
     std::deque<ChainPlan> split_chains_;

@@ -240,6 +240,24 @@ private:
     /** After t's loop: acc_s += κ·(t's tile sum of the moment s accompanies), for each companion s. */
     std::vector<StmtP> companion_updates(const std::string &P, const MemberInfo &t, Expr x, const std::vector<std::string> &tile_sums);
 
+    // ---- Row-reduced members (LowerRowReduced.cpp).
+    struct RowReducedGemm {
+        Expr F = nullptr;  ///< the factor over ($rr, $jh), a tile array shared with the members
+        Expr W = nullptr;  ///< the input load over ($rr, $xg)
+        int w_k = -1;      ///< W's dimension indexed by the block's row
+    };
+    std::optional<RowReducedGemm> row_reduced_form(const RowReducedMember &r);
+    /** Each row-reduced member's GEMM form, its factor registered as a shared tile array. */
+    void plan_row_reduced();
+    /** The flat index into r's layout with each var at the value of its host slot (at_slot) and the
+     *  extra var at `extra`. */
+    Expr row_reduced_index(const RowReducedMember &r, const std::function<Expr(size_t slot)> &at_slot, Expr extra);
+    /** After the members: each row-reduced member's partial sums += the tile's terms. */
+    std::vector<StmtP> row_reduced_updates();
+    /** The kernel of a host chain: outer rows owning their partial sums, or worker copies. */
+    PassKernel row_reduced_kernel();
+    std::vector<RowReducedGemm> row_reduced_gemm_;
+
     // ---- Per-tile update (PlanInterp::update).
     std::vector<StmtP> update_tile(const std::string &P);
 

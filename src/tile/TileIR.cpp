@@ -275,7 +275,7 @@ public:
     void visit_gemm(const StmtP &s) override {
         const GemmInfo &g = *s->gemm;
         pad() << "gemm " << rf::to_string(g.c_base) << " " << (g.accumulate ? "+=" : "=") << " " << rf::to_string(g.alpha) << " * "
-              << rf::to_string(g.a_base) << " x " << rf::to_string(g.b_base) << (g.trans_b ? "^T" : "") << "  [M=" << rf::to_string(g.M)
+              << rf::to_string(g.a_base) << (g.a_transposed() ? "^T" : "") << " x " << rf::to_string(g.b_base) << (g.trans_b ? "^T" : "") << "  [M=" << rf::to_string(g.M)
               << " N=" << rf::to_string(g.N) << " K=" << rf::to_string(g.K) << "]\n";
     }
     void visit_store(const StmtP &s) override { pad() << "store " << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; }

@@ -138,6 +138,48 @@ static inline void gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, cons
     gemm_nn_acc_f32_bf16(M, N, K, P, ldp, V, ldv, C, ldc);
 }
 
+namespace simd_detail {
+/** dst[c][r] = src[r][c] for r < rows, c < cols, in 16 × 16 blocks (each block's source rows and
+ *  destination rows stay in L1 while it is copied). */
+static inline void transpose_f32(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst, int64_t ldd) {
+    constexpr int64_t B = 16;
+    for (int64_t r0 = 0; r0 < rows; r0 += B)
+        for (int64_t c0 = 0; c0 < cols; c0 += B) {
+            int64_t r1 = min64(rows, r0 + B), c1 = min64(cols, c0 + B);
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t r = r0; r < r1; r++) dst[c * ldd + r] = src[r * lds + c];
+        }
+}
+/** Aᵀ for the C += Aᵀ·B GEMMs below: A is K × M (rows of A are the sum's terms), Aᵀ in scratch slot 6. */
+static inline const float *transposed_operand(int64_t M, int64_t K, const float *A, int64_t lda, int64_t &ld) {
+    ld = K;
+    float *t = static_cast<float *>(scratch(6, size_t(M * K > 0 ? M * K : 1) * sizeof(float)));
+    transpose_f32(K, M, A, lda, t, ld);
+    return t;
+}
+}  // namespace simd_detail
+
+// C += Aᵀ B with A stored K × M (a row-reduced member: the score tile's rows are the sum's terms, its
+// columns C's rows). The transposed copy costs M·K moves against the GEMM's M·N·K multiply-adds.
+static inline void gemm_tn_acc_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                                   float *C, int64_t ldc) {
+    int64_t ld;
+    const float *t = simd_detail::transposed_operand(M, K, A, lda, ld);
+    gemm_nn_acc_f32(M, N, K, t, ld, B, ldb, C, ldc);
+}
+static inline void gemm_tn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const uint16_t *B,
+                                        int64_t ldb, float *C, int64_t ldc) {
+    int64_t ld;
+    const float *t = simd_detail::transposed_operand(M, K, A, lda, ld);
+    gemm_nn_acc_f32_bf16(M, N, K, t, ld, B, ldb, C, ldc);
+}
+static inline void gemm_tn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const uint16_t *B,
+                                           int64_t ldb, float *C, int64_t ldc) {
+    int64_t ld;
+    const float *t = simd_detail::transposed_operand(M, K, A, lda, ld);
+    gemm_nn_acc_f32_as_bf16(M, N, K, t, ld, B, ldb, C, ldc);
+}
+
 }  // namespace rfk
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -66,7 +66,7 @@ struct ScratchBuffer {
 // object is unloaded, costs one uncontended lock per call (calls are per tile, not per element).
 struct ScratchPool {
     std::mutex lock;
-    std::unordered_map<std::thread::id, std::array<ScratchBuffer, 6>> per_thread;  // node addresses are stable
+    std::unordered_map<std::thread::id, std::array<ScratchBuffer, 7>> per_thread;  // node addresses are stable
 };
 static inline ScratchPool &scratch_pool() {
     static ScratchPool pool;
