@@ -155,3 +155,15 @@ TEST(RowReducedMembers, OnlySumsOfATileGemmOverTheHostsRowsRide) {
     test::check_run("rides.rf", rides, o, "cpu", {1, 2});
     test::check_run("stays.rf", stays, o, "cpu", {1});
 }
+
+TEST(RowReducedMembers, TheHostsTileKeepsThePartialSumBlockInL2) {
+    // Linear + cross-entropy at D = 1024: each row block adds a tile × D float block of dX's
+    // partial sums; the host's tile shrinks until that block fits the CPU's L2.
+    ArenaScope arena;
+    Target t = make_target(TargetKind::Cpu);
+    if (t.cpu.l2_bytes <= 0) GTEST_SKIP() << "the host's L2 size is unknown";
+    tile::Module m = module_of(backward_of("linear_cross_entropy"), TargetKind::Cpu, {{"T", 1024}, {"D", 1024}, {"V", 32000}});
+    const tile::Kernel *host = host_of(m);
+    ASSERT_TRUE(host);
+    EXPECT_TRUE(host->schedule.tile * 1024 * 4 <= t.cpu.l2_bytes || host->schedule.tile == 64) << host->schedule.tile;
+}
