@@ -532,8 +532,12 @@ def _lce_op(x: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, ignore_
 
 
 def _lce_kernel(x: torch.Tensor) -> Kernel:
-    return _kernel(("linear_cross_entropy", x.dtype), x.device,
-                   lambda: _render("linear_cross_entropy", dtype=_SPEC_DTYPE[x.dtype]))
+    # One kernel per hidden size: the backward's tile is chosen for it (its partial sums of the input
+    # gradient take a tile x D block, docs/tile-ir.md "Row-reduced members").
+    # Traced with dynamic shapes, the size is symbolic: the template's default then, no guard on it.
+    hidden = x.shape[-1] if isinstance(x.shape[-1], int) else 2048
+    return _kernel(("linear_cross_entropy", x.dtype, hidden), x.device,
+                   lambda: _render("linear_cross_entropy", dtype=_SPEC_DTYPE[x.dtype], hidden=str(max(1, hidden))))
 
 
 @_lce_op.register_fake
