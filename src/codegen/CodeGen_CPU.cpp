@@ -347,8 +347,8 @@ private:
         // Stream (bypass the caches) when the whole output is bigger than they are.
         RF_INTERNAL_ASSERT(b->dtype == DType::f32 || b->dtype == DType::bf16) << "row copy to a " << dtype_name(b->dtype) << " output";
         bool bf16 = b->dtype == DType::bf16;
-        pad(ind) << "rfk::copy_row_" << (bf16 ? "bf16" : "f32") << "(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], &"
-                 << local_name(s->value->name) << "[" << int_expr(s->value->args[0]) << "], " << int_expr(s->end) << ", (" << total
+        pad(ind) << "rfk::copy_row_" << (bf16 ? "bf16" : "f32") << "(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], "
+                 << operand_addr(s->value) << ", " << int_expr(s->end) << ", (" << total
                  << ") * " << (bf16 ? 2 : 4) << " > ((int64_t)24 << 20));\n";
     }
 

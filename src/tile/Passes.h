@@ -56,8 +56,12 @@ Module skip_masked_tiles(const Module &m);
  *  between them would break. */
 Module version_on_finite_invariants(const Module &m);
 
+/** A loop storing consecutive elements of a float tile array into a row of an f32 or bf16 output
+ *  becomes one row copy (RowCopies.cpp). CPU only. */
+Module copy_rows_out(const Module &m);
+
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, RowCopies };
 
 struct TilePassInfo {
     TilePass id;

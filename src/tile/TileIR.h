@@ -68,7 +68,7 @@ enum class StmtKind : uint8_t {
     PolyShift,   ///< move the shift-form state `name`[α] from reference `args` to reference `args2`
     Gemm,        ///< C (+)= alpha · A · B or A · Bᵀ over tiles (see GemmInfo)
     Store,       ///< global tensor element target = value, rounded to the tensor's dtype
-    CopyRow,     ///< f32 or bf16 output elements target[0..end) = local value[0..end) (rounded); streamed past the caches
+    CopyRow,     ///< f32 or bf16 output elements target[0..end) = value[0..end) (a float local or a 1-D f32 temporary; rounded); streamed past the caches
                  ///< (non-temporal stores) when the whole output is larger than the caches
     Comment,     ///< text (already sanitized) kept in dumps and generated code
 };

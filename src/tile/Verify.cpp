@@ -188,7 +188,12 @@ private:
             row_output = row_output || (x.name == s->target->name && x.role == Buffer::Role::Output &&
                                         (x.dtype == DType::f32 || x.dtype == DType::bf16));
         if (!row_output) fail(s, "row copy to something other than an f32 or bf16 output");
-        if (s->value->name.empty() || s->value->name[0] != '$') fail(s, "row copy from a non-local");
+        if (s->value->name.empty()) fail(s, "row copy from nothing");
+        if (s->value->name[0] != '$') {
+            const Buffer *src = m_.find(s->value->name);
+            if (!src || src->role != Buffer::Role::Temp || src->dtype != DType::f32 || src->dims.size() != 1)
+                fail(s, "row copy from something other than a local or a one-dimensional f32 temporary");
+        }
         if (in_simd_) fail(s, "row copy inside a simd loop");
         expr(s, s->target);
         expr(s, s->value);
