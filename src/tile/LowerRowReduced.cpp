@@ -106,7 +106,8 @@ bool can_host(const ChainPlan &c, size_t index, const Program &p, const LowerOpt
     if (!c.fused || c.passes.size() != 1 || c.axis_extents.size() != 1 || c.n_row == 0) return false;
     if (auto it = o.schedules.find(static_cast<int>(index)); it != o.schedules.end() && it->second.segments > 1) return false;
     Schedule s = default_schedule(c, p, o);
-    return s.segments <= 1 && s.strategy != Strategy::MultiPass;
+    // Rows as SIMD lanes keep no row-major tile of the block for the row-reduced GEMM to read.
+    return s.segments <= 1 && s.strategy != Strategy::MultiPass && s.row_lanes == RowLanes::None;
 }
 
 /** Every member a single-pass independent sum: the chain's kernel does nothing the host cannot. */

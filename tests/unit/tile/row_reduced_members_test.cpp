@@ -103,6 +103,14 @@ TEST(RowReducedMembers, BothKernelFormsRunRight) {
         o.threads = c.threads;
         test::check_run(std::string(c.name) + "_backward.rf", backward_of(c.name), o, "cpu", {1});
     }
+    {
+        // Forced short row blocks and tiles: blocks that end early in both directions.
+        RunOptions o;
+        o.sizes = sizes[1];
+        o.row_block = 3;
+        o.tile = 5;
+        test::check_run("attention_backward.rf", backward_of("attention"), o, "cpu", {2});
+    }
     RunOptions o;
     o.sizes = {{"T", 37}, {"D", 19}, {"V", 301}};
     for (int threads : {1, 2}) {
