@@ -73,6 +73,9 @@ struct RowReducedChoice {
 RowReducedChoice choose_row_reduced(const std::vector<ChainPlan> &chains,
                                     const std::map<std::string, std::map<size_t, std::vector<size_t>>> &prologues,
                                     const Program &p, const struct LowerOptions &o);
+/** The host's tile with row-reduced members: halved (down to 256) until each row block's tile × X
+ *  block of partial sums fits L2 (twice LowerOptions::fast_memory_bytes). */
+int64_t row_reduced_tile(int64_t tile, const std::vector<RowReducedMember> &members, const struct LowerOptions &o);
 /** The product of extents at the bound sizes; nullopt when one of them names an unbound size. */
 std::optional<int64_t> known_product(const std::vector<Expr> &extents, const SizeBinding &sizes);
 

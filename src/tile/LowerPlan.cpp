@@ -561,15 +561,7 @@ private:
         if (o_.force_row_block > 0) s.row_block = o_.force_row_block;
         if (o_.force_segments > 0) s.segments = o_.force_segments;
         if (s.segments > 1) s.strategy = Strategy::MultiSegment;
-        if (hosts && !o_.force_tile && !o_.schedules.count(static_cast<int>(ci)) && o_.fast_memory_bytes > 0) {
-            // The row-reduced GEMM adds a tile × X block of partial sums per row block: keep the
-            // block within L2 (twice the half-L2 budget), down to tiles of 256. Linear +
-            // cross-entropy's backward on a 1 MiB L2 (AMD Zen 4, 2 threads): X = D = 1024, tile
-            // 1024 → 256, 776 → 688 ms (128: 792 ms); D = 2048: 128, 256 and 512 within 4%.
-            for (const RowReducedMember &r : rows->second)
-                if (auto x = known_product({r.def->extents.back()}, o_.sizes))
-                    while (s.tile > 256 && s.tile * *x * 4 > 2 * o_.fast_memory_bytes) s.tile /= 2;
-        }
+        if (hosts && !o_.force_tile && !o_.schedules.count(static_cast<int>(ci))) s.tile = row_reduced_tile(s.tile, rows->second, o_);
         std::map<std::string, std::vector<size_t>> prologues;
         for (auto &[name, where] : prologue_slots_)
             if (auto it = where.find(ci); it != where.end()) prologues[name] = it->second;

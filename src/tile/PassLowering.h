@@ -256,6 +256,8 @@ private:
     std::vector<StmtP> row_reduced_updates();
     /** The kernel of a host chain: outer rows owning their partial sums, or worker copies. */
     PassKernel row_reduced_kernel();
+    /** The parallel loop adding r's worker copies of its partial sums into its buffer. */
+    StmtP worker_copies_added(const RowReducedMember &r);
     std::vector<RowReducedGemm> row_reduced_gemm_;
 
     // ---- Per-tile update (PlanInterp::update).
