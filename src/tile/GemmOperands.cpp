@@ -53,6 +53,22 @@ Expr operand(Expr e) {
     return e;
 }
 
+std::optional<std::pair<Expr, Expr>> split_factor(Expr t, const std::string &var) {
+    if (t->kind != Kind::Mul) return std::nullopt;
+    std::vector<Expr> rest;
+    Expr carrier = nullptr;
+    for (Expr a : t->args) {
+        if (!mentions(a, var)) {
+            rest.push_back(a);
+            continue;
+        }
+        if (carrier) return std::nullopt;  // two factors read var
+        carrier = a;
+    }
+    if (!carrier || rest.empty()) return std::nullopt;
+    return std::make_pair(rest.size() == 1 ? rest[0] : make_mul(rest), carrier);
+}
+
 Expr at_origin(Expr load, const std::map<Expr, Expr> &to, const Rows &r) {
     std::vector<Expr> args;
     for (Expr a : load->args) {

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <map>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tile/TileIR.h"
@@ -40,6 +43,10 @@ Expr stride(const std::vector<Expr> &dims, int d);
 
 /** A global f32/bf16 load, possibly widened by a cast to f32/f64 (bf16 → float is exact); else null. */
 Expr operand(Expr e);
+
+/** t = F · C where C is the one factor of the product t that reads `var`: {F, C}, F the product of
+ *  the other factors; nullopt when t is not a product, no factor or two read `var`, or none does not. */
+std::optional<std::pair<Expr, Expr>> split_factor(Expr t, const std::string &var);
 
 /** load with every index that is a key of `to` replaced by its value, and rbase + rr by rbase. */
 Expr at_origin(Expr load, const std::map<Expr, Expr> &to, const Rows &r);

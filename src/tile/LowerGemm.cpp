@@ -57,34 +57,27 @@ std::optional<PassLowering::MemberGemm> PassLowering::gemm_form(const std::strin
     // A few columns (x, y, z) are better as vector loops over the tile than as a GEMM call.
     if (m.X->is_const() && m.X->value < 16) return std::nullopt;
     Expr t = term_of(P, m, xg());
-    if (!t || t->kind != Kind::Mul) return std::nullopt;
+    auto split = t ? gemm_operands::split_factor(t, "$xg") : std::nullopt;  // F and the factor carrying x
+    if (!split) return std::nullopt;
     MemberGemm g;
-    std::vector<Expr> f;
-    for (Expr a : t->args) {
-        if (!mentions(a, "$xg")) {
-            f.push_back(a);
-            continue;
-        }
-        if (g.W) return std::nullopt;  // two factors carry the extra axis
-        g.W = gemm_operand(a);
-        if (!g.W) {
-            // Weights stored in 16 or 8 bits (quantized GEMMs: f32(Wq[n, k]) with Wq f8e4m3) are
-            // a GEMM operand as they are: every backend widens them exactly to f32.
-            Expr w = strip_widening(a);
-            bool narrow = w->kind == Kind::Load && !w->name.empty() && w->name[0] != '$' &&
-                          (w->dtype == DType::f16 || w->dtype == DType::f8e4m3 || w->dtype == DType::f8e5m2);
-            if (narrow) g.W = w;
-        }
-        if (!g.W) {
-            Expr w = strip_widening(a);
-            if (w->kind != Kind::Load || w->dtype != DType::i8 || w->name.empty() || w->name[0] == '$') return std::nullopt;
-            g.W = w;
-            g.int8 = true;
-        }
+    Expr a = split->second;
+    g.W = gemm_operand(a);
+    if (!g.W) {
+        // Weights stored in 16 or 8 bits (quantized GEMMs: f32(Wq[n, k]) with Wq f8e4m3) are
+        // a GEMM operand as they are: every backend widens them exactly to f32.
+        Expr w = strip_widening(a);
+        bool narrow = w->kind == Kind::Load && !w->name.empty() && w->name[0] != '$' &&
+                      (w->dtype == DType::f16 || w->dtype == DType::f8e4m3 || w->dtype == DType::f8e5m2);
+        if (narrow) g.W = w;
     }
-    if (!g.W || f.empty()) return std::nullopt;
+    if (!g.W) {
+        Expr w = strip_widening(a);
+        if (w->kind != Kind::Load || w->dtype != DType::i8 || w->name.empty() || w->name[0] == '$') return std::nullopt;
+        g.W = w;
+        g.int8 = true;
+    }
     g.per_row = mentions(g.W, "$rr");
-    g.F = f.size() == 1 ? f[0] : make_mul(f);
+    g.F = split->first;
     if (g.int8) {
         // Quantized activations times int8 weights: F must itself be an i8-rounded value.
         Expr q = strip_widening(g.F);

@@ -7,17 +7,13 @@
 #include <algorithm>
 
 #include "support/Error.h"
+#include "tile/GemmOperands.h"
 #include "tile/Lower.h"
 #include "tile/PassLowering.h"
 
 namespace rf::tile {
 
 namespace {
-
-Expr strip_widening(Expr e) {
-    while (e->kind == Kind::Cast && (e->dtype == DType::f32 || e->dtype == DType::f64)) e = e->args[0];
-    return e;
-}
 
 bool is_var(Expr e, const std::string &name) { return e->kind == Kind::Var && e->role == VarRole::Index && e->name == name; }
 
@@ -81,22 +77,16 @@ std::optional<RowReducedMember> as_row_reduced(const TensorDef &u, const ChainPl
     }
     if (!r.extra || axis_var.empty()) return std::nullopt;
     // The term F·W: exactly one factor carries the extra variable, an input load as the GEMM's B.
-    Expr t = u.body->body();
-    if (t->kind != Kind::Mul) return std::nullopt;
-    int carriers = 0;
-    for (Expr f : t->args) {
-        if (!mentions(f, r.extra->name)) continue;
-        carriers++;
-        Expr w = strip_widening(f);
-        if (w->kind != Kind::Load || !p.find_input(w->name) || (w->dtype != DType::f32 && w->dtype != DType::bf16)) return std::nullopt;
-        if (!is_var(w->args.back(), r.extra->name) || mentions(w, axis_var)) return std::nullopt;
-        int at_j = 0;
-        for (Expr a : w->args) at_j += is_var(a, j->name) ? 1 : mentions(a, j->name) ? 2 : 0;
-        if (at_j != 1) return std::nullopt;
-        for (size_t i = 0; i + 1 < w->args.size(); i++)
-            if (mentions(w->args[i], r.extra->name)) return std::nullopt;
-    }
-    if (carriers != 1) return std::nullopt;
+    auto split = gemm_operands::split_factor(u.body->body(), r.extra->name);
+    if (!split) return std::nullopt;
+    Expr w = gemm_operands::operand(split->second);
+    if (!w || !p.find_input(w->name)) return std::nullopt;
+    if (!is_var(w->args.back(), r.extra->name) || mentions(w, axis_var)) return std::nullopt;
+    int at_j = 0;
+    for (Expr a : w->args) at_j += is_var(a, j->name) ? 1 : mentions(a, j->name) ? 2 : 0;
+    if (at_j != 1) return std::nullopt;
+    for (size_t i = 0; i + 1 < w->args.size(); i++)
+        if (mentions(w->args[i], r.extra->name)) return std::nullopt;
     return r;
 }
 
@@ -199,20 +189,12 @@ std::optional<PassLowering::RowReducedGemm> PassLowering::row_reduced_form(const
     std::map<std::string, Expr> vars;
     for (auto &[name, slot] : r.slot_of) vars[name] = slot < c_.n_row ? row_vars_[slot] : jh();
     vars[r.extra->name] = xg();
-    Expr t = translate(r.def->body->body(), vars, jh(), Mode{});
-    if (t->kind != Kind::Mul) return std::nullopt;
+    auto split = gemm_operands::split_factor(translate(r.def->body->body(), vars, jh(), Mode{}), "$xg");
+    if (!split) return std::nullopt;
     RowReducedGemm g;
-    std::vector<Expr> f;
-    for (Expr a : t->args) {
-        if (!mentions(a, "$xg")) {
-            f.push_back(a);
-            continue;
-        }
-        if (g.W) return std::nullopt;
-        g.W = gemm_operand(a);
-    }
-    if (!g.W || f.empty() || mentions(g.W, "$jh")) return std::nullopt;
-    g.F = f.size() == 1 ? f[0] : make_mul(f);
+    g.W = gemm_operand(split->second);
+    if (!g.W || mentions(g.W, "$jh")) return std::nullopt;
+    g.F = split->first;
     g.w_k = dim_of(g.W, rr());
     int last = static_cast<int>(g.W->args.size()) - 1;
     if (g.w_k < 0 || dim_of(g.W, xg()) != last) return std::nullopt;
