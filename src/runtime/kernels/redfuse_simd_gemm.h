@@ -282,21 +282,27 @@ static inline void pack_units(const uint8_t *src, int64_t ld_bytes, int64_t rows
     }
 }
 
-// The B-in-place forms (bf16 and int8, below): 32-row panels of A, groups of 8 B rows read where they lie.
-constexpr int kBInPlaceRows = 32, kBInPlaceCols = 8;
+// The B-in-place forms (bf16 and int8, below): panels of A of H halves of 16 rows (R = 16H rows, one
+// vector of lanes per half), groups of 8 B rows read where they lie. Not 16 rows with H = 1, although that
+// would keep 16 accumulators busy too: 16 concurrent row streams and their 16 pointers (spilled to
+// vector registers) ran 1.7-2.5x slower than 8 at M = 16 (AMD Zen 4).
+constexpr int kBInPlaceCols = 8;
 constexpr int64_t kBInPlaceMinK = 512, kBInPlaceMC = 128;
-// B in place when B is the long side (N >= 2M), K is long enough for the transposed store to vanish, and
-// A's rows fill the 32-row panels to within 1/8 (M = 8 would waste three quarters of every FMA).
-static inline bool b_in_place_pays(int64_t M, int64_t N, int64_t K) {
-    int64_t lanes = (M + kBInPlaceRows - 1) / kBInPlaceRows * kBInPlaceRows;
-    return N >= 2 * M && K >= kBInPlaceMinK && 8 * lanes <= 9 * M;
+// 0 when B stays packed, else the halves H of A's panels: B in place pays when B is the long side (N >= 2M)
+// and K is long enough for the transposed store to vanish; the panel height is the larger one whose lanes
+// A's rows fill to within 1/8 (32-row panels at M = 29..32, 16-row ones at M = 15, 16, 48; M = 8 would waste
+// half of every FMA and keeps the dot or packed forms).
+static inline int b_in_place_halves(int64_t M, int64_t N, int64_t K) {
+    if (N < 2 * M || K < kBInPlaceMinK) return 0;
+    auto fills = [M](int64_t R) { return 8 * ((M + R - 1) / R * R) <= 9 * M; };
+    return fills(32) ? 2 : fills(16) ? 1 : 0;
 }
 
 // Transposes a register block C^T (lane t of acc[j][h] is C[16h + t][j]) and hands each of its first `rows`
 // rows, whose first NR lanes are valid, to store(row, i).
-template <int NR, typename Store>
-static inline void store_transposed(const vf (&acc)[NR][2], int64_t rows, Store &&store) {
-    for (int h = 0; h < 2 && h * 16 < rows; ++h) {
+template <int NR, int H, typename Store>
+static inline void store_transposed(const vf (&acc)[NR][H], int64_t rows, Store &&store) {
+    for (int h = 0; h < H && h * 16 < rows; ++h) {
         vf r[16];
         RFK_UNROLL for (int t = 0; t < 16; ++t) r[t] = t < NR ? acc[t < NR ? t : 0][h] : vzero();
         vtranspose(r);
@@ -356,20 +362,20 @@ RFK_KERNEL static void bf16_outer_kernel(int64_t kc, const uint16_t *a, int64_t 
 // pairs from the A panel and broadcasts one pair of each of NR B rows. The block C^T lives in registers
 // (lane t of acc[j][h] is C[16h + t][j]) and is transposed once at the store.
 // ---------------------------------------------------------------------------------------------------
-template <int NR>
+template <int H, int NR>
 RFK_KERNEL static void bf16_b_in_place_kernel(int64_t kc, const float *apanel, const uint16_t *b, int64_t ldb, float *c,
                                               int64_t ldc, float alpha, bool add, int64_t rows) {
-    constexpr int R = kBInPlaceRows;
-    vf acc[NR][2];
-    RFK_UNROLL for (int j = 0; j < NR; ++j) acc[j][0] = acc[j][1] = vzero();
+    constexpr int R = 16 * H;
+    vf acc[NR][H];
+    RFK_UNROLL for (int j = 0; j < NR; ++j) RFK_UNROLL for (int h = 0; h < H; ++h) acc[j][h] = vzero();
     // pair_of(j, p): B[j][2p], B[j][2p+1] as one 32-bit lane; an odd kc's last k pairs with zero, as A's
     // panel holds zero there.
     auto step = [&](int64_t p, auto pair_of) {
-        vf a0 = in_register(vload(apanel + p * R)), a1 = in_register(vload(apanel + p * R + 16));
+        vf a[H];
+        RFK_UNROLL for (int h = 0; h < H; ++h) a[h] = in_register(vload(apanel + p * R + 16 * h));
         RFK_UNROLL for (int j = 0; j < NR; ++j) {
             __m512bh bv = (__m512bh)_mm512_set1_epi32(pair_of(j, p));
-            acc[j][0] = _mm512_dpbf16_ps(acc[j][0], bv, as_bh(a0));
-            acc[j][1] = _mm512_dpbf16_ps(acc[j][1], bv, as_bh(a1));
+            RFK_UNROLL for (int h = 0; h < H; ++h) acc[j][h] = _mm512_dpbf16_ps(acc[j][h], bv, as_bh(a[h]));
         }
     };
     int64_t full = kc / 2;
@@ -382,21 +388,22 @@ RFK_KERNEL static void bf16_b_in_place_kernel(int64_t kc, const float *apanel, c
     if (kc & 1) step(full, [&](int j, int64_t) { return int32_t(b[j * ldb + kc - 1]); });
     const __mmask16 cols = __mmask16((1u << NR) - 1u);
     const vf va = vset1(alpha);
-    store_transposed<NR>(acc, rows, [&](vf row, int64_t i) {
+    store_transposed<NR, H>(acc, rows, [&](vf row, int64_t i) {
         vf v = vmul(va, row);
         if (add) v = vadd(v, _mm512_maskz_loadu_ps(cols, c + i * ldc));
         _mm512_mask_storeu_ps(c + i * ldc, cols, v);
     });
 }
 
-// C (+)= alpha A B^T, bf16 A and B: row blocks of kBInPlaceMC, K blocks whose A panels (pairs, f32 units)
-// fill at most 1 MiB (L2); per K block every group of kBInPlaceCols B rows runs over all A panels, so the
-// group's rows are read from memory once and from cache by the other panels. Long K blocks pay: each
-// K block reads and writes the C block once more (M = 128, N = K = 4096, two AMD Zen 4 cores: 412-419
-// GFLOP/s with 512 KiB of A panels, 423-431 with 1 MiB, 413-427 with 2 MiB; B packed: 375-398).
+// C (+)= alpha A B^T, bf16 A and B, A in panels of H halves: row blocks of kBInPlaceMC, K blocks whose A
+// panels (pairs, f32 units) fill at most 1 MiB (L2); per K block every group of kBInPlaceCols B rows runs
+// over all A panels, so the group's rows are read from memory once and from cache by the other panels. Long
+// K blocks pay: each K block reads and writes the C block once more (M = 128, N = K = 4096, two AMD Zen 4
+// cores: 412-419 GFLOP/s with 512 KiB of A panels, 423-431 with 1 MiB, 413-427 with 2 MiB; B packed: 375-398).
+template <int H>
 static inline void nt_b_in_place(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
                                  const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    constexpr int R = kBInPlaceRows, NR = kBInPlaceCols;
+    constexpr int R = 16 * H, NR = kBInPlaceCols;
     for (int64_t ic = 0; ic < M; ic += kBInPlaceMC) {
         int64_t mc = min64(kBInPlaceMC, M - ic), panels = (mc + R - 1) / R;
         int64_t KC = min64(K, std::max<int64_t>(256, (int64_t(1) << 20) / (4 * panels * R) * 2));
@@ -405,13 +412,13 @@ static inline void nt_b_in_place(int64_t M, int64_t N, int64_t K, float alpha, c
             int64_t kc = min64(KC, K - pc), np = (kc + 1) / 2;
             bool add = accumulate || pc > 0;
             for (int64_t q = 0; q < panels; ++q)
-                pack_pairs<2>(A + (ic + q * R) * lda + pc, lda, min64(R, mc - q * R), kc, apack + q * np * R);
+                pack_pairs<H>(A + (ic + q * R) * lda + pc, lda, min64(R, mc - q * R), kc, apack + q * np * R);
             for (int64_t j = 0; j < N; j += NR)
                 with_rows<NR>(int(min64(NR, N - j)), [&](auto nr) {
                     for (int64_t q = 0; q < panels; ++q)
-                        bf16_b_in_place_kernel<decltype(nr)::value>(kc, apack + q * np * R, B + j * ldb + pc, ldb,
-                                                                    C + (ic + q * R) * ldc + j, ldc, alpha, add,
-                                                                    min64(R, mc - q * R));
+                        bf16_b_in_place_kernel<H, decltype(nr)::value>(kc, apack + q * np * R, B + j * ldb + pc, ldb,
+                                                                       C + (ic + q * R) * ldc + j, ldc, alpha, add,
+                                                                       min64(R, mc - q * R));
                 });
         }
     }
@@ -549,13 +556,16 @@ static inline void dot_tiles(int64_t M, int64_t N, const T *B, int64_t ldb, Kern
 template <typename Ops, typename TA, typename TB>
 static inline void nt_gemm(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
                            int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_BF16)
+    if constexpr (std::is_same_v<Ops, DotBf16> && std::is_same_v<TA, uint16_t> && std::is_same_v<TB, uint16_t>) {
+        int halves = b_in_place_halves(M, N, K);
+        if (halves == 2) return nt_b_in_place<2>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+        if (halves == 1) return nt_b_in_place<1>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+    }
+#endif
     if (K == 0) {
         if (!accumulate) clear_rows(M, N, C, ldc);
     } else if (M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
-#if defined(RFK_SIMD_BF16)
-        if constexpr (std::is_same_v<Ops, DotBf16> && std::is_same_v<TA, uint16_t> && std::is_same_v<TB, uint16_t>)
-            if (b_in_place_pays(M, N, K)) return nt_b_in_place(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-#endif
         nt_packed<!std::is_same_v<Ops, DotFma>>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
     } else {
         dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const TB *const *rows, int64_t ncols) {
@@ -718,24 +728,26 @@ static inline void s8_nt_packed(int64_t M, int64_t N, int64_t K, const int8_t *A
     }
 }
 
-// B in place for int8 (as nt_b_in_place for bf16): A's 32-row panels hold quads of A as they are (signed),
-// each step broadcasts one quad of each of NR B rows shifted to unsigned (B ^ 0x80 = B + 128), and
+// B in place for int8 (as nt_b_in_place for bf16): A's panels hold quads of A as they are (signed), each
+// step broadcasts one quad of each of NR B rows shifted to unsigned (B ^ 0x80 = B + 128, a vector xor after
+// the broadcast from memory: the scalar xor and a broadcast from a general register cost 1.5x at M = 16), and
 // 128 * sum_k A[i][k] (`shift`, per row of the panel) is subtracted at the store. Shifting B rather than A
 // puts the correction on the panel, computed once as it is packed, instead of on every group of B rows,
 // whose first reads from memory would then stall outside the kernel (12% of M = N = K = 4096, AMD Zen 4).
 // A short last quad of B is read through a mask; its missing bytes become 0x80 and meet A's zero padding.
-template <int NR>
+template <int H, int NR>
 RFK_KERNEL static void s8_b_in_place_kernel(int64_t kc, const int32_t *apanel, const int8_t *b, int64_t ldb,
                                             const int32_t *shift, int32_t *c, int64_t ldc, bool add, int64_t rows) {
-    constexpr int R = kBInPlaceRows;
-    __m512i acc[NR][2];
-    RFK_UNROLL for (int j = 0; j < NR; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_si512();
+    constexpr int R = 16 * H;
+    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
+    __m512i acc[NR][H];
+    RFK_UNROLL for (int j = 0; j < NR; ++j) RFK_UNROLL for (int h = 0; h < H; ++h) acc[j][h] = _mm512_setzero_si512();
     auto step = [&](int64_t q, auto quad_of) {
-        __m512i a0 = in_register(_mm512_loadu_si512(apanel + q * R)), a1 = in_register(_mm512_loadu_si512(apanel + q * R + 16));
+        __m512i a[H];
+        RFK_UNROLL for (int h = 0; h < H; ++h) a[h] = in_register(_mm512_loadu_si512(apanel + q * R + 16 * h));
         RFK_UNROLL for (int j = 0; j < NR; ++j) {
-            __m512i bv = _mm512_set1_epi32(quad_of(j, q) ^ int32_t(0x80808080u));
-            acc[j][0] = dpbusd(acc[j][0], bv, a0);
-            acc[j][1] = dpbusd(acc[j][1], bv, a1);
+            __m512i bv = _mm512_xor_si512(_mm512_set1_epi32(quad_of(j, q)), flip);
+            RFK_UNROLL for (int h = 0; h < H; ++h) acc[j][h] = dpbusd(acc[j][h], bv, a[h]);
         }
     };
     int64_t full = kc / 4;
@@ -749,47 +761,48 @@ RFK_KERNEL static void s8_b_in_place_kernel(int64_t kc, const int32_t *apanel, c
         step(full, [&](int j, int64_t u) {
             return _mm_cvtsi128_si32(_mm_maskz_loadu_epi8(__mmask16((1u << (kc & 3)) - 1u), b + j * ldb + 4 * u));
         });
-    vf fl[NR][2];
-    RFK_UNROLL for (int j = 0; j < NR; ++j) fl[j][0] = _mm512_castsi512_ps(acc[j][0]), fl[j][1] = _mm512_castsi512_ps(acc[j][1]);
+    vf fl[NR][H];
+    RFK_UNROLL for (int j = 0; j < NR; ++j) RFK_UNROLL for (int h = 0; h < H; ++h) fl[j][h] = _mm512_castsi512_ps(acc[j][h]);
     const __mmask16 cols = __mmask16((1u << NR) - 1u);
-    store_transposed<NR>(fl, rows, [&](vf row, int64_t i) {
+    store_transposed<NR, H>(fl, rows, [&](vf row, int64_t i) {
         __m512i v = _mm512_sub_epi32(_mm512_castps_si512(row), _mm512_set1_epi32(shift[i]));
         if (add) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(cols, c + i * ldc));
         _mm512_mask_storeu_epi32(c + i * ldc, cols, v);
     });
 }
 
-// C (+)= A B^T for int8, B in place: row blocks of kBInPlaceMC, K blocks whose A panels fill at most 1 MiB;
-// per panel, shift[t] = 128 * sum_k A[t][k] (vpdpbusd of 0x80 bytes over the panel's quads).
+// C (+)= A B^T for int8, B in place, A in panels of H halves: row blocks of kBInPlaceMC, K blocks whose A
+// panels fill at most 1 MiB; per panel, shift[t] = 128 * sum_k A[t][k] (vpdpbusd of 0x80 bytes over the
+// panel's quads).
+template <int H>
 static inline void s8_nt_b_in_place(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,
                                     int64_t ldb, int32_t *C, int64_t ldc, bool accumulate) {
-    constexpr int R = kBInPlaceRows, NR = kBInPlaceCols;
+    constexpr int R = 16 * H, NR = kBInPlaceCols;
     const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
     for (int64_t ic = 0; ic < M; ic += kBInPlaceMC) {
         int64_t mc = min64(kBInPlaceMC, M - ic), panels = (mc + R - 1) / R;
         int64_t KC = min64(K, std::max<int64_t>(1024, (int64_t(1) << 20) / (panels * R) / 4 * 4));
         int32_t *apack = static_cast<int32_t *>(scratch(0, size_t(panels * ((KC + 3) / 4) * R) * sizeof(int32_t)));
-        alignas(64) int32_t shift[kBInPlaceMC / R][R];
+        alignas(64) int32_t shift[kBInPlaceMC];
         for (int64_t pc = 0; pc < K; pc += KC) {
             int64_t kc = min64(KC, K - pc), nq = (kc + 3) / 4;
             bool add = accumulate || pc > 0;
             for (int64_t q = 0; q < panels; ++q) {
                 int32_t *panel = apack + q * nq * R;
-                pack_units<2>(reinterpret_cast<const uint8_t *>(A + (ic + q * R) * lda + pc), lda, min64(R, mc - q * R), kc,
+                pack_units<H>(reinterpret_cast<const uint8_t *>(A + (ic + q * R) * lda + pc), lda, min64(R, mc - q * R), kc,
                               reinterpret_cast<float *>(panel));
-                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-                for (int64_t u = 0; u < nq; ++u) {
-                    s0 = dpbusd(s0, flip, _mm512_loadu_si512(panel + u * R));
-                    s1 = dpbusd(s1, flip, _mm512_loadu_si512(panel + u * R + 16));
-                }
-                _mm512_store_si512(shift[q], s0);
-                _mm512_store_si512(shift[q] + 16, s1);
+                __m512i s[H];
+                RFK_UNROLL for (int h = 0; h < H; ++h) s[h] = _mm512_setzero_si512();
+                for (int64_t u = 0; u < nq; ++u)
+                    RFK_UNROLL for (int h = 0; h < H; ++h) s[h] = dpbusd(s[h], flip, _mm512_loadu_si512(panel + u * R + 16 * h));
+                RFK_UNROLL for (int h = 0; h < H; ++h) _mm512_store_si512(shift + q * R + 16 * h, s[h]);
             }
             for (int64_t j = 0; j < N; j += NR)
                 with_rows<NR>(int(min64(NR, N - j)), [&](auto nr) {
                     for (int64_t q = 0; q < panels; ++q)
-                        s8_b_in_place_kernel<decltype(nr)::value>(kc, apack + q * nq * R, B + j * ldb + pc, ldb, shift[q],
-                                                                  C + (ic + q * R) * ldc + j, ldc, add, min64(R, mc - q * R));
+                        s8_b_in_place_kernel<H, decltype(nr)::value>(kc, apack + q * nq * R, B + j * ldb + pc, ldb,
+                                                                     shift + q * R, C + (ic + q * R) * ldc + j, ldc,
+                                                                     add, min64(R, mc - q * R));
                 });
         }
     }
@@ -930,8 +943,10 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
 #if defined(RFK_SIMD_VECTOR)
     using namespace simd_detail;
 #if defined(RFK_SIMD_VNNI)
+    int halves = b_in_place_halves(M, N, K);
+    if (halves == 2) return s8_nt_b_in_place<2>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    if (halves == 1) return s8_nt_b_in_place<1>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
     if (K > 0 && M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
-        if (b_in_place_pays(M, N, K)) return s8_nt_b_in_place(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         s8_nt_packed(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         return;
     }

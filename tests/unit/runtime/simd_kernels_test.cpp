@@ -53,9 +53,11 @@ std::vector<Shape> gemm_shapes() {
                                 {20, 600, 7},  {200, 20, 9},  {64, 64, 64},  {4, 70, 513}, {64, 128, 128},
                                 // the dot form's K blocks (dot_k_block: more than one row strip, K past a block)
                                 {16, 9, 1000}, {7, 5, 700},   {12, 6, 1500},
-                                // the bf16 B-in-place form (b_in_place_pays): full and partial 32-row panels,
-                                // column groups with a tail, an odd K, and two row blocks
-                                {64, 141, 1025}, {96, 200, 600}, {150, 301, 513}};
+                                // the bf16 B-in-place form (b_in_place_halves): full and partial 32-row panels,
+                                // column groups with a tail, an odd K, and two row blocks; 16-row panels (M = 16,
+                                // a partial one at M = 15, three at M = 48)
+                                {64, 141, 1025}, {96, 200, 600}, {150, 301, 513}, {16, 77, 1023}, {15, 40, 517},
+                                {48, 100, 700}};
     // {20, 40, 2100}: past the 2048-long K blocks of the bf16 pair kernels.
     if (kThorough) extra.insert(extra.end(), {{140, 530, 300}, {1, 1000, 128}, {128, 256, 64}, {5, 64, 1100}, {8, 17, 1025}, {20, 40, 2100},
                                              // the B-in-place form's K blocks (4096 long at 128 rows), odd last block
@@ -270,8 +272,9 @@ void check_s8_gemm(Failures &f) {
     std::vector<Shape> shapes = gemm_shapes();
     // {20, 40, 4100}: the outer-product form past its 4096-byte K blocks.
     shapes.insert(shapes.end(), {{2, 5, 4096}, {16, 9, 1000}, {3, 3, 63}, {3, 3, 64}, {3, 3, 65}, {20, 40, 4100}});
-    // The B-in-place form: a K with 3 bytes in its last quad; past its 8192-byte K blocks at 128 rows.
-    shapes.insert(shapes.end(), {{64, 130, 1027}});
+    // The B-in-place form: a K with 3 bytes in its last quad; past its 8192-byte K blocks at 128 rows; 16-row
+    // panels (M = 15, 16, 48) with 1-3 bytes in the last quad.
+    shapes.insert(shapes.end(), {{64, 130, 1027}, {16, 77, 1025}, {15, 40, 518}, {48, 100, 701}});
     if (kThorough) shapes.insert(shapes.end(), {{128, 256, 8195}});
     int case_index = 0;
     for (const Shape &s : shapes) {
