@@ -333,6 +333,12 @@ RFK_KERNEL static void bf16_outer_kernel(int64_t kc, const uint16_t *a, int64_t 
     constexpr int W = NV * 16;
     vf acc[MR][NV];
     RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = vzero();
+    // The block of C an accumulating call adds to is requested now, so that its lines arrive during the K loop:
+    // accumulated C blocks that left L2 (a row-reduced member's partial sums, 1 MiB per tile of linear +
+    // cross-entropy's backward) stalled the store phase (~20% of this kernel's samples there).
+    if (add)
+        RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int v = 0; v < NV; ++v)
+            _mm_prefetch(reinterpret_cast<const char *>(c + i * ldc + 16 * v), _MM_HINT_T0);
     // pair_of(i, p): A[i][2p], A[i][2p+1] as one 32-bit lane; the last k of an odd kc pairs with zero, as
     // its partner in the B panel is zero too.
     auto step = [&](int64_t p, auto pair_of) {
