@@ -106,7 +106,7 @@ Expr gather(Expr term, Expr load, const Scope &scope, const std::vector<Expr> &t
         axes.push_back(v);
         extents.push_back(scope.extents[i]);
     }
-    Expr c = simplify(rename_vars(term, ren));
+    Expr c = simplify_keeping_roundings(rename_vars(term, ren));
     for (Expr &mk : masks) mk = rename_vars(mk, ren);
     if (axes.empty()) return masks.empty() ? c : make_select(masks[0], c, make_const(0));
     // Split the product into the factors that depend on the summed variables and the others.

@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -65,6 +66,23 @@ Expr gather(Expr term, Expr load, const Scope &scope, const std::vector<Expr> &t
  *  straight_through, the value of `e` to differentiate: round(u) becomes the cast i64(u), which has
  *  the same value and the identity's derivative. */
 Expr check_rounding(Expr e, const TensorDef &def, const std::set<std::string> &active, bool straight_through);
+
+/** Rounding subtrees (a narrowing cast, round, floor, ceil) hidden behind placeholder symbols, so that
+ *  the simplifier and the derivative leave them exactly as written and the backward rounds the same
+ *  floating-point value as the forward (Rounding.cpp). */
+class KeptRoundings {
+public:
+    /** e with each rounding n for which keep(n) holds replaced by its placeholder. */
+    Expr hide(Expr e, const std::function<bool(Expr)> &keep);
+    /** e with the placeholders replaced by their roundings. */
+    Expr restore(Expr e) const;
+
+private:
+    std::map<Expr, Expr> placeholder_of_, rounding_of_;
+};
+
+/** simplify(e) with every rounding subtree left as written. */
+Expr simplify_keeping_roundings(Expr e);
 
 /** The backward's definitions before residuals are resolved (Reverse.cpp): they load forward
  *  definitions by their forward names. */

@@ -249,7 +249,7 @@ Resolved resolve_residuals(const Program &p, RawBackward raw, const std::vector<
     }
     std::vector<TensorDef> defs;
     for (TensorDef d : raw.defs) {
-        d.body = simplify(r.resolve(d.body));
+        d.body = simplify_keeping_roundings(r.resolve(d.body));
         defs.push_back(d);
     }
     r.out.backward.defs = r.recomputed;

@@ -125,7 +125,11 @@ void backprop_def(State &s, const TensorDef &d, Expr g) {
     if (nested)
         throw UserError(d.loc, "cannot derive the gradient of '" + spec_identifier(d.name) +
                                    "': it reads a differentiated tensor inside a nested reduction (not supported yet)");
-    Expr fs = simplify(f);
+    // Roundings the gradient does not pass through (their argument reads no differentiated tensor) stay
+    // as written through the simplifier and the derivative: the backward recomputes their values and
+    // must round what the forward rounded.
+    KeptRoundings kept;
+    Expr fs = simplify(kept.hide(f, [&](Expr n) { return !any_of(n, [&](Expr m) { return is_atom(s, m); }); }));
     std::vector<Expr> atoms;
     visit(fs, [&](Expr n) {
         if (is_atom(s, n)) atoms.push_back(n);
@@ -133,7 +137,7 @@ void backprop_def(State &s, const TensorDef &d, Expr g) {
     for (Expr a : atoms) {
         Expr da = derivative(fs, a);
         if (da->is_const(0.0)) continue;
-        Expr c = weight(make_mul(g, da));
+        Expr c = weight(kept.restore(make_mul(g, da)));
         const TensorDef *ad = s.p.find_def(a->name);
         const std::vector<Expr> &ext = ad ? ad->extents : s.p.find_input(a->name)->dims;
         s.terms[a->name].push_back(gather(c, a, sc, target_vars(s, a->name), ext, d.loc, d.name));

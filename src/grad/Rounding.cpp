@@ -11,6 +11,7 @@
  */
 #include "grad/GradInternal.h"
 #include "spec/Print.h"
+#include "sym/Simplify.h"
 
 namespace rf::grad {
 
@@ -37,13 +38,47 @@ bool depends_on_active(Expr e, const std::set<std::string> &active) {
     return any_of(e, [&](Expr n) { return n->kind == Kind::Load && active.count(n->name); });
 }
 
+bool is_rounding(Expr n) {
+    return (n->kind == Kind::Cast && !is_exact_cast(n)) ||
+           (n->kind == Kind::Call && (n->func == Func::round || n->func == Func::floor || n->func == Func::ceil));
+}
+
 }  // namespace
+
+/* A rounding's value depends on how its argument is evaluated: round(v·127/a) and round(127·a⁻¹·v)
+ * (the simplifier's normal form) are equal as real numbers but not in floating point, and at an exact
+ * tie (v = a/2 gives 63.5) the two land on different integers. The backward recomputes the forward's
+ * roundings (the quantized factor of a straight-through dW), so each rounding it keeps is hidden from
+ * the simplifier and the derivative behind a placeholder symbol and put back verbatim: both passes
+ * then round the same floating-point value. */
+Expr KeptRoundings::hide(Expr e, const std::function<bool(Expr)> &keep) {
+    return substitute(e, [&](Expr n) -> Expr {
+        if (!is_rounding(n) || !keep(n)) return nullptr;
+        auto [it, fresh] = placeholder_of_.emplace(n, nullptr);
+        if (fresh) {
+            it->second = make_var("$rounding" + std::to_string(placeholder_of_.size()), VarRole::Symbol, n->stype);
+            rounding_of_[it->second] = n;
+        }
+        return it->second;
+    });
+}
+
+Expr KeptRoundings::restore(Expr e) const {
+    if (rounding_of_.empty()) return e;
+    return substitute(e, [&](Expr n) -> Expr {
+        auto it = rounding_of_.find(n);
+        return it == rounding_of_.end() ? nullptr : it->second;
+    });
+}
+
+Expr simplify_keeping_roundings(Expr e) {
+    KeptRoundings kept;
+    return kept.restore(simplify(kept.hide(e, [](Expr) { return true; })));
+}
 
 Expr check_rounding(Expr e, const TensorDef &def, const std::set<std::string> &active, bool straight_through) {
     visit(e, [&](Expr n) {
-        bool rounding = (n->kind == Kind::Cast && !is_exact_cast(n)) ||
-                        (n->kind == Kind::Call && (n->func == Func::round || n->func == Func::floor || n->func == Func::ceil));
-        if (!rounding || !depends_on_active(n->args[0], active)) return;
+        if (!is_rounding(n) || !depends_on_active(n->args[0], active)) return;
         bool steps = n->kind == Kind::Call && n->func != Func::round;
         if (straight_through && !steps) return;
         std::string what = "'" + print_spec_expr(n) + "'";
