@@ -1,13 +1,14 @@
 /** \file redfuse_simd.h
- * Hot-loop primitives for generated CPU kernels, first of three texts: the vector vocabulary and the
+ * Hot-loop primitives for generated CPU kernels, first of six texts: the vector vocabulary and the
  * element-wise row kernels (exp, max, sum, scale), with the code path chosen at compile time from the
  * -m flags: AVX-512 (F+BW+VL; vdpbf16ps with AVX512_BF16, vpdpbusd with AVX512_VNNI), else AVX2+FMA,
  * else portable scalar loops.
  *
- * Five texts, pasted in this order (CMake embeds their concatenation as kEmbeddedSimdHeader, which
+ * Six texts, pasted in this order (CMake embeds their concatenation as kEmbeddedSimdHeader, which
  * the JIT pastes and `emit` writes out as one redfuse_simd.h): this one (ISA selection, bf16
  * conversions, the per-ISA vector vocabulary, the vectorized exp and the row primitives),
- * redfuse_simd_gemm.h (the GEMM micro-kernels and their scratch), redfuse_simd_bf16.h (float tiles
+ * redfuse_simd_gemm.h (the f32/bf16 GEMM micro-kernels and their scratch), redfuse_simd_int8.h (the
+ * int8 GEMM micro-kernels), redfuse_simd_bf16.h (float tiles
  * on the bf16 unit), redfuse_simd_amx.h (AMX tile GEMMs) and redfuse_simd_fp8.h (narrow GEMM weights). A program that includes them directly includes them in that order.
  *
  * Self-contained (no redfuse headers) and C++17, because JIT-compiled kernels include it. Every function

@@ -1,5 +1,5 @@
 /** \file redfuse_simd_bf16.h
- * Hot-loop primitives for generated CPU kernels, third of five texts: float tiles on the bf16 unit
+ * Hot-loop primitives for generated CPU kernels, fourth of six texts: float tiles on the bf16 unit
  * (FlashAttention's trade: P, X·g or dS rounded to bf16 and multiplied with vdpbf16ps). Pasted after
  * redfuse_simd_gemm.h, whose pair kernels it drives.
  */

@@ -1,0 +1,320 @@
+/** \file redfuse_simd_int8.h
+ * Hot-loop primitives for generated CPU kernels, third of six texts: the int8 x int8 -> int32 tile GEMM
+ * (vpdpbusd with AVX512_VNNI: the dot, outer-product and B-in-place forms; vpmaddwd on AVX2). Pasted after
+ * redfuse_simd_gemm.h, whose blocking, scratch, packing and B-in-place choice it shares, and whose
+ * RFK_UNROLL and RFK_KERNEL it uses and then undefines.
+ */
+#ifndef REDFUSE_SIMD_INT8_H
+#define REDFUSE_SIMD_INT8_H
+
+#ifndef REDFUSE_SIMD_GEMM_H
+#error "redfuse_simd_int8.h is pasted after redfuse_simd_gemm.h (its blocking and scratch)"
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (as in redfuse_simd.h).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace rfk {
+namespace simd_detail {
+
+#if defined(RFK_SIMD_VECTOR)
+// ---------------------------------------------------------------------------------------------------
+// int8 dot tiles.
+// ---------------------------------------------------------------------------------------------------
+#if defined(RFK_SIMD_VNNI)
+// acc += u8 x s8 in groups of four. GCC 12 spills accumulators around the intrinsic (its tied operand); the
+// asm states the tie directly and keeps all of them in registers.
+static inline __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, u8, s8);
+#endif
+}
+
+// vpdpbusd multiplies u8 x s8: A + 128 (a sign-bit flip) is unsigned, and sum_k 128*B[j][k], computed with
+// the same instruction (0x80 bytes times B) on the first row strip, is subtracted. Wrap-around int32
+// arithmetic makes the result exact whenever the true result fits in int32.
+template <int MR, bool kFirstStrip>
+RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, const int8_t *const *b, int32_t *c,
+                                     int64_t ldc, bool add, int64_t ncols, int32_t *bias) {
+    __m512i acc[MR][4], bacc[4];
+    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
+    RFK_UNROLL for (int j = 0; j < 4; ++j) {
+        bacc[j] = _mm512_setzero_si512();
+        RFK_UNROLL for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_setzero_si512();
+    }
+    const int8_t *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
+    auto step = [&](int64_t k, __mmask64 m) {
+        __m512i v0 = in_register(_mm512_maskz_loadu_epi8(m, b0 + k)), v1 = in_register(_mm512_maskz_loadu_epi8(m, b1 + k));
+        __m512i v2 = in_register(_mm512_maskz_loadu_epi8(m, b2 + k)), v3 = in_register(_mm512_maskz_loadu_epi8(m, b3 + k));
+        if constexpr (kFirstStrip) {
+            bacc[0] = dpbusd(bacc[0], flip, v0);
+            bacc[1] = dpbusd(bacc[1], flip, v1);
+            bacc[2] = dpbusd(bacc[2], flip, v2);
+            bacc[3] = dpbusd(bacc[3], flip, v3);
+        }
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            __m512i av = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a + i * lda + k), flip);
+            acc[i][0] = dpbusd(acc[i][0], av, v0);
+            acc[i][1] = dpbusd(acc[i][1], av, v1);
+            acc[i][2] = dpbusd(acc[i][2], av, v2);
+            acc[i][3] = dpbusd(acc[i][3], av, v3);
+        }
+    };
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) step(k, ~__mmask64(0));
+    if (k < K) step(k, (__mmask64(1) << (K - k)) - 1);
+    if constexpr (kFirstStrip) _mm_storeu_si128(reinterpret_cast<__m128i *>(bias), vsum4(bacc[0], bacc[1], bacc[2], bacc[3]));
+    const __m128i bias4 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(bias)), m4 = first_of_4(ncols);
+    RFK_UNROLL for (int i = 0; i < MR; ++i) {
+        __m128i v = _mm_sub_epi32(vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), bias4);
+        if (add) v = _mm_add_epi32(v, _mm_maskload_epi32(c + i * ldc, m4));
+        _mm_maskstore_epi32(c + i * ldc, m4, v);
+    }
+}
+
+// Outer-product form for many rows (the weight GEMM of quant->GEMM): B^T panels of quads (4 consecutive k
+// of one column in a 32-bit lane), each row of A broadcast one quad at a time from a copy shifted to
+// unsigned (A ^ 0x80 = A + 128), and 128 * sum_k B[j][k] per column (vpdpbusd of 0x80 bytes over the
+// panel) subtracted at the store. Against the dot form it reads A from L1-sized strips once per panel
+// instead of once per 4 columns of B, and needs no horizontal sums.
+// C[0..MR)[0..ncols) (+)= the dot products of MR rows of shifted A (quads at a + i*lda) with a panel of
+// nq quads, minus the panel's shift correction `bias`.
+template <int MR>
+RFK_KERNEL static void s8_outer_kernel(int64_t nq, const uint8_t *a, int64_t lda, const int32_t *b, const int32_t *bias,
+                                       int32_t *c, int64_t ldc, bool add, int64_t ncols) {
+    __m512i acc[MR][2];
+    RFK_UNROLL for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+    for (int64_t q = 0; q < nq; ++q) {
+        __m512i b0 = in_register(_mm512_loadu_si512(b + q * 32)), b1 = in_register(_mm512_loadu_si512(b + q * 32 + 16));
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            int32_t quad;
+            std::memcpy(&quad, a + i * lda + 4 * q, 4);
+            __m512i av = _mm512_set1_epi32(quad);
+            acc[i][0] = dpbusd(acc[i][0], av, b0);
+            acc[i][1] = dpbusd(acc[i][1], av, b1);
+        }
+    }
+    RFK_UNROLL for (int i = 0; i < MR; ++i)
+        for (int h = 0; h < 2; ++h) {
+            __mmask16 m = first_n(clamp64(ncols - 16 * h, 0, 16));
+            if (!m) break;
+            __m512i v = _mm512_sub_epi32(acc[i][h], _mm512_loadu_si512(bias + 16 * h));
+            if (add) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(m, c + i * ldc + 16 * h));
+            _mm512_mask_storeu_epi32(c + i * ldc + 16 * h, m, v);
+        }
+}
+
+// C (+)= A B^T through s8_outer_kernel: K in blocks of 4096 bytes (the panel, 1024 quads x 32 columns, and a
+// 128-row block of A share L2, as the bf16 pair blocks), per block A shifted into a copy padded to whole
+// quads, then per 32 columns of B a panel, its correction, and the strips of A over it.
+static inline void s8_nt_packed(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B, int64_t ldb,
+                                int32_t *C, int64_t ldc, bool accumulate) {
+    constexpr int64_t KC = 4096, W = 32;
+    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
+    int32_t *panel = static_cast<int32_t *>(scratch(0, size_t(min64(K, KC) / 4 + 1) * W * sizeof(int32_t)));
+    alignas(64) int32_t bias[W];
+    for (int64_t pc = 0; pc < K; pc += KC) {
+        int64_t kc = min64(KC, K - pc), nq = (kc + 3) / 4, ald = nq * 4 + 64;  // +64: rows off 4 KiB strides
+        bool add = accumulate || pc > 0;
+        for (int64_t ic = 0; ic < M; ic += kMC) {
+            int64_t mc = min64(kMC, M - ic);
+            uint8_t *a8 = static_cast<uint8_t *>(scratch(1, size_t(mc * ald)));  // slot 2 may hold the caller's C
+            for (int64_t i = 0; i < mc; ++i)
+                for (int64_t k = 0; k < nq * 4; k += 64) {
+                    int64_t n = min64(64, kc - k);
+                    __mmask64 m = n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1;  // the padding: 0x80, times B's zeros
+                    _mm512_storeu_si512(a8 + i * ald + k, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, A + (ic + i) * lda + pc + k), flip));
+                }
+            for (int64_t j = 0; j < N; j += W) {
+                int64_t ncols = min64(W, N - j);
+                pack_units<2>(reinterpret_cast<const uint8_t *>(B + j * ldb + pc), ldb, ncols, kc, reinterpret_cast<float *>(panel));
+                __m512i c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
+                for (int64_t q = 0; q < nq; ++q) {
+                    c0 = dpbusd(c0, flip, _mm512_loadu_si512(panel + q * W));
+                    c1 = dpbusd(c1, flip, _mm512_loadu_si512(panel + q * W + 16));
+                }
+                _mm512_store_si512(bias, c0);
+                _mm512_store_si512(bias + 16, c1);
+                for_strips<kMR>(mc, [&](auto rows, int64_t i) {
+                    s8_outer_kernel<decltype(rows)::value>(nq, a8 + i * ald, ald, panel, bias, C + (ic + i) * ldc + j, ldc, add, ncols);
+                });
+            }
+        }
+    }
+}
+
+// B in place for int8 (as nt_b_in_place for bf16): A's panels hold quads of A as they are (signed), each
+// step broadcasts one quad of each of NR B rows shifted to unsigned (B ^ 0x80 = B + 128, a vector xor after
+// the broadcast from memory: the scalar xor and a broadcast from a general register cost 1.5x at M = 16), and
+// 128 * sum_k A[i][k] (`shift`, per row of the panel) is subtracted at the store. Shifting B rather than A
+// puts the correction on the panel, computed once as it is packed, instead of on every group of B rows,
+// whose first reads from memory would then stall outside the kernel (12% of M = N = K = 4096, AMD Zen 4).
+// A short last quad of B is read through a mask; its missing bytes become 0x80 and meet A's zero padding.
+template <int H, int NR>
+RFK_KERNEL static void s8_b_in_place_kernel(int64_t kc, const int32_t *apanel, const int8_t *b, int64_t ldb,
+                                            const int32_t *shift, int32_t *c, int64_t ldc, bool add, int64_t rows) {
+    constexpr int R = 16 * H;
+    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
+    __m512i acc[NR][H];
+    RFK_UNROLL for (int j = 0; j < NR; ++j) RFK_UNROLL for (int h = 0; h < H; ++h) acc[j][h] = _mm512_setzero_si512();
+    auto step = [&](int64_t q, auto quad_of) {
+        __m512i a[H];
+        RFK_UNROLL for (int h = 0; h < H; ++h) a[h] = in_register(_mm512_loadu_si512(apanel + q * R + 16 * h));
+        RFK_UNROLL for (int j = 0; j < NR; ++j) {
+            __m512i bv = _mm512_xor_si512(_mm512_set1_epi32(quad_of(j, q)), flip);
+            RFK_UNROLL for (int h = 0; h < H; ++h) acc[j][h] = dpbusd(acc[j][h], bv, a[h]);
+        }
+    };
+    int64_t full = kc / 4;
+    for (int64_t q = 0; q < full; ++q)
+        step(q, [&](int j, int64_t u) {
+            int32_t quad;
+            std::memcpy(&quad, b + j * ldb + 4 * u, 4);
+            return quad;
+        });
+    if (kc & 3)
+        step(full, [&](int j, int64_t u) {
+            return _mm_cvtsi128_si32(_mm_maskz_loadu_epi8(__mmask16((1u << (kc & 3)) - 1u), b + j * ldb + 4 * u));
+        });
+    vf fl[NR][H];
+    RFK_UNROLL for (int j = 0; j < NR; ++j) RFK_UNROLL for (int h = 0; h < H; ++h) fl[j][h] = _mm512_castsi512_ps(acc[j][h]);
+    const __mmask16 cols = __mmask16((1u << NR) - 1u);
+    store_transposed<NR, H>(fl, rows, [&](vf row, int64_t i) {
+        __m512i v = _mm512_sub_epi32(_mm512_castps_si512(row), _mm512_set1_epi32(shift[i]));
+        if (add) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(cols, c + i * ldc));
+        _mm512_mask_storeu_epi32(c + i * ldc, cols, v);
+    });
+}
+
+// C (+)= A B^T for int8, B in place, A in panels of H halves: row blocks of kBInPlaceMC, K blocks whose A
+// panels fill at most 1 MiB; per panel, shift[t] = 128 * sum_k A[t][k] (vpdpbusd of 0x80 bytes over the
+// panel's quads).
+template <int H>
+static inline void s8_nt_b_in_place(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,
+                                    int64_t ldb, int32_t *C, int64_t ldc, bool accumulate) {
+    constexpr int R = 16 * H, NR = kBInPlaceCols;
+    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
+    for (int64_t ic = 0; ic < M; ic += kBInPlaceMC) {
+        int64_t mc = min64(kBInPlaceMC, M - ic), panels = (mc + R - 1) / R;
+        int64_t KC = min64(K, std::max<int64_t>(1024, (int64_t(1) << 20) / (panels * R) / 4 * 4));
+        int32_t *apack = static_cast<int32_t *>(scratch(0, size_t(panels * ((KC + 3) / 4) * R) * sizeof(int32_t)));
+        alignas(64) int32_t shift[kBInPlaceMC];
+        for (int64_t pc = 0; pc < K; pc += KC) {
+            int64_t kc = min64(KC, K - pc), nq = (kc + 3) / 4;
+            bool add = accumulate || pc > 0;
+            for (int64_t q = 0; q < panels; ++q) {
+                int32_t *panel = apack + q * nq * R;
+                pack_units<H>(reinterpret_cast<const uint8_t *>(A + (ic + q * R) * lda + pc), lda, min64(R, mc - q * R), kc,
+                              reinterpret_cast<float *>(panel));
+                __m512i s[H];
+                RFK_UNROLL for (int h = 0; h < H; ++h) s[h] = _mm512_setzero_si512();
+                for (int64_t u = 0; u < nq; ++u)
+                    RFK_UNROLL for (int h = 0; h < H; ++h) s[h] = dpbusd(s[h], flip, _mm512_loadu_si512(panel + u * R + 16 * h));
+                RFK_UNROLL for (int h = 0; h < H; ++h) _mm512_store_si512(shift + q * R + 16 * h, s[h]);
+            }
+            for (int64_t j = 0; j < N; j += NR)
+                with_rows<NR>(int(min64(NR, N - j)), [&](auto nr) {
+                    for (int64_t q = 0; q < panels; ++q)
+                        s8_b_in_place_kernel<H, decltype(nr)::value>(kc, apack + q * nq * R, B + j * ldb + pc, ldb,
+                                                                     shift + q * R, C + (ic + q * R) * ldc + j, ldc,
+                                                                     add, min64(R, mc - q * R));
+                });
+        }
+    }
+}
+#else
+// Without VNNI: widen to int16 and vpmaddwd, exact (|a*b| <= 2^14, so a pair sum fits in int32).
+template <int MR>
+RFK_KERNEL static void s8_dot_kernel_avx2(int64_t K, const int8_t *a, int64_t lda, const int8_t *const *b, int32_t *c,
+                                          int64_t ldc, bool add, int64_t ncols) {
+    __m256i acc[MR][4];
+    RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_si256();
+    auto load16 = [](const int8_t *p, int64_t n) {
+        alignas(16) int8_t tmp[16] = {};
+        if (n < 16) p = static_cast<const int8_t *>(std::memcpy(tmp, p, size_t(n)));
+        return in_register(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
+    };
+    for (int64_t k = 0; k < K; k += 16) {
+        int64_t n = min64(16, K - k);
+        __m256i v0 = load16(b[0] + k, n), v1 = load16(b[1] + k, n), v2 = load16(b[2] + k, n), v3 = load16(b[3] + k, n);
+        RFK_UNROLL for (int i = 0; i < MR; ++i) {
+            __m256i av = load16(a + i * lda + k, n);
+            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(av, v0));
+            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(av, v1));
+            acc[i][2] = _mm256_add_epi32(acc[i][2], _mm256_madd_epi16(av, v2));
+            acc[i][3] = _mm256_add_epi32(acc[i][3], _mm256_madd_epi16(av, v3));
+        }
+    }
+    __m128i m4 = first_of_4(ncols);
+    RFK_UNROLL for (int i = 0; i < MR; ++i) {
+        __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]), _mm256_hadd_epi32(acc[i][2], acc[i][3]));
+        __m128i v = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        if (add) v = _mm_add_epi32(v, _mm_maskload_epi32(c + i * ldc, m4));
+        _mm_maskstore_epi32(c + i * ldc, m4, v);
+    }
+}
+#endif
+#endif  // RFK_SIMD_VECTOR
+
+}  // namespace simd_detail
+
+static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,
+                                    int64_t ldb, int32_t *C, int64_t ldc, bool accumulate) {
+    if (simd_detail::split_columns(M, N, K, [&](int64_t j0, int64_t n) {
+            gemm_nt_s8s8_s32(M, n, K, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate);
+        }))
+        return;
+#if defined(RFK_SIMD_AMX)
+    if (simd_detail::amx_gemm_nt_s8(M, N, K, A, lda, B, ldb, C, ldc, accumulate)) return;
+#endif
+#if defined(RFK_SIMD_VECTOR)
+    using namespace simd_detail;
+#if defined(RFK_SIMD_VNNI)
+    int halves = b_in_place_halves(M, N, K);
+    if (halves == 2) return s8_nt_b_in_place<2>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    if (halves == 1) return s8_nt_b_in_place<1>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    if (K > 0 && M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
+        s8_nt_packed(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+        return;
+    }
+    int32_t bias[4] = {0, 0, 0, 0};  // 128 * sum_k B[j][k] of the current 4 rows, from their first strip
+#endif
+    dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const int8_t *const *rows, int64_t ncols) {
+        constexpr int MR = decltype(mr)::value;
+#if defined(RFK_SIMD_VNNI)
+        if (i == 0)
+            s8_dot_kernel<MR, true>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
+        else
+            s8_dot_kernel<MR, false>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
+#else
+        s8_dot_kernel_avx2<MR>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols);
+#endif
+    });
+#else
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            uint32_t s = 0;  // unsigned: wrap-around instead of undefined overflow, like the SIMD paths
+            for (int64_t k = 0; k < K; ++k) s += uint32_t(int32_t(A[i * lda + k]) * int32_t(B[j * ldb + k]));
+            C[i * ldc + j] = int32_t(s + (accumulate ? uint32_t(C[i * ldc + j]) : 0u));
+        }
+#endif
+}
+
+}  // namespace rfk
+
+#undef RFK_UNROLL
+#undef RFK_KERNEL
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // REDFUSE_SIMD_INT8_H
