@@ -76,7 +76,11 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     lo.row_lanes = c.target.kind == TargetKind::Cpu;
     lo.bf16_row_outputs = c.target.kind == TargetKind::Cpu;
     lo.row_reduced_members = c.target.kind == TargetKind::Cpu;
-    if (c.target.kind == TargetKind::Cpu) lo.attention_row_block = 64;
+    // Query rows per block of an attention-like chain. The tile GEMMs pack K and V (into tile panels
+    // with AMX) once per row block, so taller blocks pack less per row: 128 rows measured 7-11% faster
+    // than 64 on an AMX Xeon, 2 threads (bf16 and f32, causal or not, L = 2048, D = 128; 256 adds
+    // 1-3% and halves the blocks the threads share).
+    if (c.target.kind == TargetKind::Cpu) lo.attention_row_block = c.target.cpu.amx_bf16 ? 128 : 64;
     lo.fast_memory_bytes = cpu_fast_memory_bytes(c.target);
     return lo;
 }

@@ -10,9 +10,12 @@
  * 4 int8 consecutive along K). One tile configuration (all eight tiles 16 rows x 64 bytes) serves every
  * call; operands are zero-padded to whole tiles, so tails cost padding, never a branch in the loop.
  *
- * Which operand is packed: the smaller one. For a weight GEMM (N >> M) the weight rows are the row
- * operand, read in place, and A is packed: the tiles compute C^T, stored transposed. For attention
- * tiles (Q·Kᵀ, P·V) A's rows are the row operand and B is packed.
+ * Which operand is packed: the one whose packing (plus, for A, transposing the result) costs fewer
+ * 16 x 16 transposes (amx_nt). For a weight GEMM (N >> M, long K) the weight rows are the row operand
+ * and A is packed: the tiles compute C^T, stored transposed. For attention tiles (Q·Kᵀ with K = D,
+ * P·V) A's rows are the row operand and B is packed; whole 32 x 32 blocks with alpha = 1 load and
+ * store C straight from and into the accumulator tiles. Long K runs in blocks that keep a slice of
+ * the row operand in L1 (amx_sweep), with the panels prefetched a step ahead (amx_block).
  *
  * RFK_AMX_EMULATE replaces the six tile instructions by a software model of their documented
  * semantics (Intel SDM: TILELOADD, TILESTORED, TILEZERO, TDPBF16PS with bf16 inputs flushed to zero
@@ -217,18 +220,24 @@ static inline void amx_pack_panels(const T *src, int64_t ld, int64_t cols, int64
 }
 
 // Packs an N-contiguous bf16 matrix (K rows, `cols` columns; P·V's V) into the same panels: the unit of
-// column j at step c, pair p is (V[32c + 2p][j], V[32c + 2p + 1][j]).
+// column j at step c, pair p is (V[32c + 2p][j], V[32c + 2p + 1][j]). Two rows of 32 columns at a time:
+// one vpermt2w interleaves their first 16 columns into panel t's units, another the next 16 into panel
+// t + 1's (the panel count is even: columns are padded to a multiple of 32).
 static inline void amx_pack_row_pairs(const uint16_t *src, int64_t ld, int64_t cols, int64_t K, int64_t steps, uint32_t *out) {
-    int64_t panels = round_up(cols, 32) / 16;
-    for (int64_t t = 0; t < panels; ++t) {
-        __mmask16 m = first_n(clamp64(cols - 16 * t, 0, 16));
+    alignas(64) static const uint16_t kInterleave[2][32] = {
+        {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
+        {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
+    const __m512i lo_units = _mm512_load_si512(kInterleave[0]), hi_units = _mm512_load_si512(kInterleave[1]);
+    for (int64_t t = 0; 16 * t < cols; t += 2) {
+        int64_t n = clamp64(cols - 16 * t, 0, 32);
+        __mmask32 m = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
         for (int64_t c = 0; c < steps; ++c)
             for (int p = 0; p < 16; ++p) {
                 int64_t k = 32 * c + 2 * p;
-                __m512i lo = k < K ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + k * ld + 16 * t)) : _mm512_setzero_si512();
-                __m512i hi = k + 1 < K ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + (k + 1) * ld + 16 * t)), 16)
-                                       : _mm512_setzero_si512();
-                _mm512_storeu_si512(out + (t * steps + c) * 256 + p * 16, _mm512_or_si512(lo, hi));
+                __m512i a = k < K ? _mm512_maskz_loadu_epi16(m, src + k * ld + 16 * t) : _mm512_setzero_si512();
+                __m512i b = k + 1 < K ? _mm512_maskz_loadu_epi16(m, src + (k + 1) * ld + 16 * t) : _mm512_setzero_si512();
+                _mm512_storeu_si512(out + (t * steps + c) * 256 + p * 16, _mm512_permutex2var_epi16(a, lo_units, b));
+                _mm512_storeu_si512(out + ((t + 1) * steps + c) * 256 + p * 16, _mm512_permutex2var_epi16(a, hi_units, b));
             }
     }
 }
@@ -252,10 +261,25 @@ static inline AmxRows amx_row_block(const T *src, int64_t ld, int64_t rows, int6
 }
 
 // acc tiles (slice s of the rows x panel q) += rows · panels over `steps` steps of 64 bytes along K.
+// The next step's two panel tiles (2 KiB, contiguous) are prefetched into L1: tile loads that miss L1
+// wait for each line in turn, and the hardware prefetchers do not run ahead of them (an AMX Xeon,
+// one core, panels in L2: 600-700 GFLOP/s without, 1250-1460 with; tiles all in L1: 1780).
+// `ahead` (when not null) is the row operand's next K block: each step also prefetches 8 of its 256
+// lines (32 rows x 8 steps), starting at line `ahead_line`, so the weights a sweep reads from memory
+// arrive while the current block computes.
 template <bool kInt8>
-static inline void amx_block(const AmxRows &rows, const uint32_t *panel0, const uint32_t *panel1, int64_t steps) {
+static inline void amx_block(const AmxRows &rows, const uint32_t *panel0, const uint32_t *panel1, int64_t steps,
+                             const AmxRows *ahead = nullptr, int64_t ahead_line = 0) {
     const uint8_t *r0 = rows.base, *r1 = rows.base + 16 * rows.stride;
     for (int64_t c = 0; c < steps; ++c) {
+        const char *next0 = reinterpret_cast<const char *>(panel0 + (c + 1) * 256);
+        const char *next1 = reinterpret_cast<const char *>(panel1 + (c + 1) * 256);
+        for (int line = 0; line < 16; ++line) {
+            _mm_prefetch(next0 + 64 * line, _MM_HINT_T0);
+            _mm_prefetch(next1 + 64 * line, _MM_HINT_T0);
+        }
+        for (int64_t i = ahead_line + 8 * c; ahead && i < ahead_line + 8 * c + 8 && i < 256; ++i)
+            _mm_prefetch(reinterpret_cast<const char *>(ahead->base + (i >> 3) * ahead->stride + (i & 7) * 64), _MM_HINT_T0);
         RFK_TILE_LOAD(4, r0 + c * 64, rows.stride);
         RFK_TILE_LOAD(5, r1 + c * 64, rows.stride);
         RFK_TILE_LOAD(6, panel0 + c * 256, 64);
@@ -313,55 +337,147 @@ static inline void amx_write(const uint32_t *block, int64_t rows, int64_t cols, 
         }
 }
 
+// Where a 32 x 32 block of results goes. Direct: C is 32-bit, untransposed, alpha is 1 and the block
+// is whole, so the accumulator tiles load C (accumulate) or start at zero, and store straight into C:
+// no copy, no second pass. Otherwise the tiles go through `block` (transposed there when the tiles
+// hold Cᵀ) and write(block, r0, rows, q0, cols) scales, adds and masks.
+struct AmxTarget {
+    uint8_t *c;      // &C[0][0] of the untransposed result when direct stores are allowed, else nullptr
+    int64_t stride;  // bytes between C's rows
+    bool accumulate;
+};
+
+static inline void amx_start_tiles(const AmxTarget &t, bool direct, int64_t r0, int64_t q0) {
+    if (direct && t.accumulate) {
+        uint8_t *c = t.c + r0 * t.stride + q0 * 4;
+        RFK_TILE_LOAD(0, c, t.stride);
+        RFK_TILE_LOAD(1, c + 64, t.stride);
+        RFK_TILE_LOAD(2, c + 16 * t.stride, t.stride);
+        RFK_TILE_LOAD(3, c + 16 * t.stride + 64, t.stride);
+        return;
+    }
+    RFK_TILE_ZERO(0);
+    RFK_TILE_ZERO(1);
+    RFK_TILE_ZERO(2);
+    RFK_TILE_ZERO(3);
+}
+
+// The 2 x 2 accumulator tiles saved to / restored from a 4 KiB slot between blocks of K.
+static inline void amx_save_tiles(uint32_t *slot) {
+    RFK_TILE_STORE(0, slot, 64);
+    RFK_TILE_STORE(1, slot + 256, 64);
+    RFK_TILE_STORE(2, slot + 512, 64);
+    RFK_TILE_STORE(3, slot + 768, 64);
+}
+static inline void amx_restore_tiles(const uint32_t *slot) {
+    RFK_TILE_LOAD(0, slot, 64);
+    RFK_TILE_LOAD(1, slot + 256, 64);
+    RFK_TILE_LOAD(2, slot + 512, 64);
+    RFK_TILE_LOAD(3, slot + 768, 64);
+}
+
+// Blocking of the sweep. A tile product takes 16 cycles and a 2 x 2 step loads four 1 KiB tiles, 64 bytes
+// per cycle: more than L2 delivers, so one operand must come from L1. Per 32-row block, K runs in blocks
+// of kAmxStepsPerBlock steps (32 rows x 512 bytes = 16 KiB of the row operand, loaded once from L2 or
+// memory and then read from L1 by every column block of the chunk), and the columns in chunks of
+// kAmxChunkBlocks 32-column blocks, whose accumulators (4 KiB each) wait in L1 between K blocks. The
+// panels stream from L2 at half the rate, 32 bytes per cycle. When K fits one block (attention tiles:
+// D <= 256) nothing is saved or restored.
+constexpr int64_t kAmxStepsPerBlock = 8;  // 16 and 4 steps, 2 and 8 blocks per chunk measured slower
+constexpr int64_t kAmxChunkBlocks = 4;
+
+// The row operand's slice for K steps k0 .. k0+kn. Rows a multiple of 1 KiB apart (weights with K a
+// multiple of 512, A at K = 1024 ...) put a step's 32 lines into the same few of L1's 64 sets (12 ways):
+// they evict each other and every tile load goes to L2 (one core: ~500 GFLOP/s at N = K = 4096). Such
+// a slice is copied to 16 KiB of consecutive rows first; it is then read from L1 by every column block.
+static inline AmxRows amx_slice(const AmxRows &src, int64_t k0, int64_t kn, uint8_t *copy) {
+    const uint8_t *base = src.base + k0 * 64;
+    if (src.stride % 1024 != 0) return {base, src.stride};
+    for (int64_t r = 0; r < 32; ++r)
+        for (int64_t c = 0; c < kn; ++c)
+            _mm512_store_si512(copy + (r * kn + c) * 64, _mm512_loadu_si512(base + r * src.stride + c * 64));
+    return {copy, kn * 64};
+}
+
 // The sweep shared by every AMX GEMM: per 32-row block of the row operand (row_block(r0, rows) gives
-// it), per 32-column block of the packed panels, the K steps into four accumulator tiles, then
-// write(block, r0, rows, q0, cols) with the block laid out as amx_store_block leaves it.
+// it), per chunk of 32-column blocks of the packed panels, per block of K steps, into four
+// accumulator tiles; each finished block goes to C directly or through write (AmxTarget).
 template <bool kInt8, typename RowBlock, typename Write>
 static inline void amx_sweep(int64_t rows_total, int64_t cols_total, int64_t steps, const uint32_t *panels, bool transposed,
-                             RowBlock &&row_block, Write &&write) {
+                             const AmxTarget &target, RowBlock &&row_block, Write &&write) {
     alignas(64) uint32_t block[32 * 32];
+    alignas(64) uint32_t saved[kAmxChunkBlocks][32 * 32];
+    alignas(64) uint8_t slice_copy[32 * kAmxStepsPerBlock * 64];
     amx_configure();
     for (int64_t r0 = 0; r0 < rows_total; r0 += 32) {
         int64_t rows = min64(32, rows_total - r0);
         AmxRows src = row_block(r0, rows);
-        for (int64_t q0 = 0; q0 < cols_total; q0 += 32) {
-            RFK_TILE_ZERO(0);
-            RFK_TILE_ZERO(1);
-            RFK_TILE_ZERO(2);
-            RFK_TILE_ZERO(3);
-            const uint32_t *p0 = panels + (q0 / 16) * steps * 256;
-            amx_block<kInt8>(src, p0, p0 + steps * 256, steps);
-            amx_store_block(block, transposed);
-            write(block, r0, rows, q0, min64(32, cols_total - q0));
+        for (int64_t c0 = 0; c0 < cols_total; c0 += 32 * kAmxChunkBlocks) {
+            int64_t chunk_end = min64(cols_total, c0 + 32 * kAmxChunkBlocks);
+            for (int64_t k0 = 0; k0 < steps; k0 += kAmxStepsPerBlock) {
+                int64_t kn = min64(kAmxStepsPerBlock, steps - k0);
+                AmxRows next{src.base + (k0 + kn) * 64, src.stride};
+                const AmxRows *ahead = k0 + kn < steps ? &next : nullptr;
+                AmxRows slice = amx_slice(src, k0, kn, slice_copy);
+                for (int64_t q0 = c0; q0 < chunk_end; q0 += 32) {
+                    int64_t cols = min64(32, cols_total - q0);
+                    bool direct = target.c && rows == 32 && cols == 32;
+                    uint32_t *slot = saved[(q0 - c0) / 32];
+                    if (k0 == 0)
+                        amx_start_tiles(target, direct, r0, q0);
+                    else
+                        amx_restore_tiles(slot);
+                    const uint32_t *p0 = panels + ((q0 / 16) * steps + k0) * 256;
+                    amx_block<kInt8>(slice, p0, p0 + steps * 256, kn, ahead, (q0 - c0) / 32 * 8 * kn);
+                    if (k0 + kn < steps) {
+                        amx_save_tiles(slot);
+                    } else if (direct) {
+                        uint8_t *c = target.c + r0 * target.stride + q0 * 4;
+                        RFK_TILE_STORE(0, c, target.stride);
+                        RFK_TILE_STORE(1, c + 64, target.stride);
+                        RFK_TILE_STORE(2, c + 16 * target.stride, target.stride);
+                        RFK_TILE_STORE(3, c + 16 * target.stride + 64, target.stride);
+                    } else {
+                        amx_store_block(block, transposed);
+                        write(block, r0, rows, q0, cols);
+                    }
+                }
+            }
         }
     }
     amx_release();
 }
 
-// C (+)= alpha A Bᵀ (float or int32 C). The larger of A (M rows) and B (N rows) is the row operand, the
-// other is packed once per call; both are K-contiguous, so either orientation computes the same dot
-// products, as C or as Cᵀ.
+// C (+)= alpha A Bᵀ (float or int32 C). Both operands are K-contiguous, so either orientation computes
+// the same dot products: A's rows as the row operand and B packed (C comes out of the tiles as it is),
+// or B's rows as the row operand and A packed (the tiles hold Cᵀ, transposed on the way out). Packing
+// and transposing cost one 16 x 16 transpose of 32-bit units per tile of data: B's packing takes
+// N/16 * steps of them, A's M/16 * steps plus M*N/256 for the result. The cheaper wins: weight GEMMs
+// (N >> M, long K) pack A, attention's S = Q·Kᵀ (K = D: few steps) packs B and stores S directly.
 template <bool kInt8, typename TA, typename TB, typename TC>
 static inline void amx_nt(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B, int64_t ldb,
                           TC *C, int64_t ldc, bool accumulate) {
     constexpr int64_t E = amx_chunk<TB>();
     static_assert(amx_chunk<TA>() == E, "A and B take the same unit: bf16 pairs or int8 quads");
     const int64_t steps = round_up(K, E) / E;
-    const bool transposed = N > M;  // B's rows are the row operand: the tiles hold Cᵀ
+    static_assert(sizeof(TC) == 4, "the tiles store 32-bit results");
+    const int64_t mt = round_up(M, 16) / 16, nt = round_up(N, 16) / 16;
+    const bool transposed = mt * steps + mt * nt < nt * steps;  // B's rows are the row operand: the tiles hold Cᵀ
     const int64_t cols_total = transposed ? M : N;
     uint32_t *panels = static_cast<uint32_t *>(scratch(4, size_t(round_up(cols_total, 32) * steps * 64)));
     uint8_t *copy = static_cast<uint8_t *>(scratch(5, size_t(32 * steps * 64)));
     if (transposed) {
         amx_pack_panels(A, lda, M, K, steps, panels);
         amx_sweep<kInt8>(
-            N, M, steps, panels, true, [&](int64_t r0, int64_t rows) { return amx_row_block(B + r0 * ldb, ldb, rows, K, steps, copy); },
+            N, M, steps, panels, true, AmxTarget{nullptr, 0, accumulate}, [&](int64_t r0, int64_t rows) { return amx_row_block(B + r0 * ldb, ldb, rows, K, steps, copy); },
             [&](const uint32_t *block, int64_t r0, int64_t rows, int64_t q0, int64_t cols) {
                 amx_write(block, cols, rows, alpha, accumulate, C + q0 * ldc + r0, ldc);
             });
     } else {
         amx_pack_panels(B, ldb, N, K, steps, panels);
         amx_sweep<kInt8>(
-            M, N, steps, panels, false, [&](int64_t r0, int64_t rows) { return amx_row_block(A + r0 * lda, lda, rows, K, steps, copy); },
+            M, N, steps, panels, false, AmxTarget{alpha == 1.0f ? reinterpret_cast<uint8_t *>(C) : nullptr, ldc * 4, accumulate},
+            [&](int64_t r0, int64_t rows) { return amx_row_block(A + r0 * lda, lda, rows, K, steps, copy); },
             [&](const uint32_t *block, int64_t r0, int64_t rows, int64_t q0, int64_t cols) {
                 amx_write(block, rows, cols, alpha, accumulate, C + r0 * ldc + q0, ldc);
             });
@@ -395,7 +511,8 @@ static inline bool amx_gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, 
     uint8_t *copy = static_cast<uint8_t *>(scratch(5, size_t(32 * steps * 64)));
     amx_pack_row_pairs(V, ldv, N, K, steps, panels);
     amx_sweep<false>(
-        M, N, steps, panels, false, [&](int64_t r0, int64_t rows) { return amx_row_block(P + r0 * ldp, ldp, rows, K, steps, copy); },
+        M, N, steps, panels, false, AmxTarget{reinterpret_cast<uint8_t *>(C), ldc * 4, true},
+        [&](int64_t r0, int64_t rows) { return amx_row_block(P + r0 * ldp, ldp, rows, K, steps, copy); },
         [&](const uint32_t *block, int64_t r0, int64_t rows, int64_t q0, int64_t cols) {
             amx_write(block, rows, cols, 1.0f, true, C + r0 * ldc + q0, ldc);
         });

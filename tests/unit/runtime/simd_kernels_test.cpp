@@ -58,7 +58,10 @@ std::vector<Shape> gemm_shapes() {
                                 // column groups with a tail, an odd K, and two row blocks; 16-row panels (M = 16,
                                 // a partial one at M = 15, three at M = 48)
                                 {64, 141, 1025}, {96, 200, 600}, {150, 301, 513}, {16, 77, 1023}, {15, 40, 517},
-                                {48, 100, 700}};
+                                {48, 100, 700},
+                                // the AMX sweep's K blocks (8 steps) and column chunks (4 blocks), and rows 1 or 2 KiB
+                                // apart (copied slice by slice when the leading dimension draws no padding)
+                                {64, 96, 1024}, {96, 64, 512}, {40, 300, 1024}};
     // {20, 40, 2100}: past the 2048-long K blocks of the bf16 pair kernels.
     if (kThorough) extra.insert(extra.end(), {{140, 530, 300}, {1, 1000, 128}, {128, 256, 64}, {5, 64, 1100}, {8, 17, 1025}, {20, 40, 2100},
                                              // the B-in-place form's K blocks (4096 long at 128 rows), odd last block

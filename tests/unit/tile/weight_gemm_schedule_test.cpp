@@ -21,11 +21,12 @@ namespace {
 
 std::filesystem::path example(const std::string &name) { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / name; }
 
-std::string tile_text(const std::string &name, const std::map<std::string, int64_t> &sizes, int threads = 0) {
+std::string tile_text(const std::string &name, const std::map<std::string, int64_t> &sizes, int threads = 0,
+                      const Target &target = make_target(TargetKind::Cpu)) {
     Options o;
     o.sizes = sizes;
     o.threads = threads;
-    auto c = analyze_source(test::read_text(example(name)), name, make_target(TargetKind::Cpu), o);
+    auto c = analyze_source(test::read_text(example(name)), name, target, o);
     return tile::to_string(generate(*c).module);
 }
 
@@ -41,9 +42,13 @@ TEST(WeightGemmSchedule, WideOutputRowsTakeTheWholeAxisAndBigRowBlocks) {
         t = tile_text(name, {{"M", 2048}, {"N", 64}, {"K", 4096}});
         EXPECT_NE(t.find("tile=256 row_block=32"), std::string::npos) << name << " (narrow output)\n" << t;
     }
-    // Attention-shaped chains (QKᵀ and P·V) take 64-row blocks on the CPU.
-    std::string attention = tile_text("attention.rf", {{"B", 1}, {"H", 8}, {"M", 2048}, {"N", 2048}, {"D", 128}});
-    EXPECT_NE(attention.find("tile=256 row_block=64"), std::string::npos) << attention;
+    // Attention-shaped chains (QKᵀ and P·V) take 64-row blocks on the CPU, 128 where AMX tiles run the GEMMs.
+    for (bool amx : {false, true}) {
+        Target cpu = make_target(TargetKind::Cpu);
+        cpu.cpu.amx_bf16 = amx;
+        std::string attention = tile_text("attention.rf", {{"B", 1}, {"H", 8}, {"M", 2048}, {"N", 2048}, {"D", 128}}, 0, cpu);
+        EXPECT_NE(attention.find(amx ? "tile=256 row_block=128" : "tile=256 row_block=64"), std::string::npos) << attention;
+    }
 }
 
 TEST(WeightGemmSchedule, OnchipPassesKeepTheirRowBlockInHalfOfL2) {
