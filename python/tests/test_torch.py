@@ -35,6 +35,19 @@ def test_bf16_attention_against_sdpa():
     torch.testing.assert_close(o.float(), want, rtol=2e-2, atol=2e-2)
 
 
+def test_bf16_attention_sees_inputs_changed_in_place_between_calls():
+    # On AMX CPUs a thread keeps K's and V's packed tile panels across the row blocks of one call; the
+    # next call (same tensors, new contents) must pack them again.
+    k = redfuse.compile(ATTENTION, sizes=dict(B=1, H=2, M=256, N=512, D=64))
+    q, kk, v = (torch.randn(1, 2, 256, 64, dtype=torch.bfloat16) for _ in range(3))
+    for _ in range(2):
+        o = k(q, kk, v)
+        want = torch.nn.functional.scaled_dot_product_attention(q.float(), kk.float(), v.float())
+        torch.testing.assert_close(o.float(), want, rtol=2e-2, atol=2e-2)
+        kk.copy_(torch.randn_like(kk))
+        v.copy_(torch.randn_like(v))
+
+
 def test_fullgraph_and_dynamic_without_recompiles_or_rebuilds():
     k = redfuse.compile(SOFTMAX, name="softmax_c")
     frames = []
@@ -170,7 +183,8 @@ def test_exact_products_keeps_float32_products_of_bf16_attention():
     ref = torch.softmax((q.double() @ k.double().transpose(-1, -2)) / 32 ** 0.5, -1) @ v.double()
     rounded = redfuse.compile(spec, target="cpu")
     exact = redfuse.compile(spec, target="cpu", exact_products=True)
-    call = "rfk::gemm_nn_acc_f32_as_bf16("  # the kernel's call (the pasted runtime header defines it in both)
+    # the kernel's call, plain or _input_v (V is an input); the pasted runtime header defines both in both
+    call = "rfk::gemm_nn_acc_f32_as_bf16"
     assert call in rounded.source() and call not in exact.source()
     for kern in (rounded, exact):
         out = kern(q, k, v)

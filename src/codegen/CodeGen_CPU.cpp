@@ -143,6 +143,7 @@ public:
         collect_locals(k_.body);
         os_ << "// " << safe_comment(k_.what) << "\n";
         os_ << "static void " << k_.name << "(const int64_t *rf_sizes, void *const *rf_bufs, int rf_threads) {\n";
+        os_ << "    rfk::input_epoch.fetch_add(1, std::memory_order_relaxed);  // packings kept from inputs expire\n";
         for (size_t i = 0; i < m_.sizes.size(); i++)
             os_ << "    const int64_t " << c_identifier(m_.sizes[i]) << " = rf_sizes[" << i << "]; (void)" << c_identifier(m_.sizes[i]) << ";\n";
         for (size_t i = 0; i < m_.buffers.size(); i++) {
@@ -513,12 +514,15 @@ private:
                     B = operand_addr(g.b_base), C = operand_addr(g.c_base), alpha = "(float)(" + expr(g.alpha, "double") + ")";
         std::string lda = int_expr(g.a_si), ldc = int_expr(g.c_si);
         bool f32a = ta == DType::f32, f32b = tb == DType::f32, bfa = ta == DType::bf16, bfb = tb == DType::bf16;
+        // B read straight from an input of the kernel: constant while it runs, so the GEMMs that pack it
+        // (AMX tile panels) may keep the packing for the thread's next call on the same B (input_epoch).
+        bool b_input = !g.b_base->name.empty() && g.b_base->name[0] != '$' && bufs_.at(g.b_base->name)->role == Buffer::Role::Input;
         std::string call;
         if (g.trans_b && !g.a_transposed()) {
             std::string ldb = int_expr(g.b_sj), tail = ", " + C + ", " + ldc + ", " + (g.accumulate ? "true" : "false") + ");";
             std::string args = "(" + M + ", " + N + ", " + K + ", " + alpha + ", " + A + ", " + lda + ", " + B + ", " + ldb + tail;
             if (f32a && f32b) call = "rfk::gemm_nt_f32" + args;
-            else if (bfa && bfb) call = "rfk::gemm_nt_bf16" + args;
+            else if (bfa && bfb) call = (b_input ? "rfk::gemm_nt_bf16_input_b" : "rfk::gemm_nt_bf16") + args;
             else if (f32a && bfb) call = (round_tile_products_ ? "rfk::gemm_nt_f32_as_bf16" : "rfk::gemm_nt_f32_bf16") + args;
             else if (f32a && tb == DType::f8e4m3) call = "rfk::gemm_nt_f32_f8e4m3" + args;
             else if (f32a && tb == DType::f8e5m2) call = "rfk::gemm_nt_f32_f8e5m2" + args;
@@ -534,7 +538,8 @@ private:
             std::string ldb = int_expr(g.b_sk);
             std::string args = "(" + M + ", " + N + ", " + K + ", " + A + ", " + lda + ", " + B + ", " + ldb + ", " + C + ", " + ldc + ");";
             if (f32a && f32b) call = "rfk::gemm_nn_acc_f32" + args;
-            else if (f32a && bfb) call = (round_tile_products_ ? "rfk::gemm_nn_acc_f32_as_bf16" : "rfk::gemm_nn_acc_f32_bf16") + args;
+            else if (f32a && bfb)
+                call = (!round_tile_products_ ? "rfk::gemm_nn_acc_f32_bf16" : b_input ? "rfk::gemm_nn_acc_f32_as_bf16_input_v" : "rfk::gemm_nn_acc_f32_as_bf16") + args;
         }
         if (!call.empty()) {
             pad(ind) << call << "\n";

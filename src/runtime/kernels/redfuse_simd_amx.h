@@ -456,7 +456,7 @@ static inline void amx_sweep(int64_t rows_total, int64_t cols_total, int64_t ste
 // (N >> M, long K) pack A, attention's S = Q·Kᵀ (K = D: few steps) packs B and stores S directly.
 template <bool kInt8, typename TA, typename TB, typename TC>
 static inline void amx_nt(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B, int64_t ldb,
-                          TC *C, int64_t ldc, bool accumulate) {
+                          TC *C, int64_t ldc, bool accumulate, bool b_input) {
     constexpr int64_t E = amx_chunk<TB>();
     static_assert(amx_chunk<TA>() == E, "A and B take the same unit: bf16 pairs or int8 quads");
     const int64_t steps = round_up(K, E) / E;
@@ -464,9 +464,10 @@ static inline void amx_nt(int64_t M, int64_t N, int64_t K, float alpha, const TA
     const int64_t mt = round_up(M, 16) / 16, nt = round_up(N, 16) / 16;
     const bool transposed = mt * steps + mt * nt < nt * steps;  // B's rows are the row operand: the tiles hold Cᵀ
     const int64_t cols_total = transposed ? M : N;
-    uint32_t *panels = static_cast<uint32_t *>(scratch(4, size_t(round_up(cols_total, 32) * steps * 64)));
+    const size_t panel_bytes = size_t(round_up(cols_total, 32) * steps * 64);
     uint8_t *copy = static_cast<uint8_t *>(scratch(5, size_t(32 * steps * 64)));
     if (transposed) {
+        uint32_t *panels = static_cast<uint32_t *>(scratch(4, panel_bytes));
         amx_pack_panels(A, lda, M, K, steps, panels);
         amx_sweep<kInt8>(
             N, M, steps, panels, true, AmxTarget{nullptr, 0, accumulate}, [&](int64_t r0, int64_t rows) { return amx_row_block(B + r0 * ldb, ldb, rows, K, steps, copy); },
@@ -474,7 +475,10 @@ static inline void amx_nt(int64_t M, int64_t N, int64_t K, float alpha, const TA
                 amx_write(block, cols, rows, alpha, accumulate, C + q0 * ldc + r0, ldc);
             });
     } else {
-        amx_pack_panels(B, ldb, N, K, steps, panels);
+        bool packed = false;  // B's panels kept from an earlier call in this kernel entry
+        uint32_t *panels = static_cast<uint32_t *>(b_input ? cached_panels(B, ldb, N, K, kInt8 ? 2 : 1, panel_bytes, packed)
+                                                           : scratch(4, panel_bytes));
+        if (!packed) amx_pack_panels(B, ldb, N, K, steps, panels);
         amx_sweep<kInt8>(
             M, N, steps, panels, false, AmxTarget{alpha == 1.0f ? reinterpret_cast<uint8_t *>(C) : nullptr, ldc * 4, accumulate},
             [&](int64_t r0, int64_t rows) { return amx_row_block(A + r0 * lda, lda, rows, K, steps, copy); },
@@ -488,28 +492,31 @@ static inline void amx_nt(int64_t M, int64_t N, int64_t K, float alpha, const TA
 // shape or the process has no tile permission.
 template <typename TA>
 static inline bool amx_gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const uint16_t *B,
-                                    int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+                                    int64_t ldb, float *C, int64_t ldc, bool accumulate, bool b_input) {
     if (M < kAmxMinRows || N < kAmxMinRows || K < 32 || !amx_granted()) return false;
-    amx_nt<false>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+    amx_nt<false>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate, b_input);
     return true;
 }
 
 static inline bool amx_gemm_nt_s8(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B, int64_t ldb,
                                   int32_t *C, int64_t ldc, bool accumulate) {
     if (M < kAmxMinRows || N < kAmxMinRows || K < 64 || !amx_granted()) return false;
-    amx_nt<true>(M, N, K, 1.0f, A, lda, B, ldb, C, ldc, accumulate);
+    amx_nt<true>(M, N, K, 1.0f, A, lda, B, ldb, C, ldc, accumulate, false);
     return true;
 }
 
 // C += P V with float P rounded to bf16 (attention's P·V): P's rows are the row operand (rounded into
-// the copy per 32-row block), V is packed into pair panels once per call.
+// the copy per 32-row block), V is packed into pair panels once per call, or once per kernel entry and
+// thread when V is a kernel input (v_input).
 static inline bool amx_gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const uint16_t *V,
-                                               int64_t ldv, float *C, int64_t ldc) {
+                                               int64_t ldv, float *C, int64_t ldc, bool v_input) {
     if (M < kAmxMinRows || N < kAmxMinRows || K < 32 || !amx_granted()) return false;
     const int64_t steps = round_up(K, 32) / 32;
-    uint32_t *panels = static_cast<uint32_t *>(scratch(4, size_t(round_up(N, 32) * steps * 64)));
+    const size_t panel_bytes = size_t(round_up(N, 32) * steps * 64);
+    bool packed = false;
+    uint32_t *panels = static_cast<uint32_t *>(v_input ? cached_panels(V, ldv, N, K, 3, panel_bytes, packed) : scratch(4, panel_bytes));
     uint8_t *copy = static_cast<uint8_t *>(scratch(5, size_t(32 * steps * 64)));
-    amx_pack_row_pairs(V, ldv, N, K, steps, panels);
+    if (!packed) amx_pack_row_pairs(V, ldv, N, K, steps, panels);
     amx_sweep<false>(
         M, N, steps, panels, false, AmxTarget{reinterpret_cast<uint8_t *>(C), ldc * 4, true},
         [&](int64_t r0, int64_t rows) { return amx_row_block(P + r0 * ldp, ldp, rows, K, steps, copy); },

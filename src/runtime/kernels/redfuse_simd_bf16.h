@@ -138,6 +138,15 @@ static inline void gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, cons
     gemm_nn_acc_f32_bf16(M, N, K, P, ldp, V, ldv, C, ldc);
 }
 
+// gemm_nn_acc_f32_as_bf16 with V an input of the generated kernel (see gemm_nt_bf16_input_b).
+static inline void gemm_nn_acc_f32_as_bf16_input_v(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp,
+                                                   const uint16_t *V, int64_t ldv, float *C, int64_t ldc) {
+#if defined(RFK_SIMD_AMX)
+    if (simd_detail::amx_gemm_nn_acc_f32_as_bf16(M, N, K, P, ldp, V, ldv, C, ldc, true)) return;
+#endif
+    gemm_nn_acc_f32_as_bf16(M, N, K, P, ldp, V, ldv, C, ldc);
+}
+
 namespace simd_detail {
 /** dst[c][r] = src[r][c] for r < rows, c < cols, in 16 × 16 blocks (each block's source rows and
  *  destination rows stay in L1 while it is copied). */

@@ -49,6 +49,10 @@ namespace rfk {
 #ifndef RFK_GEMM_SPLIT_THREADS  // declared by redfuse_cpu.h too (the generated parallel loop sets it)
 #define RFK_GEMM_SPLIT_THREADS
 [[maybe_unused]] static std::atomic<int> gemm_split_threads{1};
+// Bumped by every generated kernel function on entry: tile panels packed from a kernel input (AMX keeps
+// them per thread, redfuse_simd_amx.h) are reused only within the entry that packed them, while the
+// input cannot change.
+[[maybe_unused]] static std::atomic<uint64_t> input_epoch{0};
 #endif
 namespace simd_detail {
 
@@ -64,22 +68,31 @@ struct ScratchBuffer {
 // objects with destructors registered from such an object (by OpenMP worker threads that outlive it)
 // crash LeakSanitizer's exit-time scan. A process-wide map from thread id to buffers, freed when the
 // object is unloaded, costs one uncontended lock per call (calls are per tile, not per element).
+// Tile panels packed from a kernel input, kept for the thread's next GEMM on the same operand (attention:
+// every row block of a head multiplies by the same K and V tiles). An entry is valid only for the
+// input_epoch it was packed in; entries are replaced round-robin.
+struct PanelCacheEntry {
+    const void *src = nullptr;
+    int64_t ld = 0, cols = 0, K = 0;
+    int kind = 0;
+    uint64_t epoch = 0;
+    ScratchBuffer panels;
+};
+struct PanelCache {
+    std::array<PanelCacheEntry, 32> entries;
+    size_t next = 0;
+};
 struct ScratchPool {
     std::mutex lock;
     std::unordered_map<std::thread::id, std::array<ScratchBuffer, 7>> per_thread;  // node addresses are stable
+    std::unordered_map<std::thread::id, PanelCache> panel_caches;
 };
 static inline ScratchPool &scratch_pool() {
     static ScratchPool pool;
     return pool;
 }
-static inline void *scratch(int slot, size_t bytes) {
-    ScratchPool &pool = scratch_pool();
-    ScratchBuffer *buffers;
-    {
-        std::lock_guard<std::mutex> guard(pool.lock);
-        buffers = pool.per_thread[std::this_thread::get_id()].data();
-    }
-    ScratchBuffer &b = buffers[slot];
+// The buffer's memory, reallocated (contents dropped) when smaller than `bytes`.
+static inline void *grow(ScratchBuffer &b, size_t bytes) {
     if (b.bytes < bytes) {
         size_t rounded = (bytes + 63) / 64 * 64;
         void *p = std::aligned_alloc(64, rounded);
@@ -90,18 +103,58 @@ static inline void *scratch(int slot, size_t bytes) {
     }
     return b.data;
 }
+static inline void *scratch(int slot, size_t bytes) {
+    ScratchPool &pool = scratch_pool();
+    ScratchBuffer *buffers;
+    {
+        std::lock_guard<std::mutex> guard(pool.lock);
+        buffers = pool.per_thread[std::this_thread::get_id()].data();
+    }
+    return grow(buffers[slot], bytes);
+}
+
+// The panels of operand (src, ld, cols, K, kind) packed in this entry of the kernel, if this thread kept
+// them (hit = true), else an entry's buffer of `bytes` to pack them into (hit = false), then kept.
+static inline void *cached_panels(const void *src, int64_t ld, int64_t cols, int64_t K, int kind, size_t bytes, bool &hit) {
+    ScratchPool &pool = scratch_pool();
+    PanelCache *cache;
+    {
+        std::lock_guard<std::mutex> guard(pool.lock);
+        cache = &pool.panel_caches[std::this_thread::get_id()];
+    }
+    const uint64_t epoch = input_epoch.load(std::memory_order_relaxed);
+    for (PanelCacheEntry &e : cache->entries)
+        if (e.src == src && e.ld == ld && e.cols == cols && e.K == K && e.kind == kind && e.epoch == epoch && e.panels.bytes >= bytes) {
+            hit = true;
+            return e.panels.data;
+        }
+    PanelCacheEntry &e = cache->entries[cache->next++ % cache->entries.size()];
+    e.src = nullptr;  // no key while the memory changes hands
+    void *panels = grow(e.panels, bytes);
+    e.src = src, e.ld = ld, e.cols = cols, e.K = K, e.kind = kind, e.epoch = epoch;
+    hit = false;
+    return panels;
+}
 
 // Column split: a GEMM called outside an active parallel region with gemm_split_threads > 1 (the
 // weight GEMM of a chain whose rows fill one row block, RMSNorm→GEMM or a quantized GEMM at M = 16)
 // runs column ranges on that many threads: C[:, j0:j1] = A·B[j0:j1, :]ᵀ reads only B's rows j0..j1,
 // so the parts are independent, and each thread packs into its own scratch. Ranges are multiples of
 // 64 columns; small GEMMs (M·N·K < 2^22) stay on the calling thread.
+static inline bool splits_columns(int64_t M, int64_t N, int64_t K) {
+#if defined(_OPENMP)
+    int threads = gemm_split_threads.load(std::memory_order_relaxed);
+    return threads >= 2 && !omp_in_parallel() && N >= 128 && double(M) * double(N) * double(K) >= double(1 << 22);
+#else
+    (void)M, (void)N, (void)K;
+    return false;
+#endif
+}
 template <typename F>
 static inline bool split_columns(int64_t M, int64_t N, int64_t K, F &&part) {
 #if defined(_OPENMP)
-    int threads = gemm_split_threads.load(std::memory_order_relaxed);
-    if (threads < 2 || omp_in_parallel() || N < 128 || double(M) * double(N) * double(K) < double(1 << 22)) return false;
-    int64_t parts = std::min<int64_t>(threads, N / 64);
+    if (!splits_columns(M, N, K)) return false;
+    int64_t parts = std::min<int64_t>(gemm_split_threads.load(std::memory_order_relaxed), N / 64);
     int64_t width = (N + parts - 1) / parts;
     width = (width + 63) / 64 * 64;
 #pragma omp parallel for num_threads(static_cast<int>(parts)) schedule(static, 1)
@@ -134,11 +187,11 @@ static inline void with_rows(int r, F &&f) {
 // false, having done nothing, when the shape is too small for tiles or Linux denies the tile state.
 template <typename TA>
 static inline bool amx_gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const uint16_t *B,
-                                    int64_t ldb, float *C, int64_t ldc, bool accumulate);
+                                    int64_t ldb, float *C, int64_t ldc, bool accumulate, bool b_input = false);
 static inline bool amx_gemm_nt_s8(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B, int64_t ldb,
                                   int32_t *C, int64_t ldc, bool accumulate);
 static inline bool amx_gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const uint16_t *V,
-                                               int64_t ldv, float *C, int64_t ldc);
+                                               int64_t ldv, float *C, int64_t ldc, bool v_input = false);
 #endif
 
 #if defined(RFK_SIMD_VECTOR)
@@ -674,6 +727,17 @@ static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, co
             C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
         }
 #endif
+}
+
+// gemm_nt_bf16 with B an input of the generated kernel, constant while the kernel runs: the AMX path
+// keeps B's packed panels for the thread's later calls on the same B within this kernel entry.
+static inline void gemm_nt_bf16_input_b(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
+                                        const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_AMX)
+    if (!simd_detail::splits_columns(M, N, K) && simd_detail::amx_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate, true))
+        return;
+#endif
+    gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
 }
 
 static inline void gemm_nn_acc_f32(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const float *V,

@@ -30,7 +30,8 @@ std::string cpp_for(const std::string &source, bool bf16_tile_products) {
     return generate(*c, o).source;
 }
 
-bool calls(const std::string &cpp, const std::string &fn) { return cpp.find("rfk::" + fn + "(") != std::string::npos; }
+// A call of fn, or of its variant for an operand that is a kernel input (fn_input_b / fn_input_v).
+bool calls(const std::string &cpp, const std::string &fn) { return std::regex_search(cpp, std::regex("rfk::" + fn + "(_input_[bv])?\\(")); }
 
 }  // namespace
 
@@ -39,6 +40,10 @@ TEST(CpuTileProducts, BfloatOutputsRoundPToBf16) {
     EXPECT_TRUE(calls(cpp, "gemm_nn_acc_f32_as_bf16")) << "P·V should take the bf16 unit";
     EXPECT_FALSE(calls(cpp, "gemm_nn_acc_f32_bf16"));
     EXPECT_TRUE(calls(cpp, "gemm_nt_bf16")) << "Q·Kᵀ reads two bf16 inputs";
+    // K and V are inputs of the kernel: their GEMMs may keep packed panels within one kernel entry.
+    EXPECT_NE(cpp.find("rfk::gemm_nt_bf16_input_b("), std::string::npos);
+    EXPECT_NE(cpp.find("rfk::gemm_nn_acc_f32_as_bf16_input_v("), std::string::npos);
+    EXPECT_NE(cpp.find("rfk::input_epoch.fetch_add(1"), std::string::npos) << "each kernel entry expires kept panels";
 }
 
 TEST(CpuTileProducts, WiderOutputsOrTheOptionOffKeepExactProducts) {

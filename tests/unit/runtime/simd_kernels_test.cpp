@@ -597,6 +597,39 @@ void check_threads(Failures &f) {
     if (!same[0] || !same[1]) f.add(std::string("gemm_nt_f32 (") + rfk::simd_level() + ") differs when two threads run it at once");
 }
 
+/** The *_input_b / *_input_v GEMMs (B or V a kernel input, whose AMX panels a thread keeps within one
+ *  input_epoch) equal the plain GEMMs: on a first call, on a repeated call (panels reused), and after
+ *  the operand changed in place and the epoch moved on, as each generated kernel entry moves it. */
+void check_input_panels(Failures &f) {
+    const int64_t M = 64, N = 96, K = 128;
+    Rng rng(91);
+    std::vector<uint16_t> A(size_t(M * K)), B(size_t(N * K));
+    std::vector<float> P(size_t(M * N));
+    for (uint16_t &v : A) v = rfk::f32_to_bf16(rng.uniform(-1, 1));
+    for (float &v : P) v = rng.uniform(0, 1);
+    auto fill_b = [&] {
+        for (uint16_t &v : B) v = rfk::f32_to_bf16(rng.uniform(-1, 1));
+    };
+    auto compare = [&](const char *what) {
+        std::vector<float> want(size_t(M * N)), got(size_t(M * N)), want_pv(size_t(M * K), 0.5f), got_pv(size_t(M * K), 0.5f);
+        rfk::gemm_nt_bf16(M, N, K, 1.0f, A.data(), K, B.data(), K, want.data(), N, false);
+        rfk::gemm_nt_bf16_input_b(M, N, K, 1.0f, A.data(), K, B.data(), K, got.data(), N, false);
+        if (std::memcmp(want.data(), got.data(), want.size() * 4) != 0) f.add(std::string("gemm_nt_bf16_input_b differs ") + what);
+        // P·V with V = B read as N rows of K columns.
+        rfk::gemm_nn_acc_f32_as_bf16(M, K, N, P.data(), N, B.data(), K, want_pv.data(), K);
+        rfk::gemm_nn_acc_f32_as_bf16_input_v(M, K, N, P.data(), N, B.data(), K, got_pv.data(), K);
+        if (std::memcmp(want_pv.data(), got_pv.data(), want_pv.size() * 4) != 0)
+            f.add(std::string("gemm_nn_acc_f32_as_bf16_input_v differs ") + what);
+    };
+    fill_b();
+    rfk::input_epoch.fetch_add(1);
+    compare("on the first call");
+    compare("on a repeated call");
+    fill_b();
+    rfk::input_epoch.fetch_add(1);
+    compare("after B changed in place and the epoch moved on");
+}
+
 /** rfk::topk_insert (redfuse_cpu.h: the strict-compare fast path, `better` for ties and NaNs) against a
  *  sort of every offered (value, index) by `better`: values with many ties and NaNs, offered in the
  *  axis order and in a shuffled order (a segment merge offers lower indices after higher ones), k from
@@ -640,6 +673,7 @@ void check_all(Failures &f) {
     check_rows(f);
     check_topk(f);
     check_threads(f);
+    check_input_panels(f);
 }
 
 }  // namespace simd_check
