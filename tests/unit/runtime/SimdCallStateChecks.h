@@ -1,0 +1,74 @@
+/** \file SimdCallStateChecks.h
+ * Checks of the state the tile GEMMs keep between calls (simd_kernels_test.cpp includes this after the
+ * kernel headers): per-thread scratch under two threads, and the AMX panels kept from kernel inputs
+ * within one input_epoch.
+ */
+#pragma once
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "SimdCheckSupport.h"
+
+namespace simd_check {
+
+/** Two threads running packed GEMMs at once (each with its own thread_local scratch) match one thread. */
+void check_threads(Failures &f) {
+    const int64_t M = 40, N = 96, K = 300;
+    std::vector<float> A(size_t(M * K)), B(size_t(N * K));
+    Rng rng(77);
+    for (float &v : A) v = rng.uniform(-1, 1);
+    for (float &v : B) v = rng.uniform(-1, 1);
+    std::vector<float> want(size_t(M * N));
+    rfk::gemm_nt_f32(M, N, K, 1.0f, A.data(), K, B.data(), K, want.data(), N, false);
+    bool same[2] = {true, true};
+    auto worker = [&](int t) {
+        std::vector<float> C(size_t(M * N));
+        for (int rep = 0; rep < 30; ++rep) {
+            rfk::gemm_nt_f32(M, N - 16 * t, K, 1.0f, A.data(), K, B.data(), K, C.data(), N, false);
+            for (int64_t i = 0; i < M; ++i)
+                same[t] = same[t] && std::memcmp(&C[size_t(i * N)], &want[size_t(i * N)], size_t(N - 16 * t) * 4) == 0;
+        }
+    };
+    std::thread other(worker, 1);
+    worker(0);
+    other.join();
+    if (!same[0] || !same[1]) f.add(std::string("gemm_nt_f32 (") + rfk::simd_level() + ") differs when two threads run it at once");
+}
+
+/** The *_input_b / *_input_v GEMMs (B or V a kernel input, whose AMX panels a thread keeps within one
+ *  input_epoch) equal the plain GEMMs: on a first call, on a repeated call (panels reused), and after
+ *  the operand changed in place and the epoch moved on, as each generated kernel entry moves it. */
+void check_input_panels(Failures &f) {
+    const int64_t M = 64, N = 96, K = 128;
+    Rng rng(91);
+    std::vector<uint16_t> A(size_t(M * K)), B(size_t(N * K));
+    std::vector<float> P(size_t(M * N));
+    for (uint16_t &v : A) v = rfk::f32_to_bf16(rng.uniform(-1, 1));
+    for (float &v : P) v = rng.uniform(0, 1);
+    auto fill_b = [&] {
+        for (uint16_t &v : B) v = rfk::f32_to_bf16(rng.uniform(-1, 1));
+    };
+    auto compare = [&](const char *what) {
+        std::vector<float> want(size_t(M * N)), got(size_t(M * N)), want_pv(size_t(M * K), 0.5f), got_pv(size_t(M * K), 0.5f);
+        rfk::gemm_nt_bf16(M, N, K, 1.0f, A.data(), K, B.data(), K, want.data(), N, false);
+        rfk::gemm_nt_bf16_input_b(M, N, K, 1.0f, A.data(), K, B.data(), K, got.data(), N, false);
+        if (std::memcmp(want.data(), got.data(), want.size() * 4) != 0) f.add(std::string("gemm_nt_bf16_input_b differs ") + what);
+        // P·V with V = B read as N rows of K columns.
+        rfk::gemm_nn_acc_f32_as_bf16(M, K, N, P.data(), N, B.data(), K, want_pv.data(), K);
+        rfk::gemm_nn_acc_f32_as_bf16_input_v(M, K, N, P.data(), N, B.data(), K, got_pv.data(), K);
+        if (std::memcmp(want_pv.data(), got_pv.data(), want_pv.size() * 4) != 0)
+            f.add(std::string("gemm_nn_acc_f32_as_bf16_input_v differs ") + what);
+    };
+    fill_b();
+    rfk::input_epoch.fetch_add(1);
+    compare("on the first call");
+    compare("on a repeated call");
+    fill_b();
+    rfk::input_epoch.fetch_add(1);
+    compare("after B changed in place and the epoch moved on");
+}
+
+}  // namespace simd_check
