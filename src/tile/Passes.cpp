@@ -13,6 +13,7 @@ const std::vector<TilePassInfo> &tile_passes() {
         {TilePass::FoldFlags, "fold-flags", fold_constant_flags, false, true, false},
         {TilePass::GemmSums, "gemm-sums", keep_gemm_sums_in_tiles, false, true, false},
         {TilePass::ForwardTemps, "forward-temps", forward_block_temps, false, true, false},
+        {TilePass::LocalizeTemps, "localize-temps", localize_block_temps, false, true, false},
         {TilePass::Coalesce, "coalesce", coalesce_tile_arrays, false, false, false},
         {TilePass::GemmState, "gemm-state", accumulate_gemms_into_states, true, false, false},
         {TilePass::SkipMasked, "skip-masked", skip_masked_tiles, false, false, false},

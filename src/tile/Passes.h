@@ -40,6 +40,10 @@ Module keep_gemm_sums_in_tiles(const Module &m);
  *  reads goes: the epilogue reads the local (ForwardBlockTemps.cpp). CPU only. */
 Module forward_block_temps(const Module &m);
 
+/** A float64 temporary that each row block writes and reads only at its own rows lives in an array
+ *  of the block instead of a global buffer of every row (LocalizeBlockTemps.cpp). CPU only. */
+Module localize_block_temps(const Module &m);
+
 /** A member's tile GEMM accumulates straight into its running state instead of a zeroed tile array
  *  added to the state afterwards (GemmIntoState.cpp). Only where states have the GEMM's float type:
  *  the GPU lowering (LowerOptions::float_states); the CPU keeps states in double. */
@@ -61,7 +65,7 @@ Module version_on_finite_invariants(const Module &m);
 Module copy_rows_out(const Module &m);
 
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, RowCopies };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, RowCopies };
 
 struct TilePassInfo {
     TilePass id;

@@ -57,8 +57,9 @@ Module kernel(std::vector<StmtP> body) {
     return m;
 }
 
+/** Tile arrays (what coalescing shares; the float64 state arrays of other passes are not counted). */
 int arrays(const StmtP &s) {
-    int n = s->kind == StmtKind::Decl && !s->dims.empty();
+    int n = s->kind == StmtKind::Decl && !s->dims.empty() && s->cls != LocalClass::State;
     for (const StmtP &c : s->body) n += arrays(c);
     for (const StmtP &c : s->else_body) n += arrays(c);
     return n;

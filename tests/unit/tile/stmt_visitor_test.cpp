@@ -163,8 +163,8 @@ TEST(StmtMutator, BottomUpRewriteSeesRebuiltChildren) {
 
 TEST(TilePasses, TableListsThePassesInOrder) {
     const auto &p = tile_passes();
-    ASSERT_EQ(p.size(), 11u);
-    const char *names[] = {"gemm", "exp2", "hoist", "fold-flags", "gemm-sums", "forward-temps", "coalesce", "gemm-state", "skip-masked",
+    ASSERT_EQ(p.size(), 12u);
+    const char *names[] = {"gemm", "exp2", "hoist", "fold-flags", "gemm-sums", "forward-temps", "localize-temps", "coalesce", "gemm-state", "skip-masked",
                            "finite-invariants", "row-copies"};
     for (size_t i = 0; i < p.size(); i++) EXPECT_STREQ(p[i].name, names[i]);
     EXPECT_EQ(p[0].id, TilePass::Gemm);
@@ -173,13 +173,14 @@ TEST(TilePasses, TableListsThePassesInOrder) {
     EXPECT_EQ(p[3].id, TilePass::FoldFlags);
     EXPECT_EQ(p[4].id, TilePass::GemmSums);
     EXPECT_EQ(p[5].id, TilePass::ForwardTemps);
-    EXPECT_EQ(p[7].id, TilePass::GemmState);
-    EXPECT_EQ(p[8].id, TilePass::SkipMasked);
-    EXPECT_TRUE(p[7].float_states_only);
+    EXPECT_EQ(p[6].id, TilePass::LocalizeTemps);
+    EXPECT_EQ(p[8].id, TilePass::GemmState);
+    EXPECT_EQ(p[9].id, TilePass::SkipMasked);
+    EXPECT_TRUE(p[8].float_states_only);
     // The CPU-only passes: the flags, GEMM sums and temporaries of double states, the finite copies
     // and the row copies.
-    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].cpu_only, i == 3 || i == 4 || i == 5 || i == 9 || i == 10) << p[i].name;
-    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].float_states_only, i == 7) << p[i].name;
+    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].cpu_only, i == 3 || i == 4 || i == 5 || i == 6 || i == 10 || i == 11) << p[i].name;
+    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].float_states_only, i == 8) << p[i].name;
     for (size_t i = 1; i < p.size(); i++) EXPECT_FALSE(p[i].always) << p[i].name;
     for (const TilePassInfo &i : p) EXPECT_NE(i.run, nullptr);
 }
