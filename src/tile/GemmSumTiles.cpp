@@ -1,7 +1,8 @@
 /** \file GemmSumTiles.cpp
- * The CPU tile pass that keeps a plain sum fed only by tile GEMMs (RMSNorm→GEMM's Σ_k X·g·W, a
- * quantized GEMM's Σ_k q·Wq) in a float tile the GEMMs accumulate into, instead of a float64 state
- * with a "seen" flag and an unused reference point beside it.
+ * The CPU tile pass that keeps a sum fed by tile GEMMs in a float tile the GEMMs accumulate into,
+ * instead of a float64 state: a plain sum (RMSNorm→GEMM's Σ_k X·g·W, a quantized GEMM's Σ_k q·Wq)
+ * without the "seen" flag and unused reference point beside it, a rescaled one (attention's
+ * Σ_j exp(S − m)·V) with them.
  */
 #include <map>
 #include <optional>
@@ -37,6 +38,17 @@ using namespace loop_facts;
  *      compute type declared 0: acc ← acc + Σ_k F·W per tile of the axis. The GEMM already sums
  *      each tile in float32; only the sum over tiles (K / tile of them, one for K ≤ 4096) moves
  *      from float64 to float32. The per-tile copy loop, $g, and the float64 state go.
+ *  (3) rescaled storage: a multiplicative member fed by tile GEMMs (attention's Σ_j exp(S − m)·V)
+ *      keeps acc with its seen flag and reference point (the finalize reads them), and each tile
+ *      of the axis first rescales it by the factor its members share, acc[e] ← acc[e]·r (under
+ *      `if acc[e] ≠ 0`: 0·inf would be NaN), then adds the GEMM's tile:
+ *          acc ← acc·r + Σ_k F·W.
+ *      When every write of acc is such a rescale (r not reading acc) or a GEMM site's sum, and the
+ *      statement after each site reads acc nowhere but in its sum, acc becomes a tile in the compute
+ *      type and the GEMMs accumulate into it: the same operations in the same order, the state's
+ *      running value rounded to float32 after each rescale and tile instead of float64 (as
+ *      FlashAttention keeps its output accumulator). Per tile of 128 rows × D = 128, the zeroing of
+ *      the GEMM's tile, its float64 sum into acc, and half the rescale's bytes go.
  * The CPU keeps states in float64 (LocalClass::State), which is why this pass is CPU only: the GPU
  * lowering has float states and GemmIntoState. */
 
@@ -204,14 +216,41 @@ private:
     const std::set<std::string> &into_;
 };
 
-/** Rewrite (2): the states whose every write is a GEMM site's sum, read only after them. */
+/** True when s is `acc[e] = acc[e] · r` (either order) with r not reading acc: a rescale. */
+bool rescales(const StmtP &s, const std::string &acc) {
+    if (s->kind != StmtKind::Assign || s->target->kind != Kind::Load || s->target->name != acc) return false;
+    Expr v = s->value;
+    if (v->kind != Kind::Mul || v->args.size() != 2) return false;
+    for (int self = 0; self < 2; self++)
+        if (v->args[self] == s->target && !mentions(v->args[1 - self], acc)) return true;
+    return false;
+}
+
+/** True when the statement after some GEMM site of acc reads acc besides its sum (the GEMMs would
+ *  add into acc before that read). */
+bool read_beside_its_sum(const StmtP &body, const std::string &acc) {
+    bool read = false;
+    for_each_stmt(body, [&](const StmtP &s) {
+        for (const std::vector<StmtP> *l : {&s->body, &s->else_body})
+            for (size_t i = 0; i < l->size(); i++)
+                if (auto g = gemm_site(*l, i); g && g->acc == acc)
+                    if (auto rest = without_gemm_sum((*l)[i + 2], g->tmp); rest && mentions_anywhere(*rest, acc)) read = true;
+    });
+    return read;
+}
+
+/** Rewrite (2), and (3) for rescaled sums: the states whose every write is a GEMM site's sum, read
+ *  only after them; or whose every write is a GEMM site's sum or a rescale acc[e] = acc[e] · r. */
 StmtP gemm_sums_into_tiles(const StmtP &body) {
     std::map<std::string, StmtP> decls = array_decls(body);
     std::map<std::string, Writes> writes = local_writes(body);
     std::set<std::string> into;
     for (const auto &[acc, n] : gemm_sites(body)) {
-        size_t w = writes.count(acc) ? writes.at(acc).stmts.size() : 0;
-        if (declared_zero_state(decls, acc) && static_cast<size_t>(n) == w && read_after_its_writes(body, acc, w)) into.insert(acc);
+        size_t w = writes.count(acc) ? writes.at(acc).stmts.size() : 0, scaled = 0;
+        if (!declared_zero_state(decls, acc)) continue;
+        if (static_cast<size_t>(n) == w && read_after_its_writes(body, acc, w)) into.insert(acc);
+        for (const StmtP &s : w ? writes.at(acc).stmts : std::vector<StmtP>{}) scaled += rescales(s, acc) ? 1 : 0;
+        if (scaled > 0 && static_cast<size_t>(n) + scaled == w && !read_beside_its_sum(body, acc)) into.insert(acc);
     }
     if (into.empty()) return body;
     return GemmIntoTile(into).mutate(body);

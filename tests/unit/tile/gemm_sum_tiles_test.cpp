@@ -2,8 +2,8 @@
  * The CPU tile passes around GEMM-fed sums: fold-flags (src/tile/FoldConstantFlags.cpp) drops the
  * branch on a literal-recompute flag nothing sets and keeps one that can be set; gemm-sums
  * (src/tile/GemmSumTiles.cpp) keeps RMSNorm→GEMM's and the int8 GEMM's sums in float tiles the GEMMs
- * accumulate into, without seen flags or reference points, and leaves rescaled (multiplicative) GEMM
- * sums as states; forward-temps (src/tile/ForwardBlockTemps.cpp) lets the epilogue read that tile
+ * accumulate into, without seen flags or reference points (rescaled GEMM sums:
+ * gemm_rescaled_sums_test.cpp); forward-temps (src/tile/ForwardBlockTemps.cpp) lets the epilogue read that tile
  * instead of a float64 temporary of the whole output. The results agree with the reference over
  * several tiles of the axis, partial row blocks, and extents of 1; the GPU lowerings are unchanged.
  */
@@ -64,14 +64,6 @@ TEST(GemmSumTiles, WeightGemmSumsLiveInFloatTilesTheGemmsAccumulateInto) {
         // The row statistic beside it keeps its shifted-sum state (r) or max (a).
         EXPECT_TRUE(contains(t, std::string(name) == "rmsnorm_gemm.rf" ? "state $A0_tag" : "state $p0_A0_acc")) << name << "\n" << t;
     }
-}
-
-TEST(GemmSumTiles, RescaledGemmSumsStayStates) {
-    // Attention's O = Σ exp(S − m)·V is multiplicative: rescaled per tile, it keeps its float64 state.
-    ArenaScope arena;
-    std::string t = tile::to_string(lowered("attention.rf", TargetKind::Cpu));
-    EXPECT_TRUE(contains(t, "state $A2_acc[")) << t;
-    EXPECT_TRUE(contains(t, "$A2_seen")) << t;
 }
 
 TEST(GemmSumTiles, GpuLoweringsKeepTheirOwnForm) {
