@@ -18,6 +18,7 @@ const std::vector<TilePassInfo> &tile_passes() {
         {TilePass::GemmState, "gemm-state", accumulate_gemms_into_states, true, false, false},
         {TilePass::SkipMasked, "skip-masked", skip_masked_tiles, false, false, false},
         {TilePass::FiniteInvariants, "finite-invariants", version_on_finite_invariants, false, true, false},
+        {TilePass::ElementLanes, "element-lanes", run_element_loops_as_lanes, false, true, false},
         {TilePass::RowCopies, "row-copies", copy_rows_out, false, true, false},
     };
     return passes;

@@ -60,12 +60,17 @@ Module skip_masked_tiles(const Module &m);
  *  between them would break. */
 Module version_on_finite_invariants(const Module &m);
 
+/** An independent loop assigning one float64 array element per iteration (a member's finalize)
+ *  runs as a vector loop in float64, the calls it repeats with the same arguments computed once
+ *  before it (ElementLanes.cpp). CPU only. */
+Module run_element_loops_as_lanes(const Module &m);
+
 /** A loop storing consecutive elements of a float tile array into a row of an f32 or bf16 output
  *  becomes one row copy (RowCopies.cpp). CPU only. */
 Module copy_rows_out(const Module &m);
 
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, RowCopies };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies };
 
 struct TilePassInfo {
     TilePass id;

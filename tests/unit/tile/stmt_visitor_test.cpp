@@ -163,9 +163,9 @@ TEST(StmtMutator, BottomUpRewriteSeesRebuiltChildren) {
 
 TEST(TilePasses, TableListsThePassesInOrder) {
     const auto &p = tile_passes();
-    ASSERT_EQ(p.size(), 12u);
+    ASSERT_EQ(p.size(), 13u);
     const char *names[] = {"gemm", "exp2", "hoist", "fold-flags", "gemm-sums", "forward-temps", "localize-temps", "coalesce", "gemm-state", "skip-masked",
-                           "finite-invariants", "row-copies"};
+                           "finite-invariants", "element-lanes", "row-copies"};
     for (size_t i = 0; i < p.size(); i++) EXPECT_STREQ(p[i].name, names[i]);
     EXPECT_EQ(p[0].id, TilePass::Gemm);
     EXPECT_TRUE(p[0].always);
@@ -179,7 +179,7 @@ TEST(TilePasses, TableListsThePassesInOrder) {
     EXPECT_TRUE(p[8].float_states_only);
     // The CPU-only passes: the flags, GEMM sums and temporaries of double states, the finite copies
     // and the row copies.
-    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].cpu_only, i == 3 || i == 4 || i == 5 || i == 6 || i == 10 || i == 11) << p[i].name;
+    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].cpu_only, i == 3 || i == 4 || i == 5 || i == 6 || i == 10 || i == 11 || i == 12) << p[i].name;
     for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].float_states_only, i == 8) << p[i].name;
     for (size_t i = 1; i < p.size(); i++) EXPECT_FALSE(p[i].always) << p[i].name;
     for (const TilePassInfo &i : p) EXPECT_NE(i.run, nullptr);
