@@ -32,9 +32,7 @@ using namespace loop_facts;
  * loop [0, E_r) around the read, b the same expression, in a later statement of the list that holds
  * the store's statement, which writes neither b nor E_r. */
 
-struct Loop {
-    Expr var, begin, end;
-};
+using Loop = LoopRange;
 
 /** Counts the stores of t below s; the last one's statement and the loops around it (from s down). */
 void find_stores(const StmtP &s, const std::string &t, std::vector<Loop> &loops, StmtP &store, std::vector<Loop> &at, int &count) {
@@ -47,13 +45,6 @@ void find_stores(const StmtP &s, const std::string &t, std::vector<Loop> &loops,
     for (const std::vector<StmtP> *l : {&s->body, &s->else_body})
         for (const StmtP &c : *l) find_stores(c, t, loops, store, at, count);
     if (s->kind == StmtKind::For) loops.pop_back();
-}
-
-/** The loop of `var` among loops, when it starts at 0. */
-std::optional<Loop> loop_of(const std::vector<Loop> &loops, Expr var) {
-    for (const Loop &l : loops)
-        if (l.var == var && l.begin->is_const(0)) return l;
-    return std::nullopt;
 }
 
 /** b + rr as (b, rr) when rr is a variable. */
@@ -79,7 +70,7 @@ std::optional<TheStore> the_store(const StmtP &site, const Buffer &t) {
     auto bv = base_plus_var(store->target->args[0]);
     Expr col = store->target->args[1];
     if (!bv || col->kind != Kind::Var) return std::nullopt;
-    auto r = loop_of(at, bv->second), c = loop_of(at, col);
+    auto r = loop_from_zero(at, bv->second), c = loop_from_zero(at, col);
     if (!r || !c || c->end != t.dims[1]) return std::nullopt;
     return TheStore{store, bv->first, bv->second, col, r->end, store->value};
 }
@@ -92,20 +83,16 @@ public:
     bool failed = false;
 
     StmtP run(const StmtP &s) {
-        if (s->kind == StmtKind::For) loops_.push_back({s->var, s->begin, s->end});
-        StmtP own = map_own_exprs(s, [&](Expr e) { return substitute(e, [&](Expr n) { return read(n); }); });
-        std::vector<StmtP> b, e;
-        for (const StmtP &c : s->body) b.push_back(run(c));
-        for (const StmtP &c : s->else_body) e.push_back(run(c));
-        if (s->kind == StmtKind::For) loops_.pop_back();
-        return with_body(own, b, e);
+        return rewrite_with_loops(s, [&](const StmtP &c, const std::vector<Loop> &loops) {
+            return map_own_exprs(c, [&](Expr e) { return substitute(e, [&](Expr n) { return read(n, loops); }); });
+        });
     }
 
 private:
-    Expr read(Expr n) {
+    Expr read(Expr n, const std::vector<Loop> &loops) {
         if (n->kind != Kind::Load || n->name != t_.name) return nullptr;
         auto bv = base_plus_var(n->args[0]);
-        std::optional<Loop> r = bv ? loop_of(loops_, bv->second) : std::nullopt;
+        std::optional<Loop> r = bv ? loop_from_zero(loops, bv->second) : std::nullopt;
         if (!bv || bv->first != st_.base || !r || r->end != st_.rows || mentions(n->args[1], t_.name)) {
             failed = true;
             return nullptr;
@@ -115,7 +102,6 @@ private:
 
     const Buffer &t_;
     const TheStore &st_;
-    std::vector<Loop> loops_;
 };
 
 /** Names an expression reads (locals and buffers). */

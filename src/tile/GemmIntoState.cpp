@@ -43,8 +43,7 @@ public:
             auto site = gemm_site(list, i);
             if (!site || !states_.count(site->acc)) continue;
             // Nothing else in the loop may read the state: it would now see the GEMM's sum already added.
-            auto rest = without_gemm_sum(list[i + 2], site->tmp);
-            if (rest && mentions_anywhere(*rest, site->acc)) continue;
+            if (reads_state_beside_sum(list, i, *site)) continue;
             accumulate_site_into_state(list, i, *site);
         }
         return StmtMutator::mutate_list(list);

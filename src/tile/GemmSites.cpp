@@ -86,6 +86,11 @@ std::optional<StmtP> without_gemm_sum(const StmtP &s, const std::string &tmp) {
     return rest;
 }
 
+bool reads_state_beside_sum(const std::vector<StmtP> &list, size_t i, const GemmSite &site) {
+    auto rest = without_gemm_sum(list[i + 2], site.tmp);
+    return rest && mentions_anywhere(*rest, site.acc);
+}
+
 void accumulate_site_into_state(std::vector<StmtP> &list, size_t i, const GemmSite &site) {
     list[i + 1] = redirect_gemms(list[i + 1], site.acc);
     if (auto rest = without_gemm_sum(list[i + 2], site.tmp)) list[i + 2] = *rest;

@@ -32,6 +32,10 @@ std::optional<GemmSite> gemm_site(const std::vector<StmtP> &list, size_t i);
  *  empty; nothing when nothing is left. */
 std::optional<StmtP> without_gemm_sum(const StmtP &s, const std::string &tmp);
 
+/** True when list[i+2] of the site reads site.acc anywhere but in its sum: the GEMMs accumulating
+ *  into acc would add their product before that read. */
+bool reads_state_beside_sum(const std::vector<StmtP> &list, size_t i, const GemmSite &site);
+
 /** Rewrites the site at list[i]: acc[e] ← acc[e] + (0 + Σ_k F·W) becomes acc[e] ← acc[e] + Σ_k F·W
  *  with the GEMMs accumulating into acc (the same sum, added in the GEMM's accumulators instead of
  *  after it). The declaration of tmp and the sum go. Precondition (the caller's): acc holds the

@@ -233,8 +233,7 @@ bool read_beside_its_sum(const StmtP &body, const std::string &acc) {
     for_each_stmt(body, [&](const StmtP &s) {
         for (const std::vector<StmtP> *l : {&s->body, &s->else_body})
             for (size_t i = 0; i < l->size(); i++)
-                if (auto g = gemm_site(*l, i); g && g->acc == acc)
-                    if (auto rest = without_gemm_sum((*l)[i + 2], g->tmp); rest && mentions_anywhere(*rest, acc)) read = true;
+                if (auto g = gemm_site(*l, i); g && g->acc == acc && reads_state_beside_sum(*l, i, *g)) read = true;
     });
     return read;
 }
@@ -246,10 +245,11 @@ StmtP gemm_sums_into_tiles(const StmtP &body) {
     std::map<std::string, Writes> writes = local_writes(body);
     std::set<std::string> into;
     for (const auto &[acc, n] : gemm_sites(body)) {
-        size_t w = writes.count(acc) ? writes.at(acc).stmts.size() : 0, scaled = 0;
         if (!declared_zero_state(decls, acc)) continue;
+        const std::vector<StmtP> &ws = writes[acc].stmts;
+        size_t w = ws.size(), scaled = 0;
         if (static_cast<size_t>(n) == w && read_after_its_writes(body, acc, w)) into.insert(acc);
-        for (const StmtP &s : w ? writes.at(acc).stmts : std::vector<StmtP>{}) scaled += rescales(s, acc) ? 1 : 0;
+        for (const StmtP &s : ws) scaled += rescales(s, acc) ? 1 : 0;
         if (scaled > 0 && static_cast<size_t>(n) + scaled == w && !read_beside_its_sum(body, acc)) into.insert(acc);
     }
     if (into.empty()) return body;

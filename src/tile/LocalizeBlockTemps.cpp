@@ -53,10 +53,6 @@ struct RowAccess {
     int64_t rows = 0;           ///< B: rr < B
 };
 
-struct Loop {
-    Expr var, begin, end;
-};
-
 /** B when `end` is a constant B or an index local declared min(B, ..) or min(.., B). */
 std::optional<int64_t> row_bound(Expr end, const std::map<std::string, Expr> &index_decls) {
     if (end->is_const()) return static_cast<int64_t>(end->value);
@@ -78,29 +74,26 @@ public:
     std::optional<RowAccess> shape;
 
     StmtP run(const StmtP &s) {
-        if (s->kind == StmtKind::Gemm || s->kind == StmtKind::CopyRow) {
-            if (mentions_own(s, t_.name)) failed = true;
-            return s;
-        }
-        if (s->kind == StmtKind::For) loops_.push_back({s->var, s->begin, s->end});
-        auto rewrite = [&](Expr e) { return substitute(e, [&](Expr n) { return load(n); }); };
-        StmtP own;
-        if (s->kind == StmtKind::Store && s->target->kind == Kind::Load && s->target->name == t_.name) {
-            // A store writes every buffer of its tensor (CodeGen_CPU.cpp): an output of the same
-            // name keeps its store, now of the local's value.
-            Expr element = load(s->target);
-            own = assign(element, rewrite(s->value));
-            if (output_too_ && element) return block({own, store(s->target, element)});
-        } else
-            own = map_own_exprs(s, rewrite);
-        std::vector<StmtP> b, e;
-        for (const StmtP &c : s->body) b.push_back(run(c));
-        for (const StmtP &c : s->else_body) e.push_back(run(c));
-        if (s->kind == StmtKind::For) loops_.pop_back();
-        return with_body(own, b, e);
+        return rewrite_with_loops(s, [&](const StmtP &c, const std::vector<LoopRange> &loops) { return own(c, loops); });
     }
 
 private:
+    /** c's own part with the mentions of T rewritten (c's children are rewritten after it). */
+    StmtP own(const StmtP &c, const std::vector<LoopRange> &loops) {
+        loops_ = &loops;
+        if (c->kind == StmtKind::Gemm || c->kind == StmtKind::CopyRow) {
+            if (mentions_own(c, t_.name)) failed = true;
+            return c;
+        }
+        auto rewrite = [&](Expr e) { return substitute(e, [&](Expr n) { return load(n); }); };
+        if (c->kind != StmtKind::Store || c->target->kind != Kind::Load || c->target->name != t_.name) return map_own_exprs(c, rewrite);
+        // A store writes every buffer of its tensor (CodeGen_CPU.cpp): an output of the same name
+        // keeps its store, now of the local's value.
+        Expr element = load(c->target);
+        StmtP a = assign(element, rewrite(c->value));
+        return output_too_ && element ? block({a, store(c->target, element)}) : a;
+    }
+
     /** The local element for a load of T, or nullptr (and failed) when its shape is another. */
     Expr load(Expr n) {
         if (n->kind != Kind::Load || n->name != t_.name) return nullptr;
@@ -121,9 +114,7 @@ private:
         for (size_t at = 0; at < n->args.size(); at++) {
             Expr r = n->args[at];
             if (r->kind != Kind::Add || r->args.size() != 2 || r->args[1]->kind != Kind::Var) continue;
-            const Loop *loop = nullptr;
-            for (const Loop &l : loops_)
-                if (l.var == r->args[1] && l.begin->is_const(0)) loop = &l;
+            auto loop = loop_from_zero(*loops_, r->args[1]);
             auto rows = loop ? row_bound(loop->end, index_decls_) : std::nullopt;
             if (!rows) continue;
             RowAccess a{at, std::vector<Expr>(n->args.begin(), n->args.begin() + at), r->args[0], *rows};
@@ -148,7 +139,7 @@ private:
     std::string local_;
     const std::map<std::string, Expr> &index_decls_;
     const std::set<std::string> &fixed_;
-    std::vector<Loop> loops_;
+    const std::vector<LoopRange> *loops_ = nullptr;  ///< the loops around the statement being rewritten
 };
 
 /** The first parallel loop of a kernel body, or nullptr. */

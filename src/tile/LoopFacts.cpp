@@ -143,4 +143,33 @@ bool runs_at_least_once(Expr begin, Expr end, const Facts &f) {
     return tile_start_below(begin, hi, f);
 }
 
+std::optional<LoopRange> loop_from_zero(const std::vector<LoopRange> &loops, Expr var) {
+    for (const LoopRange &l : loops)
+        if (l.var == var && l.begin->is_const(0)) return l;
+    return std::nullopt;
+}
+
+namespace {
+
+StmtP rewrite_below(const StmtP &s, const OwnRewrite &own, std::vector<LoopRange> &loops) {
+    if (s->kind == StmtKind::For) loops.push_back({s->var, s->begin, s->end});
+    StmtP o = own(s, loops);
+    if (s->body.empty() && s->else_body.empty()) {
+        if (s->kind == StmtKind::For) loops.pop_back();
+        return o;
+    }
+    std::vector<StmtP> b, e;
+    for (const StmtP &c : s->body) b.push_back(rewrite_below(c, own, loops));
+    for (const StmtP &c : s->else_body) e.push_back(rewrite_below(c, own, loops));
+    if (s->kind == StmtKind::For) loops.pop_back();
+    return with_body(o, b, e);
+}
+
+}  // namespace
+
+StmtP rewrite_with_loops(const StmtP &s, const OwnRewrite &own) {
+    std::vector<LoopRange> loops;
+    return rewrite_below(s, own, loops);
+}
+
 }  // namespace rf::tile::loop_facts

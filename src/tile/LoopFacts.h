@@ -1,15 +1,18 @@
 /** \file LoopFacts.h
  * Internal to src/tile: what the tile passes (FoldExp2.cpp, HoistInvariants.cpp, CoalesceTileArrays.cpp,
- * GemmIntoState.cpp) need to know about statements and loops: the names they mention, write or
- * declare, whether an expression is invariant in a loop, whether evaluating an expression early can
- * trap, and whether a loop runs at least once.
+ * GemmIntoState.cpp, ForwardBlockTemps.cpp, LocalizeBlockTemps.cpp, ...) need to know about
+ * statements and loops: the names they mention, write or declare, whether an expression is invariant
+ * in a loop, whether evaluating an expression early can trap, whether a loop runs at least once, and
+ * a rewrite that knows the loops around each statement.
  */
 #pragma once
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "tile/TileIR.h"
 
@@ -56,5 +59,18 @@ struct Facts {
  *  or the rows of a block, [0, nbv) with nbv = min(B, E − rbase), rbase = row·B, row < (E + B − 1) / B. */
 bool runs_at_least_once(Expr begin, Expr end, const Facts &facts);
 
+/** A loop around a statement: its variable and range. */
+struct LoopRange {
+    Expr var, begin, end;
+};
+
+/** The loop of `var` among loops (innermost last), when it starts at 0. */
+std::optional<LoopRange> loop_from_zero(const std::vector<LoopRange> &loops, Expr var);
+
+/** s rebuilt top-down: each statement's own part by own(stmt, the loops around it and the stmt
+ *  itself when it is a loop), its children below that (a statement without children is replaced by
+ *  what own returns, which may be a block). */
+using OwnRewrite = std::function<StmtP(const StmtP &, const std::vector<LoopRange> &)>;
+StmtP rewrite_with_loops(const StmtP &s, const OwnRewrite &own);
 
 }  // namespace rf::tile::loop_facts
