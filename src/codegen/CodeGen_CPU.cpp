@@ -12,6 +12,7 @@
 #include "codegen/CodeGen_C.h"
 #include "codegen/StmtPrinter.h"
 #include "support/Error.h"
+#include "sym/Simplify.h"
 #include "tile/StmtVisitor.h"
 
 namespace rf {
@@ -247,13 +248,31 @@ private:
             if (d != s && d->kind == StmtKind::Decl && !d->dims.empty()) alloc(d, ind);
         });
     }
+    /** An array's storage, zeroed and 64-byte aligned: small arrays of a constant size on the stack
+     *  (a call on a few rows, e.g. single-token MoE routing, would otherwise spend more time in
+     *  malloc and free than in its work), others on the heap (rfk::LocalArray). */
     void alloc(const StmtP &d, int ind) {
         std::string n = local_name(d->name), T = ctype(d->cls);
         std::string size = "1";
-        for (Expr e : d->dims) size += " * (int64_t)(" + int_expr(e) + ")";
-        pad(ind) << "std::vector<" << T << "> " << n << "_store((size_t)(" << size << ")); " << T << " *__restrict " << n
-                 << " = " << n << "_store.data();\n";
+        int64_t elements = 1;
+        for (Expr e : d->dims) {
+            size += " * (int64_t)(" + int_expr(e) + ")";
+            Expr c = simplify(e);
+            elements = c->is_const() && c->value >= 0 && elements >= 0 ? elements * static_cast<int64_t>(c->value) : -1;
+        }
+        const int64_t bytes = elements * 8;  // at most 8 bytes per element, whatever the class
+        if (elements > 0 && bytes <= kStackArrayBytes && stack_bytes_ + bytes <= kStackBytesPerScope) {
+            stack_bytes_ += bytes;
+            pad(ind) << "alignas(64) " << T << " " << n << "_arr[" << elements << "] = {}; " << T << " *__restrict " << n << " = "
+                     << n << "_arr;\n";
+            return;
+        }
+        pad(ind) << "rfk::LocalArray<" << T << "> " << n << "_store((size_t)(" << size << ")); " << T << " *__restrict " << n
+                 << " = " << n << "_store.data;\n";
     }
+    // Stack arrays: each at most 4 KiB, 16 KiB in all per kernel (a worker thread's stack holds them).
+    static constexpr int64_t kStackArrayBytes = 4096, kStackBytesPerScope = 16384;
+    int64_t stack_bytes_ = 0;
 
     /** A loop body: inside a simd loop values are of the compute type, else double. */
     void body(const std::vector<StmtP> &b, int ind, bool simd) {

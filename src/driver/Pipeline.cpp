@@ -82,6 +82,7 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     // 1-3% and halves the blocks the threads share).
     if (c.target.kind == TargetKind::Cpu) lo.attention_row_block = c.target.cpu.amx_bf16 ? 128 : 64;
     lo.fast_memory_bytes = cpu_fast_memory_bytes(c.target);
+    if (c.target.kind == TargetKind::Cpu) lo.tile_row_pad = 16;  // rows on cache lines (PassLowering::row_stride)
     return lo;
 }
 

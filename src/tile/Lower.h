@@ -50,6 +50,9 @@ struct LowerOptions {
     /** An epilogue's bf16 outputs are written a row at a time from a float row, like f32 ones (the
      *  CPU: one vector conversion per 16 values, rfk::copy_row_bf16); elsewhere element by element. */
     bool bf16_row_outputs = false;
+    /** Elements added to a block's tile rows whose length is a multiple of 32 (PassContext): 8 on a
+     *  GPU (rows 8 banks apart), 16 on the CPU (rows 64-byte aligned, see PassLowering::row_stride). */
+    int64_t tile_row_pad = 8;
     /** Fast memory per worker that the rows of an on-chip multi-pass block should fit (the CPU: half
      *  of L2, as the planner's PlanOptions::fast_memory_bytes); 0: no limit. */
     int64_t fast_memory_bytes = 0;

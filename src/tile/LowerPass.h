@@ -51,6 +51,8 @@ struct PassContext {
     /** Worker copies of the partial sums when there are fewer outer rows than this (see
      *  LowerRowReduced.cpp): the workers the kernel is built for. */
     int row_reduced_workers = 1;
+    /** LowerOptions::tile_row_pad. */
+    int64_t tile_row_pad = 8;
 };
 
 struct PassKernel {

@@ -572,6 +572,7 @@ private:
             ctx.chain = &c;
             ctx.pass = &pp;
             ctx.schedule = s;
+            ctx.tile_row_pad = o_.tile_row_pad;
             ctx.tile_prologues = prologues;
             ctxs.push_back(ctx);
         }
