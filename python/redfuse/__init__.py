@@ -381,7 +381,13 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Union[Any, Tuple[Any, ...]]:
         """Runs the kernel: inputs by position (the spec's ``input`` order) or by name; NumPy
         arrays in, NumPy arrays out; torch tensors in, torch tensors out."""
-        values = args if not kwargs and len(args) == len(self._names) else tuple(self._arguments(args, kwargs))
+        names = self._names
+        if not kwargs and len(args) == len(names):
+            values = args
+        elif not args and len(kwargs) == len(names) and all(n in kwargs for n in names):
+            values = tuple([kwargs[n] for n in names])  # by name: the common case without the checks' sets
+        else:
+            values = tuple(self._arguments(args, kwargs))
         torch = sys.modules.get("torch")
         if torch is not None and values and isinstance(values[0], torch.Tensor):
             if not _traced_or_intercepted(torch):

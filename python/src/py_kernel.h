@@ -47,8 +47,9 @@ std::vector<rf::TensorView> views(const std::vector<PyView> &in);
 /** The buffers of a call without their addresses: what is kept per distinct input shapes and
  *  strides, so a call passes only addresses (the hot path of a model's forward). */
 struct PyCall {
-    std::vector<rf::TensorView> ins, outs;
-    std::vector<std::vector<int64_t>> output_shapes;
+    rf::Kernel::Prepared prepared;
+    size_t n_buffers = 0;  ///< inputs + outputs: the addresses a run takes
+    const std::vector<std::vector<int64_t>> &output_shapes() const { return prepared.output_shapes(); }
 };
 
 /** Prepares a call on `ins` (checked as a call checks them), with dense outputs of the bound shapes. */

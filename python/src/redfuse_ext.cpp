@@ -143,21 +143,17 @@ std::vector<rf::TensorView> views(const std::vector<PyView> &in) {
 
 PyCall prepare_call(const rf::Kernel &k, std::vector<rf::TensorView> ins, bool cuda) {
     PyCall c;
-    c.ins = std::move(ins);
-    c.output_shapes = k.output_shapes(c.ins);
-    for (size_t j = 0; j < c.output_shapes.size(); j++)
-        c.outs.emplace_back(nullptr, k.outputs()[j].dtype, c.output_shapes[j], std::vector<int64_t>{},
-                            cuda ? rf::MemorySpace::Cuda : rf::MemorySpace::Host);
+    c.n_buffers = ins.size() + k.outputs().size();
+    c.prepared = k.prepare(std::move(ins), cuda ? rf::MemorySpace::Cuda : rf::MemorySpace::Host);
     return c;
 }
 
 void run_prepared(const std::shared_ptr<rf::Kernel> &k, const PyCall &call, const uintptr_t *addresses, void *stream) {
-    std::vector<rf::TensorView> i = call.ins, o = call.outs;
-    for (size_t n = 0; n < i.size(); n++) i[n].data = reinterpret_cast<void *>(addresses[n]);
-    for (size_t n = 0; n < o.size(); n++) o[n].data = reinterpret_cast<void *>(addresses[i.size() + n]);
+    static_assert(sizeof(uintptr_t) == sizeof(void *), "addresses are pointers");
+    const auto *pointers = reinterpret_cast<const void *const *>(addresses);
     std::shared_ptr<rf::Kernel> keep = k;
     nb::gil_scoped_release release;  // other Python threads run while the kernel does
-    (*keep)(i, o, stream);
+    keep->run(call.prepared, pointers, stream);
 }
 
 }  // namespace rfpy
@@ -209,7 +205,7 @@ NB_MODULE(_redfuse, m) {
           });
     m.def("builds", [] { return rf::kernel_builds(); });
     m.def("_set_torch", &set_torch);
-    nb::class_<PyCall>(m, "Call").def_prop_ro("output_shapes", [](const PyCall &c) { return c.output_shapes; });
+    nb::class_<PyCall>(m, "Call").def_prop_ro("output_shapes", [](const PyCall &c) { return c.output_shapes(); });
     nb::class_<PyKernel>(m, "Kernel")
         .def("inputs", [](const PyKernel &k) { return infos(k.k->inputs()); })
         .def("outputs", [](const PyKernel &k) { return infos(k.k->outputs()); })
@@ -255,7 +251,7 @@ NB_MODULE(_redfuse, m) {
              })
         .def("run_prepared",
              [](const PyKernel &k, const PyCall &prepared, const std::vector<uintptr_t> &addresses, uintptr_t stream) {
-                 if (addresses.size() != prepared.ins.size() + prepared.outs.size())
+                 if (addresses.size() != prepared.n_buffers)
                      throw std::runtime_error("run_prepared: wrong number of addresses");
                  translated(k.file, [&] {
                      run_prepared(k.k, prepared, addresses.data(), reinterpret_cast<void *>(stream));

@@ -100,13 +100,22 @@ std::shared_ptr<const PyCall> prepared_for(PyKernel &k, const std::vector<int64_
     return call;
 }
 
-/** torch.empty(*shape, dtype=dtype): a dense CPU tensor. */
+/** torch.empty(*shape, dtype=dtype): a dense CPU tensor. The keyword dictionary of each dtype is
+ *  made once (the GIL is held here, and torch's dtypes live as long as torch). */
 nb::object empty_tensor(const std::vector<int64_t> &shape, nb::handle dtype) {
-    nb::list dims;
-    for (int64_t d : shape) dims.append(d);
-    nb::dict kw;
-    kw["dtype"] = dtype;
-    return nb::steal(PyObject_Call(g_empty.ptr(), nb::tuple(dims).ptr(), kw.ptr()));
+    static std::vector<std::pair<PyObject *, nb::dict>> *keywords = new std::vector<std::pair<PyObject *, nb::dict>>();
+    PyObject *kw = nullptr;
+    for (const auto &[d, k] : *keywords)
+        if (d == dtype.ptr()) kw = k.ptr();
+    if (!kw) {
+        nb::dict made;
+        made["dtype"] = dtype;
+        keywords->emplace_back(dtype.ptr(), made);
+        kw = made.ptr();
+    }
+    nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
+    for (size_t i = 0; i < shape.size(); i++) PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+    return nb::steal(PyObject_Call(g_empty.ptr(), dims.ptr(), kw));
 }
 
 }  // namespace
@@ -131,7 +140,7 @@ nb::object call_torch_cpu(PyKernel &k, nb::handle args) {
     std::shared_ptr<const PyCall> call = prepared_for(k, key, addresses);
     nb::list outs;
     for (size_t j = 0; j < n_out; j++) {
-        nb::object o = empty_tensor(call->output_shapes[j], k.torch_out[j]);
+        nb::object o = empty_tensor(call->output_shapes()[j], k.torch_out[j]);
         if (!o.is_valid()) throw nb::python_error();  // torch could not allocate: its own error
         nb::object ptr = call_method(o.ptr(), names().data_ptr);
         if (!ptr.is_valid()) throw std::runtime_error("torch.empty gave a tensor without data_ptr()");

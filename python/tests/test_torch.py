@@ -105,6 +105,20 @@ def test_eager_hot_path_agrees_with_the_custom_op():
         assert redfuse.stats()["builds"] == builds
 
 
+def test_inputs_by_name_in_any_order_and_their_errors():
+    # The by-name fast path takes the spec's names in any order; anything else gets the checks.
+    k = redfuse.compile(ATTENTION, name="attention_names")
+    q, kk, v = (torch.randn(1, 2, 5, 8, dtype=torch.bfloat16) for _ in range(3))
+    want = k(q, kk, v)
+    torch.testing.assert_close(k(V=v, Q=q, K=kk), want, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="unknown input"):
+        k(Q=q, K=kk, W=v)
+    with pytest.raises(TypeError, match="missing input"):
+        k(Q=q, K=kk)
+    with pytest.raises(TypeError, match="either by position or by name"):
+        k(q, K=kk, V=v)
+
+
 def test_two_threads_calling_one_kernel_on_tensors():
     k = redfuse.compile(SOFTMAX, name="softmax_threads")
     xs = [torch.randn(3 + i, 50 + 17 * i) for i in range(16)]

@@ -406,6 +406,37 @@ void Kernel::operator()(const std::vector<TensorView> &ins, const std::vector<Te
     bufs.scatter_outputs(ins.size(), outs);
 }
 
+Kernel::Prepared Kernel::prepare(std::vector<TensorView> ins, MemorySpace memory) const {
+    const Impl &I = *impl_;
+    Prepared p;
+    std::shared_ptr<const Bound> bound = I.bind(ins, {});
+    p.output_shapes_ = bound->output_dims;
+    p.size_values_ = bound->values;
+    p.bound_ = bound;
+    for (size_t j = 0; j < I.outputs.size(); j++) p.outs_.emplace_back(nullptr, I.outputs[j].dtype, p.output_shapes_[j], std::vector<int64_t>{}, memory);
+    bool dense = memory == MemorySpace::Host;
+    for (const TensorView &v : ins) dense = dense && v.memory == MemorySpace::Host && v.contiguous();
+    p.direct_ = dense && I.cpu && !I.schedule.huge_page_outputs;
+    p.ins_ = std::move(ins);
+    return p;
+}
+
+void Kernel::run(const Prepared &call, const void *const *addresses, void *stream) const {
+    const Impl &I = *impl_;
+    if (call.direct_ && !stream) {
+        // What operator() would do on these views: bind (done when prepared: same shapes, same
+        // sizes), use the dense buffers in place, call the entry.
+        // The entry takes void *const * (it writes through the outputs' pointers, not to the array).
+        int rc = I.cpu->entry(call.size_values_.data(), const_cast<void *const *>(addresses), I.schedule.threads);
+        if (rc != 0) throw UserError({}, "the generated kernel could not allocate its temporaries (out of memory)");
+        return;
+    }
+    std::vector<TensorView> ins = call.ins_, outs = call.outs_;
+    for (size_t n = 0; n < ins.size(); n++) ins[n].data = const_cast<void *>(addresses[n]);
+    for (size_t n = 0; n < outs.size(); n++) outs[n].data = const_cast<void *>(addresses[ins.size() + n]);
+    (*this)(ins, outs, stream);
+}
+
 Kernel compile_kernel(std::shared_ptr<const Compilation> c, const Options &schedule) {
     auto t0 = std::chrono::steady_clock::now();
     auto impl = std::make_unique<Kernel::Impl>();

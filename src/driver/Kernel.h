@@ -94,6 +94,29 @@ public:
     void operator()(const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs,
                     void *stream = nullptr) const;
 
+    /** A call on fixed input shapes, strides and dtypes, checked once: a model calls a kernel at few
+     *  shapes, and each call then passes addresses only. */
+    class Prepared {
+    public:
+        /** The dense outputs' shapes, in output order. */
+        const std::vector<std::vector<int64_t>> &output_shapes() const { return output_shapes_; }
+
+    private:
+        friend class Kernel;
+        std::vector<TensorView> ins_, outs_;  ///< without addresses
+        std::vector<std::vector<int64_t>> output_shapes_;
+        std::vector<int64_t> size_values_;
+        std::shared_ptr<const void> bound_;  ///< keeps the binding of size_values_ alive
+        bool direct_ = false;                ///< a CPU kernel on dense host buffers: the entry is called as is
+    };
+    /** Checks `inputs` as a call does (a null address included) and binds the sizes; the outputs
+     *  are dense, in `memory`. The addresses are not kept. ArgumentError as operator() raises it. */
+    Prepared prepare(std::vector<TensorView> inputs, MemorySpace memory = MemorySpace::Host) const;
+    /** Runs a prepared call at these addresses (the inputs', then the outputs', dense as prepared):
+     *  the same as operator() on views of those shapes and strides. A CPU kernel on dense host
+     *  buffers goes straight to the generated entry (no checks, no allocation). */
+    void run(const Prepared &call, const void *const *addresses, void *stream = nullptr) const;
+
     /** Partial states (docs/sharding.md): the partial program of the chain over `axis` (empty: the
      *  only chain), an ordinary spec to compile and run on each shard; `topk_limit` > 0 for shards
      *  shorter than a top-k's k. UserError when the program cannot be split along the axis. */

@@ -212,6 +212,37 @@ TEST(Kernel, ConcurrentCallsFromTwoThreads) {
     for (const Call &c : calls) EXPECT_EQ(std::memcmp(c.alone.data(), c.together.data(), c.x.size() * 4), 0) << c.R << "x" << c.C;
 }
 
+TEST(Kernel, PreparedCallsMatchCheckedCalls) {
+    // A call prepared once on shapes and strides, then run at new addresses, gives what a checked
+    // call gives: dense inputs on the CPU go straight to the entry, strided ones and the
+    // interpreter through the checked call; the outputs have the bound shapes; bad inputs fail at
+    // prepare with the checked call's error.
+    ArenaScope arena;
+    for (TargetKind kind : {TargetKind::Cpu, TargetKind::Interp}) {
+        Kernel k = compile(example("softmax"), make_target(kind));
+        const int64_t R = 6, C = 41;
+        std::vector<float> first(size_t(R * C), 0.f);  // prepared on one buffer, run on others
+        Kernel::Prepared dense = k.prepare({{first.data(), DType::f32, {R, C}}});
+        Kernel::Prepared strided = k.prepare({{first.data(), DType::f32, {R, C}, {1, R}}});
+        EXPECT_EQ(dense.output_shapes(), (std::vector<std::vector<int64_t>>{{R, C}}));
+        for (uint64_t seed = 0; seed < 3; seed++) {
+            std::vector<float> x = random_floats(size_t(R * C), seed), xt(x.size()), y(x.size(), NAN), yt(x.size(), NAN), want(x.size(), NAN);
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < C; c++) xt[c * R + r] = x[r * C + c];
+            k({{x.data(), DType::f32, {R, C}}}, {{want.data(), DType::f32, {R, C}}});
+            const void *dense_buffers[] = {x.data(), y.data()}, *strided_buffers[] = {xt.data(), yt.data()};
+            k.run(dense, dense_buffers);
+            k.run(strided, strided_buffers);
+            EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << to_string(kind) << " seed " << seed;
+            EXPECT_EQ(std::memcmp(yt.data(), want.data(), yt.size() * 4), 0) << to_string(kind) << " seed " << seed;
+        }
+        std::string message;
+        EXPECT_EQ(error_kind([&] { k.prepare({{first.data(), DType::bf16, {R, C}}}); }, message), ArgumentError::Kind::Dtype) << message;
+        EXPECT_EQ(error_kind([&] { k.prepare({{nullptr, DType::f32, {R, C}}}); }, message), ArgumentError::Kind::Device) << message;
+        EXPECT_EQ(error_kind([&] { k.prepare({}); }, message), ArgumentError::Kind::Count) << message;
+    }
+}
+
 TEST(Kernel, EveryTargetKindThroughTheSameObject) {
     ArenaScope arena;
     std::vector<TargetKind> kinds{TargetKind::Interp, TargetKind::InterpF32, TargetKind::Cpu};
