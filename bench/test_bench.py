@@ -21,6 +21,7 @@ sys.path.insert(0, HERE)
 
 import model  # noqa: E402
 import peers  # noqa: E402
+import ratios  # noqa: E402
 import redfuse_hook  # noqa: E402
 import report  # noqa: E402
 import workloads  # noqa: E402
@@ -300,6 +301,18 @@ class Report(unittest.TestCase):
         machine["amx_permission"] = "denied: Operation not permitted"
         t = report.table_md({"date": "", "host": "h", "records": [rec], "machine": machine, "env": {}, "config": {}})
         self.assertIn("AMX not measured: denied: Operation not permitted", t)
+
+
+class Ratios(unittest.TestCase):
+    def test_best_peer_over_redfuse(self):
+        rec = lambda case, impl, ms, status="ok": {"workload": "w", "case": case, "impl": impl, "time_ms": ms, "status": status}
+        res = {"records": [rec("a", "redfuse", 2.0), rec("a", "torch-eager", 3.0), rec("a", "torch-sdpa", 1.0),
+                           rec("a", "tvm", 0.1), rec("b", "redfuse", 1.0), rec("b", "torch-compile", 4.0, "failed"),
+                           rec("c", "torch-eager", 1.0)]}
+        rows = ratios.ratios(res)
+        self.assertEqual(len(rows), 1)  # b: no peer ran; c: no redfuse
+        self.assertEqual(rows[0][3], "torch-sdpa")  # TVM is not a peer
+        self.assertAlmostEqual(rows[0][5], 0.5)
 
 
 if __name__ == "__main__":
