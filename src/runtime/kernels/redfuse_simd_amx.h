@@ -418,7 +418,9 @@ static inline void amx_sweep(int64_t rows_total, int64_t cols_total, int64_t ste
                 int64_t kn = min64(kAmxStepsPerBlock, steps - k0);
                 AmxRows next{src.base + (k0 + kn) * 64, src.stride};
                 const AmxRows *ahead = k0 + kn < steps ? &next : nullptr;
-                AmxRows slice = amx_slice(src, k0, kn, slice_copy);
+                // A slice that only one column block reads (a weight GEMM at M <= 32 with the
+                // weight's rows as the row operand) is read once: copying it would triple its traffic.
+                AmxRows slice = chunk_end - c0 > 32 ? amx_slice(src, k0, kn, slice_copy) : AmxRows{src.base + k0 * 64, src.stride};
                 for (int64_t q0 = c0; q0 < chunk_end; q0 += 32) {
                     int64_t cols = min64(32, cols_total - q0);
                     bool direct = target.c && rows == 32 && cols == 32;

@@ -61,8 +61,10 @@ std::vector<Shape> gemm_shapes() {
                                 {64, 141, 1025}, {96, 200, 600}, {150, 301, 513}, {16, 77, 1023}, {15, 40, 517},
                                 {48, 100, 700},
                                 // the AMX sweep's K blocks (8 steps) and column chunks (4 blocks), and rows 1 or 2 KiB
-                                // apart (copied slice by slice when the leading dimension draws no padding)
-                                {64, 96, 1024}, {96, 64, 512}, {40, 300, 1024}};
+                                // apart (copied slice by slice when the leading dimension draws no padding), and a
+                                // weight GEMM at M <= 32 whose 1 KiB-strided weight rows are read in place (one
+                                // column block reads each slice: no copy)
+                                {64, 96, 1024}, {96, 64, 512}, {40, 300, 1024}, {16, 200, 1024}, {32, 300, 512}};
     // {20, 40, 2100}: past the 2048-long K blocks of the bf16 pair kernels.
     if (kThorough) extra.insert(extra.end(), {{140, 530, 300}, {1, 1000, 128}, {128, 256, 64}, {5, 64, 1100}, {8, 17, 1025}, {20, 40, 2100},
                                              // the B-in-place form's K blocks (4096 long at 128 rows), odd last block
