@@ -49,6 +49,15 @@ constexpr double kMaxCancellationWidening = 1e-3;
 CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exact = false,
                       const Tensor *magnitude = nullptr, double magnitude_tol = 0);
 
+/** For a target that computes in float32: where the float64 reference `ref` (before rounding to the
+ *  output dtype) lies beyond float32's range (it rounds to ±inf as a float) and `out` holds that
+ *  infinity, sets `expected` (ref rounded to the output dtype, where such a value saturates to the
+ *  largest finite one) to the infinity, and returns how many elements it set. Why: a value beyond
+ *  float32 is inf in float32 arithmetic, the kernel's only possible result; the saturated store of
+ *  language.md §4 applies to finite values. Only the same sign passes, a NaN never does, and the
+ *  element leaves max|ref| (the normwise scale of the others) as every reference infinity does. */
+int64_t accept_f32_overflow(const Tensor &out, const Tensor &ref, Tensor &expected);
+
 /** Normwise relative tolerance for an output of dtype `out_dtype` produced by reductions of length
  *  `reduction_length` (pass the longest reduced extent feeding the output, e.g. max(N, D) for
  *  attention; errors of chained reductions add rather than multiply):

@@ -142,3 +142,28 @@ TEST(Compare, WideningIsCapped) {
     EXPECT_NEAR(below.cancellation, 5.0, 1e-12);
     EXPECT_FALSE(compare(vec({1.0003}), ref, tol).widening_capped);
 }
+
+TEST(Compare, Float32OverflowIsAcceptedOnlyBeyondFloat32) {
+    // The reference before its f32 store: 1e81 and -3.6e41 lie beyond float32, 1e38 and FLT_MAX
+    // within it; a float32 kernel's infinity agrees only with the first two, and only by sign.
+    const double flt_max = 3.4028234663852886e38;
+    Tensor ref = vec({1e81, -3.6e41, 1e38, flt_max, 1e81, 1e81, 2.0});
+    Tensor out = vec({INFINITY, -INFINITY, INFINITY, INFINITY, -INFINITY, NAN, 2.0});
+    Tensor expected = vec({flt_max, -flt_max, 1e38, flt_max, flt_max, flt_max, 2.0});  // as stored
+    EXPECT_EQ(compare(out, expected, 1e-6).mismatches, 6);
+    EXPECT_EQ(accept_f32_overflow(out, ref, expected), 2);
+    EXPECT_EQ(expected.data[0], INFINITY);
+    EXPECT_EQ(expected.data[1], -INFINITY);
+    CompareResult r = compare(out, expected, 1e-6);
+    EXPECT_EQ(r.mismatches, 4);  // within float32, the wrong sign and the NaN stay wrong
+    EXPECT_EQ(r.nans, 1);
+    // The accepted elements leave the normwise scale: max|ref| is that of 1e38 and FLT_MAX, not more.
+    Tensor small = vec({1e81, 2.0}), small_out = vec({INFINITY, 2.1}), small_expected = vec({flt_max, 2.0});
+    CompareResult before = compare(small_out, small_expected, 1e-6);
+    EXPECT_EQ(before.mismatches, 1);  // the infinity; FLT_MAX in the scale hides the 5% error
+    EXPECT_EQ(before.worst, 0);
+    accept_f32_overflow(small_out, small, small_expected);
+    CompareResult after = compare(small_out, small_expected, 1e-6);
+    EXPECT_EQ(after.mismatches, 1);  // the 5% error
+    EXPECT_EQ(after.worst, 1);
+}
