@@ -417,7 +417,15 @@ StmtP PassLowering::shift_reference(const std::string &P, const MemberInfo &m, E
     // fuzz_specs.py seed 14 #14). ref = 0 there: the plain sum, as accurate as its terms.
     bool masked = any_of(body_expr, [](Expr n) { return n->kind == Kind::Select; });
     Expr first = masked ? real_c(0) : bind(body_expr, m, x, local_var("$tb", SType::Int), run);
-    return if_then(make_not(seen_b(P, m, x)), {assign(tag(P, m, x, 0), make_select(is_finite(first), first, real_c(0))),
+    // The identity holds for any ref, but the tile loop forms v - ref in the compute type (float32)
+    // while ref is evaluated here in the state's type (float64 on the CPU). "ref finite" must hold
+    // in float32: exp(186.7) is 1e81 in float64, inf as a float, and the loop's terms became
+    // inf - inf = inf, exp(16) - inf = -inf, whose sum is NaN where the plain float sum is inf
+    // (scripts/fuzz_specs.py seed 77 #93). Bounding |ref| by 2^64 also keeps L·|ref| (L <= 2^20
+    // terms per tile) far from float32's 2^128, so the shifted partial sums cannot overflow where
+    // the plain ones do not; a mean beyond 2^64 gains nothing from the shift. Otherwise ref = 0.
+    Expr usable = make_cmp(CmpOp::LE, make_call(Func::abs, first), real_c(0x1p64));
+    return if_then(make_not(seen_b(P, m, x)), {assign(tag(P, m, x, 0), make_select(usable, first, real_c(0))),
                                                assign(acc(P, m, x), real_c(0)), assign(seen(P, m, x), real_c(1))});
 }
 

@@ -1,7 +1,8 @@
 /** \file sum_shift_test.cpp
  * The shifted sum of the tile lowering (src/tile/LowerPass.cpp, Form::SumShift): Σ v = Σ (v - ref) +
  * n·ref with ref the first term keeps a mean of 1e4 ± 1 exact in float tiles, but a body with a select
- * has terms that are exactly 0 beside values, and n·ref cancelled all but a few digits of it.
+ * has terms that are exactly 0 beside values, and n·ref cancelled all but a few digits of it; a first
+ * term beyond 2^64 (inf as a float, or near float32's overflow) is no reference point either.
  */
 #include <gtest/gtest.h>
 
@@ -24,6 +25,14 @@ const char *kMasked = "size R = 33, C = 1025\ninput X[R, C] : f32\n"
 const char *kOffset = "size R = 4, C = 4099\ninput X[R, C] : f32\nmu[r] = sum(c: X[r,c] + 10000) / C\n"
                       "v[r] = sum(c: (X[r,c] + 10000 - mu[r]) * (X[r,c] + 10000 - mu[r])) / C\noutput mu, v\n";
 
+// First terms beyond float32 (e^100: 2.7e43 in float64, inf as a float) and within it but huge
+// (e^88 = 1.7e38), each followed by small terms. As the reference point, the first gave NaN on the CPU
+// (inf - inf = inf and e^5 - inf = -inf in the float tile; scripts/fuzz_specs.py seed 77 #93), the
+// second -inf (four terms of about -1.7e38 overflow the float tile sum) where the plain sum is 1.7e38.
+const char *kHuge = "size R = 2, C = 5\ninput X[R, C] : f32\n"
+                    "big[r] = sum(c: exp(X[r,c] * 0.001 + 100 - 95 * c))\n"
+                    "near[r] = sum(c: exp(X[r,c] * 0.001 + 88 - 87 * c))\noutput big, near\n";
+
 }  // namespace
 
 TEST(SumShift, MaskedSumsKeepTheirDigits) {
@@ -40,4 +49,19 @@ TEST(SumShift, MaskedSumsKeepTheirDigits) {
 TEST(SumShift, AnOffsetMeanStaysExact) {
     RunOptions o;
     test::check_run("offset_mean.rf", kOffset, o, "cpu", {1, 2});
+}
+
+TEST(SumShift, HugeFirstTermsAreNotTheReference) {
+    // big is inf (float32 overflows; the check accepts that where the reference is beyond float32),
+    // near is 1.7e38: the reference point falls back to 0 beyond 2^64, for any tiling and on OpenCL.
+    RunOptions o;
+    test::check_run("huge_first_terms.rf", kHuge, o, "cpu", {1, 2});
+    o.tile = 1;
+    test::check_run("huge_first_terms.rf", kHuge, o, "cpu", {3});
+    o.tile = 2;
+    o.segments = 2;
+    test::check_run("huge_first_terms.rf", kHuge, o, "cpu", {4});
+    if (!ocl::unavailable_reason().empty()) return;
+    RunOptions g;
+    test::check_run("huge_first_terms.rf", kHuge, g, "opencl", {1});
 }
