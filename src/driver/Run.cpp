@@ -155,6 +155,28 @@ std::string tolerance_text(double tol, const CompareResult &r, bool widened) {
     return t.str();
 }
 
+/** The literal spec's output as stored in its dtype, as every target stores its own: a value beyond
+ *  the dtype's range saturates and one below it flushes (language.md §4), which the 2-ulp storage
+ *  tolerance does not cover (fuzz_specs.py seed 13 #151, #276: a product of 7.8e135 stored as f32's
+ *  3.4e38, one of 4e-129 as 0, were "wrong" answers of the float64 plan interpreter that were right
+ *  to the last digit before the store). A float32 target holds a value beyond float32's range as inf
+ *  (seed 77 #93, #170: Σ exp(x·μ) of 1e81 and 3.6e41): with `f32`, such elements of `out` are taken
+ *  as they are (accept_f32_overflow), counted in `overflowed`. */
+Tensor stored_reference(const Tensor &ref, const Tensor &out, DType dtype, bool f32, int64_t &overflowed) {
+    Tensor r = round_output(ref, dtype);
+    overflowed = f32 && is_float(dtype) ? accept_f32_overflow(out, ref, r) : 0;
+    return r;
+}
+
+/** A real value declared as an integer output: both sides are rounded to integers, and a value
+ *  within rounding of a .5 tie may land one unit apart. */
+double integer_output_tolerance(const Tensor &ref_out) {
+    double top = 1;
+    for (double v : ref_out.data)
+        if (std::isfinite(v)) top = std::max(top, std::fabs(v));
+    return 1.0 / top;
+}
+
 /** check: every output against the reference on the same inputs. Returns whether all pass. */
 bool check_outputs(const Kernel &k, const RunOptions &o, const SizeBinding &sizes, const std::map<std::string, Tensor> &inputs,
                    const std::map<std::string, Tensor> &outputs, nlohmann::json &j, std::ostringstream &text) {
@@ -187,24 +209,9 @@ bool check_outputs(const Kernel &k, const RunOptions &o, const SizeBinding &size
         bool exact = k.outputs()[oi].is_index;
         double tol = tolerance(out.dtype, f32, n);
         if (approximate) tol = std::max(tol, 4 * rounding_eps);
-        // The literal spec's outputs as stored in their dtype, as every target stores its own: a
-        // value beyond the dtype's range saturates and one below it flushes (language.md §4), which
-        // the 2-ulp storage tolerance does not cover (fuzz_specs.py seed 13 #151, #276: a product of
-        // 7.8e135 stored as f32's 3.4e38, one of 4e-129 as 0, were "wrong" answers of the float64
-        // plan interpreter that were right to the last digit before the store).
-        Tensor ref_out = round_output(ref.at(out.name), out.dtype);
-        // A float32 target holds a value beyond float32's range as inf (fuzz_specs.py seed 77 #93,
-        // #170: Σ exp(x·μ) of 1e81 and 3.6e41, stored by the reference as f32's 3.4e38).
         int64_t overflowed = 0;
-        if (f32 && !exact && is_float(out.dtype)) overflowed = accept_f32_overflow(outputs.at(out.name), ref.at(out.name), ref_out);
-        if (!exact && is_int(out.dtype)) {
-            // A real value declared as an integer output: both sides are rounded to integers, and a
-            // value within rounding of a .5 tie may land one unit apart.
-            double top = 1;
-            for (double v : ref_out.data)
-                if (std::isfinite(v)) top = std::max(top, std::fabs(v));
-            tol = std::max(tol, 1.0 / top);
-        }
+        Tensor ref_out = stored_reference(ref.at(out.name), outputs.at(out.name), out.dtype, f32 && !exact, overflowed);
+        if (!exact && is_int(out.dtype)) tol = std::max(tol, integer_output_tolerance(ref_out));
         CompareResult r = compare(outputs.at(out.name), ref_out, tol, exact);
         // widened: the normwise tolerance rejected the output and the magnitude reference decided.
         bool widened = false;
