@@ -100,12 +100,15 @@ public:
     public:
         /** The dense outputs' shapes, in output order. */
         const std::vector<std::vector<int64_t>> &output_shapes() const { return output_shapes_; }
+        /** True when run() calls the generated CPU entry as is (dense host buffers), without checks. */
+        bool direct() const { return direct_; }
 
     private:
         friend class Kernel;
         std::vector<TensorView> ins_, outs_;  ///< without addresses
         std::vector<std::vector<int64_t>> output_shapes_;
         std::vector<int64_t> size_values_;
+        std::vector<size_t> huge_outputs_;   ///< (output, bytes) pairs that get the huge-page advice
         std::shared_ptr<const void> bound_;  ///< keeps the binding of size_values_ alive
         bool direct_ = false;                ///< a CPU kernel on dense host buffers: the entry is called as is
     };

@@ -225,6 +225,10 @@ TEST(Kernel, PreparedCallsMatchCheckedCalls) {
         Kernel::Prepared dense = k.prepare({{first.data(), DType::f32, {R, C}}});
         Kernel::Prepared strided = k.prepare({{first.data(), DType::f32, {R, C}, {1, R}}});
         EXPECT_EQ(dense.output_shapes(), (std::vector<std::vector<int64_t>>{{R, C}}));
+        // With the default options (huge-page advice on): until 2026-12-04 that advice kept every
+        // prepared call off the direct entry.
+        EXPECT_EQ(dense.direct(), kind == TargetKind::Cpu);
+        EXPECT_FALSE(strided.direct());
         for (uint64_t seed = 0; seed < 3; seed++) {
             std::vector<float> x = random_floats(size_t(R * C), seed), xt(x.size()), y(x.size(), NAN), yt(x.size(), NAN), want(x.size(), NAN);
             for (int64_t r = 0; r < R; r++)
