@@ -94,15 +94,42 @@ def _traced_or_intercepted(torch: Any) -> bool:
 
 def _plain_tensors(torch: Any, tensors: Sequence[Any]) -> bool:
     """True when these tensors can be run directly (outside the custom op): plain tensors that need
-    no gradient."""
+    no gradient and hold their values as read (a lazy negation or conjugation, e.g. torch._neg_view,
+    is resolved by the op's dispatch)."""
     plain = torch.Tensor
     for t in tensors:
-        if type(t) is not plain or t.requires_grad:
+        if type(t) is not plain or t.requires_grad or t.is_neg() or t.is_conj():
             return False
     return True
 
 
 _torch_registered: List[bool] = []  # torch.Tensor and torch.empty given to the extension
+
+
+_torch_api_in_use: List[bool] = [False]  # the hot path reads tensors and checks modes in C++
+# torch.compiler.is_compiling once torch is met: under a torch.compile trace calls take the custom op
+# (dynamo reads it as True and never reaches the C++ hot path, which it could not trace).
+_torch_is_compiling: List[Any] = [lambda: True]
+
+
+def _load_torch_api(torch: Any, use: bool = True) -> bool:
+    """Lends the extension redfuse._redfuse_torch's C++ tensor reads, allocation and mode checks
+    (the hot path of small calls) when that module was built against this very torch version; else
+    calls read tensors through Python. ``use=False`` goes back to the Python reads (tests). True when
+    the C++ reads are in use."""
+    _torch_api_in_use[0] = False
+    _redfuse._set_torch_api(None)
+    _torch_is_compiling[0] = torch.compiler.is_compiling
+    if not use:
+        return False
+    try:
+        from . import _redfuse_torch  # type: ignore[attr-defined]  # noqa: PLC0415
+    except ImportError:  # not built (no torch where the wheel was built) or another torch's symbols
+        return False
+    if getattr(_redfuse_torch, "torch_version", None) != torch.__version__:
+        return False
+    _torch_api_in_use[0] = bool(_redfuse._set_torch_api(_redfuse_torch.api))
+    return _torch_api_in_use[0]
 
 
 _DIM_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv,
@@ -174,6 +201,7 @@ class Kernel:
         self._torch_in: Optional[Tuple[Any, ...]] = None   # torch dtypes, looked up on first use
         self._torch_out: Optional[Tuple[Any, ...]] = None
         self._fast: Any = None  # the C++ hot path for plain CPU tensors, once torch is met
+        self._direct: Any = None  # ... taking the call's own arguments (with redfuse._redfuse_torch)
         self._fixed: Optional[Dict[str, int]] = None  # sizes with a value without buffers (fake shapes)
         self._train: Any = None  # the derived backward (_autograd.Training), False when there is none
         self._no_grad_reason = ""
@@ -249,6 +277,7 @@ class Kernel:
             torch = _torch()
             if not _torch_registered:
                 _redfuse._set_torch(torch.Tensor, torch.empty)
+                _load_torch_api(torch)
                 _torch_registered.append(True)
             self._torch_in = tuple(getattr(torch, _TORCH_OF_NAMES[d]) for d in self._in_dtypes)
             self._torch_out = tuple(getattr(torch, _TORCH_OF_NAMES[d]) for d in self._out_dtypes)
@@ -256,6 +285,7 @@ class Kernel:
             if cpu is not None:  # the C++ hot path for plain CPU tensors (torch_call.cpp)
                 cpu.set_torch_dtypes(list(self._torch_in), list(self._torch_out))
                 self._fast = cpu.call_torch_cpu
+                self._direct = cpu.call_torch_args  # None unless the TorchApi is in use
         return self._torch_in, self._torch_out  # type: ignore[return-value]
 
     def _run_torch(self, tensors: Sequence[Any]) -> List[Any]:
@@ -381,26 +411,35 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Union[Any, Tuple[Any, ...]]:
         """Runs the kernel: inputs by position (the spec's ``input`` order) or by name; NumPy
         arrays in, NumPy arrays out; torch tensors in, torch tensors out."""
+        if not _torch_is_compiling[0]():  # first: a trace must not read the C++ function below
+            direct = self._direct
+            if direct is not None:
+                outs = direct(args, kwargs)  # plain CPU tensors, all by position or all by name, no mode
+                if outs is not None:
+                    return outs
         names = self._names
         if not kwargs and len(args) == len(names):
             values = args
-        elif not args and len(kwargs) == len(names) and all(n in kwargs for n in names):
-            values = tuple([kwargs[n] for n in names])  # by name: the common case without the checks' sets
+        elif not args and len(kwargs) == len(names):
+            try:  # by name: the common case, without the checks' sets
+                values = tuple(map(kwargs.__getitem__, names))
+            except KeyError:  # a misspelt name: _arguments words the error
+                values = tuple(self._arguments(args, kwargs))
         else:
             values = tuple(self._arguments(args, kwargs))
         torch = sys.modules.get("torch")
         if torch is not None and values and isinstance(values[0], torch.Tensor):
+            # Plain eager calls skip the custom op's dispatch (tens of microseconds): CPU tensors
+            # through the C++ hot path (above, when redfuse._redfuse_torch is in use; else here),
+            # others here; anything that traces, records or differentiates goes through the op.
+            outs = None
             if not _traced_or_intercepted(torch):
-                # Plain eager calls skip the custom op's dispatch (tens of microseconds): CPU tensors
-                # through the C++ hot path, others here; anything that traces, records or
-                # differentiates goes through the op.
                 if self._torch_in is None:
                     self._torch_dtypes()
-                outs = self._fast(values) if self._fast is not None else None
+                if self._fast is not None and not _torch_api_in_use[0]:
+                    outs = self._fast(values)
                 if outs is None and _plain_tensors(torch, values):
                     outs = self._run_torch(values)
-            else:
-                outs = None
             if outs is None:
                 if not all(isinstance(v, torch.Tensor) for v in values):
                     raise TypeError("the inputs mix torch tensors and NumPy arrays; give all of one kind")

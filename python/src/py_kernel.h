@@ -49,14 +49,16 @@ std::vector<rf::TensorView> views(const std::vector<PyView> &in);
 struct PyCall {
     rf::Kernel::Prepared prepared;
     size_t n_buffers = 0;  ///< inputs + outputs: the addresses a run takes
+    size_t bytes = 0;      ///< what the inputs and outputs hold
     const std::vector<std::vector<int64_t>> &output_shapes() const { return prepared.output_shapes(); }
 };
 
 /** Prepares a call on `ins` (checked as a call checks them), with dense outputs of the bound shapes. */
 PyCall prepare_call(const rf::Kernel &k, std::vector<rf::TensorView> ins, bool cuda);
 
-/** Runs a prepared call at these addresses (inputs then outputs), the GIL released. */
-void run_prepared(const std::shared_ptr<rf::Kernel> &k, const PyCall &call, const uintptr_t *addresses, void *stream);
+/** Runs a prepared call at these addresses (inputs then outputs), the GIL released unless told not to. */
+void run_prepared(const std::shared_ptr<rf::Kernel> &k, const PyCall &call, const uintptr_t *addresses, void *stream,
+                  bool release_gil = true);
 
 /** A compiled kernel as Python holds it (shared: calls may outlive a reassignment in Python). */
 struct PyKernel {
@@ -65,6 +67,8 @@ struct PyKernel {
     // The torch fast path (torch_call.cpp): the torch dtypes of the inputs and outputs, and the
     // prepared calls of recent input shapes and strides.
     std::vector<nb::handle> torch_in, torch_out;
+    std::vector<int> torch_in_codes, torch_out_codes;  ///< the same dtypes as codes, when a TorchApi is set
+    std::vector<nb::object> torch_in_names;            ///< the inputs' names, interned (inputs by name)
     std::shared_ptr<std::mutex> calls_mutex = std::make_shared<std::mutex>();
     std::shared_ptr<std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const PyCall>>>> calls =
         std::make_shared<std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const PyCall>>>>();
@@ -73,9 +77,22 @@ struct PyKernel {
 /** Registers torch.Tensor and torch.empty (once, when the Python layer first meets torch). */
 void set_torch(nb::handle tensor_type, nb::handle empty);
 
+/** Takes (or, given None, drops) the capsule of redfuse._redfuse_torch (torch_api.h); false when it
+ *  is not a capsule of this version. */
+bool set_torch_api(nb::handle capsule);
+
+/** Sets the torch dtypes of a kernel's inputs and outputs (and their codes, when a TorchApi is set). */
+void set_torch_dtypes(PyKernel &k, const std::vector<nb::handle> &in, const std::vector<nb::handle> &out);
+
+/** The whole call `k(*args, **kwargs)` on plain CPU tensors when a TorchApi is set: inputs all by
+ *  position or all by name; the output itself when there is one, else the tuple; None (no TorchApi,
+ *  anything unusual, a mode active) for the Python layer's general path. */
+nb::object call_torch_args(PyKernel &k, nb::handle args, nb::handle kwargs);
+
 /** Runs `args` (a tuple of torch tensors) through the kernel when all are plain CPU tensors of the
  *  spec's dtypes that need no gradient: returns the list of outputs, or None to let the Python
- *  layer take the general path (which also explains any error). */
+ *  layer take the general path (which also explains any error). With a TorchApi set, it also returns
+ *  None while a torch-dispatch mode, torch-function mode or functorch transform is active. */
 nb::object call_torch_cpu(PyKernel &k, nb::handle args);
 
 }  // namespace rfpy

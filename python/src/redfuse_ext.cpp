@@ -144,13 +144,21 @@ std::vector<rf::TensorView> views(const std::vector<PyView> &in) {
 PyCall prepare_call(const rf::Kernel &k, std::vector<rf::TensorView> ins, bool cuda) {
     PyCall c;
     c.n_buffers = ins.size() + k.outputs().size();
+    for (const rf::TensorView &v : ins) c.bytes += static_cast<size_t>(v.numel()) * static_cast<size_t>(rf::dtype_bytes(v.dtype));
     c.prepared = k.prepare(std::move(ins), cuda ? rf::MemorySpace::Cuda : rf::MemorySpace::Host);
+    for (size_t j = 0; j < k.outputs().size(); j++) {
+        size_t n = 1;
+        for (int64_t e : c.prepared.output_shapes()[j]) n *= static_cast<size_t>(e);
+        c.bytes += n * static_cast<size_t>(rf::dtype_bytes(k.outputs()[j].dtype));
+    }
     return c;
 }
 
-void run_prepared(const std::shared_ptr<rf::Kernel> &k, const PyCall &call, const uintptr_t *addresses, void *stream) {
+void run_prepared(const std::shared_ptr<rf::Kernel> &k, const PyCall &call, const uintptr_t *addresses, void *stream,
+                  bool release_gil) {
     static_assert(sizeof(uintptr_t) == sizeof(void *), "addresses are pointers");
     const auto *pointers = reinterpret_cast<const void *const *>(addresses);
+    if (!release_gil) return k->run(call.prepared, pointers, stream);  // k outlives the call: the GIL is held
     std::shared_ptr<rf::Kernel> keep = k;
     nb::gil_scoped_release release;  // other Python threads run while the kernel does
     keep->run(call.prepared, pointers, stream);
@@ -205,6 +213,7 @@ NB_MODULE(_redfuse, m) {
           });
     m.def("builds", [] { return rf::kernel_builds(); });
     m.def("_set_torch", &set_torch);
+    m.def("_set_torch_api", &set_torch_api, nb::arg("capsule").none());
     nb::class_<PyCall>(m, "Call").def_prop_ro("output_shapes", [](const PyCall &c) { return c.output_shapes(); });
     nb::class_<PyKernel>(m, "Kernel")
         .def("inputs", [](const PyKernel &k) { return infos(k.k->inputs()); })
@@ -259,11 +268,9 @@ NB_MODULE(_redfuse, m) {
                  });
              })
         .def("set_torch_dtypes",
-             [](PyKernel &k, const std::vector<nb::handle> &in, const std::vector<nb::handle> &out) {
-                 // torch's dtypes live as long as torch: borrowed handles
-                 k.torch_in = in;
-                 k.torch_out = out;
-             })
+             [](PyKernel &k, const std::vector<nb::handle> &in, const std::vector<nb::handle> &out) { set_torch_dtypes(k, in, out); })
+        .def("call_torch_args",
+             [](PyKernel &k, nb::handle args, nb::handle kwargs) { return translated(k.file, [&] { return call_torch_args(k, args, kwargs); }); })
         .def("call_torch_cpu", [](PyKernel &k, nb::handle args) { return translated(k.file, [&] { return call_torch_cpu(k, args); }); })
         .def("time_calls",
              [](const PyKernel &k, const std::vector<PyView> &ins, const std::vector<PyView> &outs, int reps) {
