@@ -158,7 +158,25 @@ std::vector<StmtP> PassLowering::lanes_topk(const std::string &P, const MemberIn
     // In float64 like the row-at-a-time insertion (a Simd loop computes in the kernel's compute
     // type: two values equal in float but not in float64 would tie there and list another index).
     StmtP rows = for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), lane, LoopKind::Lanes);
-    return {for_loop(j, local_var("$tb", SType::Int), local_var("$te", SType::Int), {rows}, LoopKind::Serial),
+    // The insertion is skipped when no row's list takes the candidate. b_(K-1) is true whenever any
+    // b_q is (the list is sorted: v ahead of e_q is ahead of e_(K-1); q >= count gives K-1 >= count),
+    // and with every b_q false the steps above keep each slot and count = min(count + 1, K) = K:
+    // skipping them changes nothing. Past the first entries few candidates enter (about K/j at the
+    // j-th element of a random row), so one comparison replaces K compare-and-swap steps. Only a
+    // block of one row (a single token's routing) checks: in a block of several rows some row takes
+    // the candidate often enough that the check and its mispredicted branches cost more than the
+    // steps they skip (MoE routing T=16384, E=64: 0.93 -> 1.49 ms when every block checked).
+    const std::string need = "$need" + id;
+    Expr nbv = local_var("$nbv", SType::Int);
+    Expr key = topk_key(m, bind(selection_body(m), m, x, j, run)), last = slot("_tk_v", K - 1);
+    Expr enters = make_or(make_cmp(CmpOp::GE, real_c(static_cast<double>(K - 1)), count),
+                          make_or(make_and(is_nan(key), make_not(is_nan(last))), make_cmp(CmpOp::GT, key, last)));
+    std::vector<StmtP> step{
+        decl(need, LocalClass::State, {}, make_select(make_cmp(CmpOp::GT, nbv, int_c(1)), real_c(1), real_c(0))),
+        if_then(make_cmp(CmpOp::EQ, local_var(need), real_c(0)),
+                {for_loop(rr(), int_c(0), nbv, {assign(local_var(need), make_select(enters, real_c(1), real_c(0)))}, LoopKind::Serial)}),
+        if_then(make_cmp(CmpOp::NE, local_var(need), real_c(0)), {rows})};
+    return {for_loop(j, local_var("$tb", SType::Int), local_var("$te", SType::Int), step, LoopKind::Serial),
             over_lanes({assign(seen(P, m, x), real_c(1))})};
 }
 

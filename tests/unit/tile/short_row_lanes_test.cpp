@@ -41,6 +41,7 @@ TEST(ShortRowLanes, RowLengthDecidesWhichMembersTakeLanes) {
     EXPECT_NE(every.find("row_block=16 segments=1 threads=0 level=row row_lanes\n"), std::string::npos) << every;
     EXPECT_NE(every.find("for $rr in [0, $nbv) lanes:"), std::string::npos) << every;  // the top-k insertion
     EXPECT_NE(every.find("for $rr in [0, $nbv) simd:"), std::string::npos) << every;   // max, sums
+    EXPECT_NE(every.find("$need"), std::string::npos) << every;  // a one-row block skips what cannot enter
     for (int64_t E : {40, 256}) {  // top-4: E x K <= 2048
         std::string lists = tile_text(at_sizes(src, 100, E), TargetKind::Cpu);
         EXPECT_NE(lists.find("row_lanes=topk"), std::string::npos) << lists;
