@@ -93,12 +93,14 @@ def _traced_or_intercepted(torch: Any) -> bool:
 
 
 def _plain_tensors(torch: Any, tensors: Sequence[Any]) -> bool:
-    """True when these tensors can be run directly (outside the custom op): plain tensors that need
-    no gradient and hold their values as read (a lazy negation or conjugation, e.g. torch._neg_view,
-    is resolved by the op's dispatch)."""
-    plain = torch.Tensor
+    """True when these tensors can be run directly (outside the custom op): plain tensors or
+    parameters (torch.nn.Parameter: a model's weights) that need no gradient (or grad mode is off),
+    holding their values as read (a lazy negation or conjugation, e.g. torch._neg_view, is resolved by
+    the op's dispatch)."""
+    plain, parameter = torch.Tensor, torch.nn.Parameter
+    grad = torch.is_grad_enabled()
     for t in tensors:
-        if type(t) is not plain or t.requires_grad or t.is_neg() or t.is_conj():
+        if (type(t) is not plain and type(t) is not parameter) or (grad and t.requires_grad) or t.is_neg() or t.is_conj():
             return False
     return True
 

@@ -27,8 +27,9 @@ struct TorchApi {
     int (*calls_are_plain)();
     /** The code of a torch.dtype (its c10::ScalarType), or -1 when `dtype` is not one. */
     int (*dtype_code)(PyObject *dtype);
-    /** Reads a tensor that the fast path may run directly: exactly torch.Tensor (no subclass), on
-     *  the CPU, strided, needing no gradient, without a lazy negation or conjugation. Gives its dtype
+    /** Reads a tensor that the fast path may run directly: exactly torch.Tensor or
+     *  torch.nn.Parameter (no other subclass), on the CPU, strided, needing no gradient (or grad mode
+     *  off), without a lazy negation or conjugation. Gives its dtype
      *  code, rank (<= max_rank), sizes, strides and data address and returns 1; returns 0 (no Python
      *  error set) for anything else. */
     int (*read)(PyObject *tensor, int *dtype, int *rank, int64_t *sizes, int64_t *strides, int max_rank, uintptr_t *data);

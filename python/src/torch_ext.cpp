@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/functorch/DynamicLayer.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -33,10 +34,12 @@ int dtype_code(PyObject *dtype) {
 }
 
 int read(PyObject *object, int *dtype, int *rank, int64_t *sizes, int64_t *strides, int max_rank, uintptr_t *data) {
-    if (!THPVariable_CheckExact(object)) return 0;  // subclasses (FakeTensor, DTensor, ...) take the op path
+    // torch.Tensor or torch.nn.Parameter (a model's weights); other subclasses (FakeTensor, DTensor, ...)
+    // take the op path. A tensor that requires grad runs here only under no_grad / inference_mode.
+    if (!THPVariable_CheckExact(object)) return 0;
     const at::Tensor &t = THPVariable_Unpack(object);
-    if (!t.defined() || t.layout() != c10::kStrided || !t.device().is_cpu() || t.requires_grad() || t.is_neg() ||
-        t.is_conj() || !t.has_storage() || t.dim() > max_rank)
+    if (!t.defined() || t.layout() != c10::kStrided || !t.device().is_cpu() || (t.requires_grad() && c10::GradMode::is_enabled()) ||
+        t.is_neg() || t.is_conj() || !t.has_storage() || t.dim() > max_rank)
         return 0;
     *dtype = static_cast<int>(t.scalar_type());
     *rank = static_cast<int>(t.dim());

@@ -121,3 +121,20 @@ def test_errors_are_worded_by_the_general_path(reads):
         k(Y=torch.randn(3, 5))
     with pytest.raises(TypeError, match="either by position or by name"):
         k(torch.randn(3, 5), X=torch.randn(3, 5))
+
+
+def test_parameters_under_no_grad_run_directly(reads):
+    # A model's weights are torch.nn.Parameters that require grad; under no_grad (inference) the call
+    # needs no graph, so it runs directly, not through the custom op's dispatch.
+    k = redfuse.compile(SOFTMAX, name="softmax_params")
+    w = torch.nn.Parameter(torch.randn(4, 6))
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        y = k(X=w)
+    names = [e.name for e in prof.events()]
+    assert not any("redfuse::" in n for n in names), names
+    assert y.grad_fn is None and not y.requires_grad
+    torch.testing.assert_close(y, torch.softmax(w.detach(), dim=1), rtol=1e-5, atol=1e-7)
+    with torch.profiler.profile() as prof:
+        z = k(X=w)  # grad mode on: the training op, whose autograd formula is the derived backward
+    assert z.grad_fn is not None
+    assert any("redfuse::" in e.name for e in prof.events())
