@@ -91,8 +91,9 @@ nb::object call_torch_args(PyKernel &k, nb::handle args, nb::handle kwargs);
 
 /** Runs `args` (a tuple of torch tensors) through the kernel when all are plain CPU tensors of the
  *  spec's dtypes that need no gradient: returns the list of outputs, or None to let the Python
- *  layer take the general path (which also explains any error). With a TorchApi set, it also returns
- *  None while a torch-dispatch mode, torch-function mode or functorch transform is active. */
+ *  layer take the general path (which also explains any error). Tensors are read through Python's
+ *  C API: the path without a TorchApi (with one, the Python layer calls call_torch_args instead),
+ *  after the Python layer has ruled out modes and transforms. */
 nb::object call_torch_cpu(PyKernel &k, nb::handle args);
 
 }  // namespace rfpy

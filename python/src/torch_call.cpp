@@ -237,8 +237,7 @@ nb::object call_with_python_reads(PyKernel &k, PyObject *const *inputs) {
 nb::object call_torch_cpu(PyKernel &k, nb::handle args) {
     PyObject *tuple = args.ptr();
     if (!PyTuple_Check(tuple) || !fast_path_applies(k, static_cast<size_t>(PyTuple_GET_SIZE(tuple)))) return nb::none();
-    PyObject *const *inputs = &PyTuple_GET_ITEM(tuple, 0);
-    return g_api ? call_with_api(k, inputs) : call_with_python_reads(k, inputs);
+    return call_with_python_reads(k, &PyTuple_GET_ITEM(tuple, 0));
 }
 
 nb::object call_torch_args(PyKernel &k, nb::handle args, nb::handle kwargs) {

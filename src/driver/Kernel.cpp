@@ -420,7 +420,7 @@ Kernel::Prepared Kernel::prepare(std::vector<TensorView> ins, MemorySpace memory
     if (p.direct_ && I.schedule.huge_page_outputs)  // what operator() advises, found once
         for (size_t j = 0; j < p.outs_.size(); j++) {
             auto bytes = static_cast<size_t>(p.outs_[j].numel()) * static_cast<size_t>(dtype_bytes(p.outs_[j].dtype));
-            if (bytes >= kHugePageAdviceBytes) p.huge_outputs_.insert(p.huge_outputs_.end(), {j, bytes});
+            if (bytes >= kHugePageAdviceBytes) p.huge_outputs_.emplace_back(j, bytes);
         }
     p.ins_ = std::move(ins);
     return p;
@@ -432,8 +432,8 @@ void Kernel::run(const Prepared &call, const void *const *addresses, void *strea
         // What operator() would do on these views: bind (done when prepared: same shapes, same
         // sizes), use the dense buffers in place, call the entry.
         // The entry takes void *const * (it writes through the outputs' pointers, not to the array).
-        for (size_t h = 0; h + 1 < call.huge_outputs_.size(); h += 2)
-            advise_huge_pages(const_cast<void *>(addresses[call.ins_.size() + call.huge_outputs_[h]]), call.huge_outputs_[h + 1]);
+        for (const auto &[output, bytes] : call.huge_outputs_)
+            advise_huge_pages(const_cast<void *>(addresses[call.ins_.size() + output]), bytes);
         int rc = I.cpu->entry(call.size_values_.data(), const_cast<void *const *>(addresses), I.schedule.threads);
         if (rc != 0) throw UserError({}, "the generated kernel could not allocate its temporaries (out of memory)");
         return;

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -108,7 +109,7 @@ public:
         std::vector<TensorView> ins_, outs_;  ///< without addresses
         std::vector<std::vector<int64_t>> output_shapes_;
         std::vector<int64_t> size_values_;
-        std::vector<size_t> huge_outputs_;   ///< (output, bytes) pairs that get the huge-page advice
+        std::vector<std::pair<size_t, size_t>> huge_outputs_;  ///< (output, bytes) that get the huge-page advice
         std::shared_ptr<const void> bound_;  ///< keeps the binding of size_values_ alive
         bool direct_ = false;                ///< a CPU kernel on dense host buffers: the entry is called as is
     };
