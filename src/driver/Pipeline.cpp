@@ -75,6 +75,7 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     lo.float_states = is_gpu(c.target.kind);  // GPU states are float: tile GEMMs may accumulate into them
     lo.row_lanes = c.target.kind == TargetKind::Cpu;
     lo.bf16_row_outputs = c.target.kind == TargetKind::Cpu;
+    lo.epilogue_row_buffer = c.target.kind == TargetKind::Cpu;
     lo.row_reduced_members = c.target.kind == TargetKind::Cpu;
     // Query rows per block of an attention-like chain. The tile GEMMs pack K and V (into tile panels
     // with AMX) once per row block, so taller blocks pack less per row: 128 rows measured 7-11% faster

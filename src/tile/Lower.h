@@ -50,6 +50,10 @@ struct LowerOptions {
     /** An epilogue's bf16 outputs are written a row at a time from a float row, like f32 ones (the
      *  CPU: one vector conversion per 16 values, rfk::copy_row_bf16); elsewhere element by element. */
     bool bf16_row_outputs = false;
+    /** The float row an epilogue writes a row output from holds one row, reused by every row of the
+     *  block (the CPU: a worker's rows run one after another, and the row stays in L1 for its copy);
+     *  elsewhere one row per row of the block (a GPU's rows run at once). */
+    bool epilogue_row_buffer = false;
     /** Elements added to a block's tile rows whose length is a multiple of 32 (PassContext): 8 on a
      *  GPU (rows 8 banks apart), 16 on the CPU (rows 64-byte aligned, see PassLowering::row_stride). */
     int64_t tile_row_pad = 8;

@@ -196,11 +196,14 @@ std::vector<StmtP> PassLowering::epilogue() {
         if (ctx_.row_outputs.count(d->name)) {
             std::string buf = "$ep" + std::to_string(uid_++);
             Expr X = product(ext);
-            epilogue_arrays_.push_back(decl(buf, LocalClass::Tile, {mul_i(int_c(nb_), X)}, nullptr));
-            out.push_back(for_loop(x, int_c(0), X, {assign(local_at(buf, add_i(mul_i(rr(), X), x)), v)}, LoopKind::Simd));
+            // One row reused by the block's rows where they run in turn (the row is copied out before
+            // the next is computed), else one per row.
+            Expr row = ctx_.epilogue_row_buffer ? int_c(0) : mul_i(rr(), X);
+            epilogue_arrays_.push_back(decl(buf, LocalClass::Tile, {ctx_.epilogue_row_buffer ? X : mul_i(int_c(nb_), X)}, nullptr));
+            out.push_back(for_loop(x, int_c(0), X, {assign(local_at(buf, add_i(row, x)), v)}, LoopKind::Simd));
             std::vector<Expr> first(row_vars_.begin(), row_vars_.end());
             for (size_t i = c_.n_row; i < d->vars.size(); i++) first.push_back(int_c(0));
-            out.push_back(copy_row(make_load(d->name, first, DType::f64, SType::Real), local_at(buf, mul_i(rr(), X)), X));
+            out.push_back(copy_row(make_load(d->name, first, DType::f64, SType::Real), local_at(buf, row), X));
             continue;
         }
         out.push_back(for_loop(x, int_c(0), product(ext), {store(make_load(d->name, idx, DType::f64, SType::Real), v)}, LoopKind::Simd));

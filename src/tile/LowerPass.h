@@ -53,6 +53,8 @@ struct PassContext {
     int row_reduced_workers = 1;
     /** LowerOptions::tile_row_pad. */
     int64_t tile_row_pad = 8;
+    /** LowerOptions::epilogue_row_buffer. */
+    bool epilogue_row_buffer = false;
 };
 
 struct PassKernel {

@@ -573,6 +573,7 @@ private:
             ctx.pass = &pp;
             ctx.schedule = s;
             ctx.tile_row_pad = o_.tile_row_pad;
+            ctx.epilogue_row_buffer = o_.epilogue_row_buffer;
             ctx.tile_prologues = prologues;
             ctxs.push_back(ctx);
         }

@@ -7,9 +7,8 @@
  */
 #include <gtest/gtest.h>
 
-#include <thread>
-
 #include <regex>
+#include <thread>
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
@@ -100,6 +99,27 @@ TEST(CpuStackArrays, LargeHeapArraysAreKeptPerThreadAndZeroedAgain) {
     rfk::LocalArray<float> small(n / 8);
     EXPECT_NE(small.data, first);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data) % 64, 0u);
+}
+
+TEST(CpuStackArrays, AnEpilogueRowIsOneRowOnTheCpu) {
+    // RMSNorm -> GEMM at 128-row blocks: the bf16 output row is computed into a float row and copied
+    // out before the next row, so the CPU keeps one row (N floats, in L1), not the block's 128 (a
+    // 2 MiB stream written and read again per block at N = 4096); a GPU, whose rows run at once, one
+    // per row.
+    ArenaScope arena;
+    std::filesystem::path spec = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "rmsnorm_gemm.rf";
+    Options opts;
+    opts.sizes = {{"M", 2048}, {"N", 4096}, {"K", 4096}};
+    opts.row_block = 128;
+    std::regex one_row("rfk::LocalArray<float> l_ep[0-9]+_store\\(\\(size_t\\)\\(1 \\* \\(int64_t\\)\\(\\(\\(int64_t\\)v_N\\)\\)\\)\\)");
+    auto cpu = analyze_source(test::read_text(spec), "rmsnorm_gemm.rf", make_target(TargetKind::Cpu), opts);
+    std::string src = generate(*cpu).source;
+    EXPECT_TRUE(std::regex_search(src, one_row)) << src;
+    EXPECT_EQ(src.find("(int64_t)128 * ((int64_t)v_N)"), std::string::npos) << src;
+    RunOptions o;
+    o.sizes = {{"M", 130}, {"N", 40}, {"K", 72}};  // two blocks, the second of 2 rows
+    o.row_block = 128;
+    test::check_run(spec, test::read_text(spec), o, "cpu", {1, 2});
 }
 
 TEST(CpuStackArrays, TileRowsAreWholeCacheLinesOnTheCpu) {
