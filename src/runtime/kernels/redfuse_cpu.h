@@ -13,11 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <new>
-#include <thread>
-#include <unordered_map>
-#include <vector>
 #if defined(__AVX__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -51,66 +47,6 @@ __attribute__((simd("notinbranch"))) double exp2(double) noexcept;
 
 namespace rfk {
 
-// Large local arrays are kept per thread between calls: freed, glibc hands a block over its trim or
-// mmap threshold back to the kernel, and the next call page-faults all of it in again (int8
-// quant->GEMM at M = 16 on the AMX Xeon: 0.14 ms of its 0.6 ms). A process-wide map from thread id
-// to that thread's free blocks, not thread_local, as ScratchPool (redfuse_simd_gemm.h) and for the
-// same reason (kernels live in dlopen'd objects; the pool is freed when the object is unloaded).
-// Smaller arrays come from malloc, whose bins keep them.
-struct LocalBlock {
-    void *data;
-    size_t bytes;
-};
-struct LocalArrayPool {
-    static constexpr size_t kMinBytes = size_t(64) << 10;   // pooled from this size up
-    static constexpr size_t kKeepBlocks = 8;                // per thread
-    static constexpr size_t kKeepBytes = size_t(64) << 20;  // per thread
-    std::mutex lock;
-    std::unordered_map<std::thread::id, std::vector<LocalBlock>> free_blocks;
-    ~LocalArrayPool() {
-        for (auto &kv : free_blocks)
-            for (LocalBlock &b : kv.second) std::free(b.data);
-    }
-};
-static inline LocalArrayPool &local_array_pool() {
-    static LocalArrayPool pool;
-    return pool;
-}
-// A block of at least `bytes` (a multiple of 64): a kept one at most twice as large, else a new one.
-static inline void *local_acquire(size_t bytes) {
-    if (bytes >= LocalArrayPool::kMinBytes) {
-        LocalArrayPool &pool = local_array_pool();
-        std::lock_guard<std::mutex> guard(pool.lock);
-        std::vector<LocalBlock> &kept = pool.free_blocks[std::this_thread::get_id()];
-        for (size_t i = 0; i < kept.size(); ++i)
-            if (kept[i].bytes >= bytes && kept[i].bytes / 2 <= bytes) {
-                void *p = kept[i].data;
-                kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(i));
-                return p;
-            }
-    }
-    return std::aligned_alloc(64, bytes);
-}
-// Keeps a large block for this thread's next call (the oldest go when the thread keeps too many).
-static inline void local_release(void *p, size_t bytes) {
-    if (!p) return;
-    if (bytes >= LocalArrayPool::kMinBytes) {
-        LocalArrayPool &pool = local_array_pool();
-        std::lock_guard<std::mutex> guard(pool.lock);
-        std::vector<LocalBlock> &kept = pool.free_blocks[std::this_thread::get_id()];
-        kept.push_back({p, bytes});
-        size_t total = 0;
-        for (const LocalBlock &b : kept) total += b.bytes;
-        while (kept.size() > LocalArrayPool::kKeepBlocks || total > LocalArrayPool::kKeepBytes) {
-            total -= kept.front().bytes;
-            std::free(kept.front().data);
-            kept.erase(kept.begin());
-        }
-        return;
-    }
-    std::free(p);
-}
-
 // A worker's array of n zeroed elements on 64-byte boundaries. A tile's rows are then whole cache
 // lines (their stride is a multiple of 16 floats), so the tile GEMMs' row loads and stores and the
 // rows' vector loops never split a line, and a loop that reads a row right after another wrote it
@@ -119,15 +55,13 @@ static inline void local_release(void *p, size_t bytes) {
 template <typename T>
 struct LocalArray {
     T *data = nullptr;
-    size_t bytes = 0;
     explicit LocalArray(size_t n) {
-        bytes = (n * sizeof(T) + 63) / 64 * 64;
-        if (bytes == 0) bytes = 64;
-        data = static_cast<T *>(local_acquire(bytes));
+        size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+        data = static_cast<T *>(std::aligned_alloc(64, bytes > 0 ? bytes : 64));
         if (!data) throw std::bad_alloc();
         std::memset(data, 0, bytes);
     }
-    ~LocalArray() { local_release(data, bytes); }
+    ~LocalArray() { std::free(data); }
     LocalArray(const LocalArray &) = delete;
     LocalArray &operator=(const LocalArray &) = delete;
 };

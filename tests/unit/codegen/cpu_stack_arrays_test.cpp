@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <regex>
-#include <thread>
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
@@ -72,33 +71,6 @@ TEST(CpuStackArrays, HeapArraysAreZeroedOnCacheLines) {
         EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % 64, 0u) << n;
         for (size_t i = 0; i < n; i++) ASSERT_TRUE(a.data[i] == 0.f && b.data[i] == 0.0) << n << " " << i;
     }
-}
-
-TEST(CpuStackArrays, LargeHeapArraysAreKeptPerThreadAndZeroedAgain) {
-    // A large array freed by one call is this thread's next array of about its size (no page faults
-    // on fresh memory), zeroed again; another thread gets its own; a much smaller one is not served
-    // from the large block.
-    const size_t n = size_t(1) << 18;  // 1 MiB of floats
-    float *first = nullptr;
-    {
-        rfk::LocalArray<float> a(n);
-        first = a.data;
-        for (size_t i = 0; i < n; i++) a.data[i] = 1.f;
-    }
-    {
-        rfk::LocalArray<float> again(n - 1000);
-        EXPECT_EQ(again.data, first);
-        for (size_t i = 0; i < n - 1000; i++) ASSERT_EQ(again.data[i], 0.f) << i;
-        float *other = nullptr;
-        std::thread([&] {
-            rfk::LocalArray<float> b(n);
-            other = b.data;
-        }).join();
-        EXPECT_NE(other, first);
-    }
-    rfk::LocalArray<float> small(n / 8);
-    EXPECT_NE(small.data, first);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data) % 64, 0u);
 }
 
 TEST(CpuStackArrays, AnEpilogueRowIsOneRowOnTheCpu) {
