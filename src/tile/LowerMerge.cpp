@@ -209,7 +209,9 @@ std::vector<StmtP> PassLowering::epilogue() {
         out.push_back(for_loop(x, int_c(0), product(ext), {store(make_load(d->name, idx, DType::f64, SType::Real), v)}, LoopKind::Simd));
     }
     std::vector<StmtP> all = epilogue_arrays_;
-    all.push_back(rows_of_block(out));
+    // Rows that share one row buffer run in order: their loop is serial, not independent.
+    bool shared_row = ctx_.epilogue_row_buffer && !epilogue_arrays_.empty();
+    all.push_back(shared_row ? for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), std::move(out), LoopKind::Serial) : rows_of_block(out));
     return all;
 }
 
