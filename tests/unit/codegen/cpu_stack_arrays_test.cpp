@@ -46,7 +46,9 @@ TEST(CpuStackArrays, SmallConstantArraysOnTheStackOthersOnTheHeap) {
         int64_t largest = 0, total = stack_bytes(src, largest);
         EXPECT_LE(largest, 4096) << example;
         EXPECT_LE(total, 16384) << example;
-        if (std::string(example) == "moe_routing") EXPECT_GT(total, 0) << "the states of a top-k chain are small constants\n" << src;
+        if (std::string(example) == "moe_routing") {
+            EXPECT_GT(total, 0) << "the states of a top-k chain are small constants\n" << src;
+        }
     }
     // Attention's score tile (rows of 272 floats) and its O accumulator (128 x D) stay on the heap.
     std::string att = cpu_source("attention");
