@@ -439,11 +439,12 @@ private:
         pad(ind + 2) << "}\n";
         pad(ind + 1) << (splits ? "};\n" : "}\n");
         if (splits) {
+            const std::string call = "region_(" + region_params(false) + ");\n";
             pad(ind + 1) << "if (n_ > 1) {\n";
             pad(ind + 2) << "#pragma omp parallel num_threads(nt_)\n";
-            pad(ind + 2) << "region_(" << region_params(false) << ");\n";
+            pad(ind + 2) << call;
             pad(ind + 1) << "} else {\n";
-            pad(ind + 2) << "region_(" << region_params(false) << ");\n";
+            pad(ind + 2) << call;
             pad(ind + 1) << "}\n";
         }
         pad(ind) << "}\n";

@@ -211,7 +211,7 @@ std::vector<StmtP> PassLowering::epilogue() {
     std::vector<StmtP> all = epilogue_arrays_;
     // Rows that share one row buffer run in order: their loop is serial, not independent.
     bool shared_row = ctx_.epilogue_row_buffer && !epilogue_arrays_.empty();
-    all.push_back(shared_row ? for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), std::move(out), LoopKind::Serial) : rows_of_block(out));
+    all.push_back(rows_of_block(std::move(out), shared_row ? LoopKind::Serial : LoopKind::Independent));
     return all;
 }
 

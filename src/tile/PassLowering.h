@@ -82,7 +82,10 @@ private:
     /** The state slot of extra point x of the current row of the block. */
     Expr sl(const MemberInfo &m, Expr x) { return nb_ == 1 ? x : add_i(mul_i(rr(), m.X), x); }
     /** for $rr in [0, $nbv): body — one row of the block at a time. */
-    StmtP rows_of_block(std::vector<StmtP> body) { return for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), std::move(body), LoopKind::Independent); }
+    /** The loop over the block's rows: independent unless its rows share a buffer (then Serial). */
+    StmtP rows_of_block(std::vector<StmtP> body, LoopKind kind = LoopKind::Independent) {
+        return for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), std::move(body), kind);
+    }
     Expr acc(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_acc"), sl(m, x)); }
     Expr idx(const std::string &P, const MemberInfo &m, Expr x) { return local_at(field(P, m.k, "_idx"), sl(m, x)); }
     /** The slot of x's seen flag and tags: one per row for a row-flagged member (row_flagged_). */
