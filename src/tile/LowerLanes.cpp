@@ -133,7 +133,9 @@ std::vector<StmtP> PassLowering::lanes_topk(const std::string &P, const MemberIn
     Expr cv = local_var("$cv" + id), ci = local_var("$ci" + id);
     Expr count = local_at(field(P, m.k, "_tk_n"), sl(m, x));
     auto is_nan = [](Expr e) { return make_cmp(CmpOp::NE, e, e); };
-    std::vector<StmtP> lane{decl("$cv" + id, LocalClass::State, {}, topk_key(m, bind(selection_body(m), m, x, j, run))),
+    // The candidate is a Tile local: computed in the kernel's compute type, as every vectorized pass
+    // computes the same element (see the note at the end).
+    std::vector<StmtP> lane{decl("$cv" + id, LocalClass::Tile, {}, topk_key(m, bind(selection_body(m), m, x, j, run))),
                             decl("$ci" + id, LocalClass::State, {}, make_cast(DType::f64, j))};
     auto slot = [&](const char *f, int64_t q) { return local_at(field(P, m.k, f), add_i(int_c(q * nb_), rr())); };
     std::vector<Expr> ev, ei, after;
@@ -155,8 +157,13 @@ std::vector<StmtP> PassLowering::lanes_topk(const std::string &P, const MemberIn
         lane.push_back(assign(slot("_tk_i", q), make_select(after[q], in_i, ei[q])));
     }
     lane.push_back(assign(count, make_min(make_add(count, real_c(1)), real_c(static_cast<double>(K)))));
-    // In float64 like the row-at-a-time insertion (a Simd loop computes in the kernel's compute
-    // type: two values equal in float but not in float64 would tie there and list another index).
+    // The rows loop is Lanes, not Simd: the list's slots and comparisons stay float64 states. The
+    // candidate itself is computed in the compute type (a Tile local), like the row-at-a-time
+    // insertion (CodeGen_CPU.cpp selected_value): the listed value must be the element every other
+    // pass recomputes, bit for bit — in float64 it rounded to a top-k output one ulp away from the
+    // float recomputation, and `f(X) >= TV[r,0]` (TV the top-1 of f(X)) failed on its own maximum
+    // (scripts/fuzz_specs.py seed 1204 #53). Two elements equal in float now tie (lower index
+    // first), as they do in every vectorized pass.
     StmtP rows = for_loop(rr(), int_c(0), local_var("$nbv", SType::Int), lane, LoopKind::Lanes);
     // The insertion is skipped when no row's list takes the candidate. b_(K-1) is true whenever any
     // b_q is (the list is sorted: v ahead of e_q is ahead of e_(K-1); q >= count gives K-1 >= count),
@@ -168,13 +175,15 @@ std::vector<StmtP> PassLowering::lanes_topk(const std::string &P, const MemberIn
     // steps they skip (MoE routing T=16384, E=64: 0.93 -> 1.49 ms when every block checked).
     const std::string need = "$need" + id;
     Expr nbv = local_var("$nbv", SType::Int);
-    Expr key = topk_key(m, bind(selection_body(m), m, x, j, run)), last = slot("_tk_v", K - 1);
+    // The check's key is the candidate as the insertion computes it (a Tile local, compute type).
+    Expr key = local_var("$ck" + id), last = slot("_tk_v", K - 1);
     Expr enters = make_or(make_cmp(CmpOp::GE, real_c(static_cast<double>(K - 1)), count),
                           make_or(make_and(is_nan(key), make_not(is_nan(last))), make_cmp(CmpOp::GT, key, last)));
+    std::vector<StmtP> check{decl("$ck" + id, LocalClass::Tile, {}, topk_key(m, bind(selection_body(m), m, x, j, run))),
+                             assign(local_var(need), make_select(enters, real_c(1), real_c(0)))};
     std::vector<StmtP> step{
         decl(need, LocalClass::State, {}, make_select(make_cmp(CmpOp::GT, nbv, int_c(1)), real_c(1), real_c(0))),
-        if_then(make_cmp(CmpOp::EQ, local_var(need), real_c(0)),
-                {for_loop(rr(), int_c(0), nbv, {assign(local_var(need), make_select(enters, real_c(1), real_c(0)))}, LoopKind::Serial)}),
+        if_then(make_cmp(CmpOp::EQ, local_var(need), real_c(0)), {for_loop(rr(), int_c(0), nbv, check, LoopKind::Serial)}),
         if_then(make_cmp(CmpOp::NE, local_var(need), real_c(0)), {rows})};
     return {for_loop(j, local_var("$tb", SType::Int), local_var("$te", SType::Int), step, LoopKind::Serial),
             over_lanes({assign(seen(P, m, x), real_c(1))})};
