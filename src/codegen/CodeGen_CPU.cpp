@@ -160,8 +160,12 @@ public:
             }
         }
         top_arrays(k_.body, 1);
+        // Row copies outside parallel loops go through this copier (a parallel loop's workers have theirs).
+        const bool copies = has_row_copy(k_.body);
+        if (copies) os_ << "    rfk::RowStream rs_;\n";
         simd_ = false;
         print_stmt(k_.body, 1);
+        if (copies) os_ << "    rs_.flush();\n";
         os_ << "}\n\n";
     }
 
@@ -388,7 +392,8 @@ private:
         // Stream (bypass the caches) when the whole output is bigger than they are.
         RF_INTERNAL_ASSERT(b->dtype == DType::f32 || b->dtype == DType::bf16) << "row copy to a " << dtype_name(b->dtype) << " output";
         bool bf16 = b->dtype == DType::bf16;
-        pad(ind) << "rfk::copy_row_" << (bf16 ? "bf16" : "f32") << "(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], "
+        // Through the worker's copier (rfk::RowStream): a chunked row's streamed lines stay whole.
+        pad(ind) << "rs_." << (bf16 ? "bf16" : "f32") << "(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], "
                  << operand_addr(s->value) << ", " << int_expr(s->end) << ", (" << total
                  << ") * " << (bf16 ? 2 : 4) << " > ((int64_t)24 << 20));\n";
     }
@@ -412,6 +417,10 @@ private:
         if (T == "int8_t") return "(int8_t)(" + expr(v, compute_type()) + ")";
         if (T == "int64_t") return "(int64_t)(" + (v->stype == SType::Int ? int_expr(v) : expr(v, "double")) + ")";
         return "(" + T + ")(" + expr(v, simd ? compute_type() : T) + ")";
+    }
+
+    static bool has_row_copy(const StmtP &s) {
+        return any_stmt(s, [](const StmtP &c) { return c->kind == StmtKind::CopyRow; });
     }
 
     /** A parallel loop over row blocks: each worker thread has its own arrays and takes blocks in turn. */
@@ -439,10 +448,13 @@ private:
             pad(ind + 1) << "{\n";
         }
         arrays_below(s, ind + 2);
+        if (has_row_copy(s)) pad(ind + 2) << "rfk::RowStream rs_;  // this worker's row copies\n";
         pad(ind + 2) << "#pragma omp for schedule(" << (k_.schedule.strategy == Strategy::Literal ? "static" : "dynamic, chunk_") << ")\n";
         pad(ind + 2) << head << " {\n";
         body(s->body, ind + 3, false);
         pad(ind + 2) << "}\n";
+        // The worker's held row-copy line and the fence of its streamed stores, before the barrier.
+        if (has_row_copy(s)) pad(ind + 2) << "rs_.flush();\n";
         pad(ind + 1) << (splits ? "};\n" : "}\n");
         if (splits) {
             const std::string call = "region_(" + region_params(false) + ");\n";

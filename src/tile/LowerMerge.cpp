@@ -166,6 +166,30 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
     return {rows_of_block(out)};
 }
 
+void PassLowering::chunked_row_output(const TensorDef *d, Expr x, Expr v, std::vector<StmtP> &out) {
+    // A row output over one axis of extent X, computed and copied out kEpilogueChunk values at a
+    // time: for c in [0, ceil(X / S)): e0 = c·S, e1 = min(e0 + S, X); $ep[x - e0] = v(x) for x in
+    // [e0, e1); copy Out[row, e0][0, e1 - e0) = $ep. Same values, same roundings as one row at a time;
+    // the buffer (S floats, on the stack) stays in L1 between the computation and the copy, where a
+    // whole row's buffer (32 KiB at C = 8192, next to the row's kept terms) went through L2 (bf16
+    // softmax R = 4096, C = 8192, AMX Xeon: 7.9 -> 6.8 ms in a C++ driver).
+    const int64_t S = kEpilogueChunk;
+    Expr X = d->extents.back();
+    Expr c = make_index("$ec" + std::to_string(uid_++));
+    std::string e0 = "$e0_" + std::to_string(uid_), e1 = "$e1_" + std::to_string(uid_), buf = "$ep" + std::to_string(uid_);
+    uid_++;
+    Expr lo = local_var(e0, SType::Int), hi = local_var(e1, SType::Int);
+    Expr cap = X->is_const() && X->value < static_cast<double>(S) ? X : int_c(S);
+    epilogue_arrays_.push_back(decl(buf, LocalClass::Tile, {cap}, nullptr));
+    std::vector<Expr> first(row_vars_.begin(), row_vars_.end());
+    first.push_back(lo);
+    std::vector<StmtP> body{decl(e0, LocalClass::Index, {}, mul_i(c, int_c(S))),
+                            decl(e1, LocalClass::Index, {}, make_min(add_i(lo, int_c(S)), X)),
+                            for_loop(x, lo, hi, {assign(local_at(buf, make_sub(x, lo)), v)}, LoopKind::Simd),
+                            copy_row(make_load(d->name, first, DType::f64, SType::Real), local_at(buf, int_c(0)), make_sub(hi, lo))};
+    out.push_back(for_loop(c, int_c(0), make_idiv(add_i(X, int_c(S - 1)), int_c(S)), body));
+}
+
 std::vector<StmtP> PassLowering::epilogue() {
     std::vector<StmtP> out;
     if (ctx_.epilogues.empty()) return out;
@@ -193,6 +217,10 @@ std::vector<StmtP> PassLowering::epilogue() {
             v = substitute(v, term, kept);
         }
         out.push_back(comment("epilogue: definition " + std::to_string(d - &p_.defs[0])));
+        if (ctx_.row_outputs.count(d->name) && ctx_.epilogue_row_buffer && ext.size() == 1) {
+            chunked_row_output(d, x, v, out);
+            continue;
+        }
         if (ctx_.row_outputs.count(d->name)) {
             std::string buf = "$ep" + std::to_string(uid_++);
             Expr X = product(ext);

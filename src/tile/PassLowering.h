@@ -288,6 +288,10 @@ private:
 
     // ---- Epilogue: element-wise definitions of this row.
     std::vector<StmtP> epilogue();
+    /** A row output of definition d (value v at element x) in chunks of kEpilogueChunk values, each
+     *  copied out as it is done (CPU, LowerOptions::epilogue_row_buffer, one axis past the rows). */
+    void chunked_row_output(const TensorDef *d, Expr x, Expr v, std::vector<StmtP> &out);
+    static constexpr int64_t kEpilogueChunk = 2048;
 
     // ---- Kernel shapes.
     std::vector<StmtP> row_decls(Expr flat_row);

@@ -43,7 +43,7 @@ bool copies_rows(const std::string &tile) { return tile.find("copy Y[") != std::
 TEST(CpuRowOutputs, Bf16OutputsAreRowsOnTheCpuOnly) {
     std::string bf16 = softmax_with("bf16", "bf16");
     EXPECT_TRUE(copies_rows(tile_text(bf16, TargetKind::Cpu)));
-    EXPECT_NE(cpp_for(bf16).find("rfk::copy_row_bf16(&"), std::string::npos);
+    EXPECT_NE(cpp_for(bf16).find("rs_.bf16(&"), std::string::npos);
     for (TargetKind gpu : {TargetKind::OpenCL, TargetKind::Cuda}) EXPECT_FALSE(copies_rows(tile_text(bf16, gpu)));
     for (const char *other : {"f16", "f64"}) EXPECT_FALSE(copies_rows(tile_text(softmax_with("f32", other), TargetKind::Cpu))) << other;
 }
@@ -64,4 +64,36 @@ TEST(CpuRowOutputs, Bf16RowsMatchTheReference) {
     std::string quotient = "size R = 9, C = 40\ninput X[R, C] : f32\ns[r] = sum(c: X[r,c] * 0)\nY[r,c] = X[r,c] / s[r]\noutput Y : bf16\n";
     RunOptions q;
     test::check_run(softmax_path(), quotient, q, "cpu", {3});
+}
+
+TEST(CpuRowOutputs, RowsAreComputedAndCopiedInChunks) {
+    // LowerMerge.cpp chunked_row_output: chunks of kEpilogueChunk (2048) values, one stack-or-heap
+    // buffer of at most that many, the last chunk shorter; every worker flushes its copier.
+    std::string src = softmax_with("bf16", "bf16");
+    std::string tile = tile_text(src, TargetKind::Cpu);
+    EXPECT_TRUE(std::regex_search(tile, std::regex(R"(ec\d+ in \[0, \(C \+ 2047\) / 2048\))"))) << tile;
+    EXPECT_TRUE(std::regex_search(tile, std::regex(R"(tile \$\w*ep\d+\[2048\])"))) << tile;
+    std::string cpp = cpp_for(src);
+    EXPECT_NE(cpp.find("rfk::RowStream rs_;"), std::string::npos);
+    EXPECT_NE(cpp.find("rs_.flush();"), std::string::npos);
+    const std::filesystem::path layernorm = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "layernorm.rf";
+    EXPECT_NE(cpp_for(test::read_text(layernorm)).find("rs_.f32(&"), std::string::npos);  // an f32 row output
+    for (int64_t C : {2047, 2048, 2049, 4500}) {
+        RunOptions o;
+        o.sizes = {{"R", 5}, {"C", C}};
+        test::check_run(softmax_path(), softmax_with("f32", "bf16"), o, "cpu", {4});
+        test::check_run(layernorm, test::read_text(layernorm), o, "cpu", {5});
+    }
+}
+
+TEST(CpuRowOutputs, StreamedChunkedRowsMatchTheReference) {
+    // Outputs over 24 MiB are streamed (non-temporal whole lines, rfk::RowStream): 2600 x 5000 bf16 is
+    // 26 MB, each row three chunks whose lines continue across the chunks' ends (5000 x 2 bytes is not
+    // a multiple of 64: rows start at every 16-byte offset of a line) and across rows.
+    RunOptions o;
+    o.sizes = {{"R", 2600}, {"C", 5000}};
+    test::check_run(softmax_path(), softmax_with("bf16", "bf16"), o, "cpu", {6});
+    o.sizes = {{"R", 1400}, {"C", 4700}};  // LayerNorm's f32 rows: 26.3 MB, rows at every 16-byte offset
+    const std::filesystem::path layernorm = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "layernorm.rf";
+    test::check_run(layernorm, test::read_text(layernorm), o, "cpu", {7});
 }

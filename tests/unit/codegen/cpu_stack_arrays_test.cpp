@@ -77,15 +77,15 @@ TEST(CpuStackArrays, HeapArraysAreZeroedOnCacheLines) {
 
 TEST(CpuStackArrays, AnEpilogueRowIsOneRowOnTheCpu) {
     // RMSNorm -> GEMM at 128-row blocks: the bf16 output row is computed into a float row and copied
-    // out before the next row, so the CPU keeps one row (N floats, in L1), not the block's 128 (a
-    // 2 MiB stream written and read again per block at N = 4096); a GPU, whose rows run at once, one
-    // per row.
+    // out before the next row, so the CPU keeps one row — in chunks of at most 2048 values (L1;
+    // LowerMerge.cpp chunked_row_output) — not the block's 128 (a 2 MiB stream written and read again
+    // per block at N = 4096); a GPU, whose rows run at once, one per row.
     ArenaScope arena;
     std::filesystem::path spec = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "rmsnorm_gemm.rf";
     Options opts;
     opts.sizes = {{"M", 2048}, {"N", 4096}, {"K", 4096}};
     opts.row_block = 128;
-    std::regex one_row("rfk::LocalArray<float> l_ep[0-9]+_store\\(\\(size_t\\)\\(1 \\* \\(int64_t\\)\\(\\(\\(int64_t\\)v_N\\)\\)\\)\\)");
+    std::regex one_row("rfk::LocalArray<float> l_ep[0-9]+_store\\(\\(size_t\\)\\(1 \\* \\(int64_t\\)\\(\\(int64_t\\)2048\\)\\)\\)");
     auto cpu = analyze_source(test::read_text(spec), "rmsnorm_gemm.rf", make_target(TargetKind::Cpu), opts);
     std::string src = generate(*cpu).source;
     EXPECT_TRUE(std::regex_search(src, one_row)) << src;
