@@ -664,11 +664,21 @@ private:
                 const OutputDecl *out = nullptr;
                 for (const OutputDecl &o : p_.outputs)
                     if (o.name == e->name) out = &o;
-                // A float output holds the term exactly; any narrower one gets a per-row float buffer.
-                // A float output holds the term exactly and in cache for the epilogue (measured: 10.8 ms
-                // at 4096 x 8192, against 12.9 ms through a separate row buffer and a streamed copy); a
-                // narrower output gets a per-row float buffer.
-                bool in_place = !out || out->dtype == DType::f32 || out->dtype == DType::f64;
+                // An f64 output (or a temporary) holds the term exactly: it is stored there and read back
+                // in place. Any other output gets a per-row float buffer, an f32 one too on the CPU, whose
+                // epilogue writes a row output in chunks through the worker's RowStream (one write of
+                // the output, streamed when large) where in place wrote it twice, read for ownership
+                // first. f32 softmax R = 4096 (AMX Xeon, `redfuse bench` A/B): C = 1024 1.15 -> 1.08 ms,
+                // C = 4096 5.9-6.6 -> 4.6-4.8, C = 8192 13.0-13.6 -> 11.35-11.45. (Before the chunked
+                // epilogue and RowStream the row buffer was slower: 12.9 against 10.8 ms at C = 8192.)
+                // Rows known to be short (under 128 values at the planning sizes) stay in place: the
+                // buffer and the copy cost more than they save there (C = 16, R = 65536: 1.17 ->
+                // 1.64 ms; C = 64 equal; MoE's top-4 softmax 1.14 -> 1.30 ms). GPUs keep f32 outputs
+                // in place (not measured there).
+                std::optional<int64_t> row = known_product({c.axis_extents[0]}, o_.sizes);
+                bool short_row = row && *row < 128;
+                bool in_place = !out || out->dtype == DType::f64 ||
+                                (out->dtype == DType::f32 && (!o_.epilogue_row_buffer || short_row));
                 // The member's term and the output over the same (row, axis) variables.
                 std::map<std::string, Expr> to_s, to_e;
                 for (size_t i = 0; i < c.n_row; i++) {

@@ -97,3 +97,27 @@ TEST(CpuRowOutputs, StreamedChunkedRowsMatchTheReference) {
     const std::filesystem::path layernorm = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "layernorm.rf";
     test::check_run(layernorm, test::read_text(layernorm), o, "cpu", {7});
 }
+
+TEST(CpuRowOutputs, F32TermsGoToARowBufferUnlessTheRowIsShort) {
+    // LowerPlan.cpp split_for_term_reuse: softmax's exp(X - m) is kept for Y's epilogue — on the CPU in
+    // a float row buffer, then Y written once a chunk at a time; in Y itself where the planning sizes
+    // make the row shorter than 128 values, and on a GPU.
+    auto tile_at = [](TargetKind t, int64_t C) {
+        ArenaScope arena;
+        Options o;
+        o.sizes = {{"R", 4096}, {"C", C}};
+        auto c = analyze_source(softmax_with("f32", "f32"), "softmax.rf", make_target(t), o);
+        return tile::to_string(generate(*c).module);
+    };
+    const std::string long_rows = tile_at(TargetKind::Cpu, 1024), short_rows = tile_at(TargetKind::Cpu, 64);
+    EXPECT_NE(long_rows.find("rowterm"), std::string::npos) << long_rows;
+    EXPECT_TRUE(copies_rows(long_rows)) << long_rows;
+    EXPECT_EQ(short_rows.find("rowterm"), std::string::npos) << short_rows;
+    EXPECT_NE(short_rows.find("store Y["), std::string::npos) << short_rows;
+    EXPECT_EQ(tile_at(TargetKind::OpenCL, 1024).find("rowterm"), std::string::npos);
+    for (int64_t C : {64, 127, 128, 3000}) {
+        RunOptions o;
+        o.sizes = {{"R", 7}, {"C", C}};
+        test::check_run(softmax_path(), softmax_with("f32", "f32"), o, "cpu", {8});
+    }
+}
