@@ -398,6 +398,16 @@ private:
                  << ") * " << (bf16 ? 2 : 4) << " > ((int64_t)24 << 20));\n";
     }
 
+    void print_prefetch(const StmtP &s, int ind) override {
+        auto it = bufs_.find(s->target->name);
+        RF_INTERNAL_ASSERT(it != bufs_.end()) << "prefetch of unknown buffer " << s->target->name;
+        const Buffer *b = it->second;
+        std::vector<std::string> idx;
+        for (Expr a : s->target->args) idx.push_back(int_expr(a));
+        pad(ind) << "rfk::prefetch_l2(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], (" << int_expr(s->end) << ") * "
+                 << dtype_bytes(b->dtype) << ");\n";
+    }
+
     void print_store(const StmtP &s, int ind) override {
         const std::string R = real_type();
         // Every buffer of the tensor: the float64 temporary and/or the output in its dtype.

@@ -31,6 +31,7 @@ void StmtPrinter::print_stmt(const StmtP &s, int ind) {
     case StmtKind::Gemm: print_gemm(s, ind); return;
     case StmtKind::Store: print_store(s, ind); return;
     case StmtKind::CopyRow: print_copy_row(s, ind); return;
+    case StmtKind::Prefetch: print_prefetch(s, ind); return;
     }
     RF_INTERNAL_ASSERT(false) << "printer: unknown statement kind " << static_cast<int>(s->kind);
 }

@@ -50,6 +50,8 @@ protected:
     virtual void print_gemm(const tile::StmtP &s, int ind) = 0;
     virtual void print_store(const tile::StmtP &s, int ind) = 0;
     virtual void print_copy_row(const tile::StmtP &s, int ind) = 0;
+    /** A hint, without effect on values: a printer without one prints nothing. */
+    virtual void print_prefetch(const tile::StmtP &, int) {}
 };
 
 }  // namespace rf::codegen

@@ -20,6 +20,7 @@ const std::vector<TilePassInfo> &tile_passes() {
         {TilePass::FiniteInvariants, "finite-invariants", version_on_finite_invariants, false, true, false},
         {TilePass::ElementLanes, "element-lanes", run_element_loops_as_lanes, false, true, false},
         {TilePass::RowCopies, "row-copies", copy_rows_out, false, true, false},
+        {TilePass::Prefetch, "prefetch", prefetch_next_rows, false, true, false},
     };
     return passes;
 }

@@ -69,8 +69,12 @@ Module run_element_loops_as_lanes(const Module &m);
  *  becomes one row copy (RowCopies.cpp). CPU only. */
 Module copy_rows_out(const Module &m);
 
+/** The last pass over the rows of a multi-pass chain of one-row blocks asks for the next row's
+ *  inputs (PrefetchNextRows.cpp). CPU only. */
+Module prefetch_next_rows(const Module &m);
+
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, Prefetch };
 
 struct TilePassInfo {
     TilePass id;

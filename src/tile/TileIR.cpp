@@ -127,6 +127,14 @@ StmtP copy_row(Expr target, Expr source, Expr count) {
     return s;
 }
 
+StmtP prefetch(Expr at, Expr count) {
+    RF_INTERNAL_ASSERT(at && at->kind == Kind::Load) << "prefetch of a load";
+    auto s = make(StmtKind::Prefetch);
+    s->target = at;
+    s->end = count;
+    return s;
+}
+
 StmtP comment(const std::string &text) {
     auto s = make(StmtKind::Comment);
     s->name = text;
@@ -281,6 +289,9 @@ public:
     void visit_store(const StmtP &s) override { pad() << "store " << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; }
     void visit_copy_row(const StmtP &s) override {
         pad() << "copy " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ") = " << rf::to_string(s->value) << "...\n";
+    }
+    void visit_prefetch(const StmtP &s) override {
+        pad() << "prefetch " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ")\n";
     }
     void visit_comment(const StmtP &s) override { pad() << "# " << s->name << "\n"; }
 

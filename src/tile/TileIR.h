@@ -70,6 +70,7 @@ enum class StmtKind : uint8_t {
     Store,       ///< global tensor element target = value, rounded to the tensor's dtype
     CopyRow,     ///< f32 or bf16 output elements target[0..end) = value[0..end) (a float local or a 1-D f32 temporary; rounded); streamed past the caches
                  ///< (non-temporal stores) when the whole output is larger than the caches
+    Prefetch,    ///< a hint: input elements target[0..end) are read soon (CPU: into L2); no effect on values
     Comment,     ///< text (already sanitized) kept in dumps and generated code
 };
 
@@ -123,6 +124,8 @@ StmtP gemm(GemmInfo info);
 StmtP store(Expr target, Expr value);
 /** target: a Load of an f32 output at the row's first element; source: a Load of a local array. */
 StmtP copy_row(Expr target, Expr source, Expr count);
+/** at: a Load of an input at the first element of a run of `count` consecutive elements. */
+StmtP prefetch(Expr at, Expr count);
 StmtP comment(const std::string &text);
 /** A copy of s with new children. */
 StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else_body = {});

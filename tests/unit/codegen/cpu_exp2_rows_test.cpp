@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <regex>
 
 #include "../ExampleRuns.h"
@@ -33,9 +34,11 @@ namespace {
 using test::softmax_path;
 using test::softmax_with;
 
-std::string cpp_for(const std::string &src) {
+std::string cpp_for(const std::string &src, std::map<std::string, int64_t> sizes = {}) {
     ArenaScope arena;
-    auto c = analyze_source(src, "softmax.rf", make_target(TargetKind::Cpu), {});
+    Options o;
+    o.sizes = std::move(sizes);
+    auto c = analyze_source(src, "softmax.rf", make_target(TargetKind::Cpu), o);
     return generate(*c).source;
 }
 
@@ -46,8 +49,9 @@ TEST(CpuExp2Rows, LoopsIntoLocalsAreStagedLoopsIntoOutputsAreNot) {
     std::string bf16 = cpp_for(softmax_with("bf16", "bf16"));
     EXPECT_NE(bf16.find("rfk::exp2_row(l_rfx_x0, l_rfx_e - l_rfx_s);"), std::string::npos);
     EXPECT_NE(bf16.find("alignas(64) float l_rfx_x0[1024];"), std::string::npos);
-    // f32 too: on the CPU its terms go to a float row buffer (LowerPlan.cpp split_for_term_reuse).
-    std::string f32 = cpp_for(softmax_with("f32", "f32"));
+    // f32 too, at rows of 128 values or more: on the CPU its terms go to a float row buffer
+    // (LowerPlan.cpp split_for_term_reuse).
+    std::string f32 = cpp_for(softmax_with("f32", "f32"), {{"R", 64}, {"C", 1024}});
     EXPECT_NE(f32.find("rfk::exp2_row(l_rfx_x0, l_rfx_e - l_rfx_s);"), std::string::npos);
     // f64: the exp2 loop stores into Y itself (the first touch of its lines), so exp2_f stays inline.
     std::string f64 = cpp_for(softmax_with("f32", "f64"));

@@ -78,7 +78,9 @@ TEST(ElementLanes, TableOfLoops) {
         EXPECT_EQ(t.find(" lanes:") != std::string::npos, c.lanes) << c.what << "\n" << t;
         EXPECT_EQ(t.find("state $el0 = exp2($tag[0] - 1)") != std::string::npos, c.lanes) << c.what << "\n" << t;
         EXPECT_EQ(t.find("if 0 < D:") != std::string::npos, c.guarded) << c.what << "\n" << t;
-        if (c.lanes) EXPECT_NE(t.find("$out[$x] = $acc[$x] * $el0"), std::string::npos) << c.what << "\n" << t;
+        if (c.lanes) {
+            EXPECT_NE(t.find("$out[$x] = $acc[$x] * $el0"), std::string::npos) << c.what << "\n" << t;
+        }
     }
 }
 

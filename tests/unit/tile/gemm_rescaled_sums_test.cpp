@@ -92,10 +92,10 @@ TEST(GemmRescaledSums, TableOfKernels) {
     };
     std::vector<Case> cases = {
         {"rescaled, then the GEMM's tile added: a float tile the GEMM accumulates into", {}, true},
-        {"not declared 0: kept", {real_c(1)}, false},
-        {"the factor reads the state: kept", {real_c(0), local_at("$acc", int_c(0))}, false},
+        {"not declared 0: kept", {real_c(1), local_at("$r", rr()), {}, {}}, false},
+        {"the factor reads the state: kept", {real_c(0), local_at("$acc", int_c(0)), {}, {}}, false},
         {"the sum's loop reads the state besides its sum: kept",
-         {real_c(0), local_at("$r", rr()), {assign(local_at("$r", rr()), acc_at())}}, false},
+         {real_c(0), local_at("$r", rr()), {assign(local_at("$r", rr()), acc_at())}, {}}, false},
         {"another write of the state: kept",
          {real_c(0), local_at("$r", rr()), {}, {assign(local_at("$acc", int_c(3)), real_c(7))}}, false},
     };

@@ -1,0 +1,74 @@
+/** \file prefetch_next_rows_test.cpp
+ * The CPU pass that asks for the next row's inputs during the last sweep over a row that reads them
+ * (src/tile/PrefetchNextRows.cpp): where it goes (softmax's second pass, LayerNorm's epilogue chunks),
+ * where it does not (GPUs, blocks of several rows, one sweep), and that kernels with it still match
+ * the reference at row counts where the next row does not exist.
+ */
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "../ExampleRuns.h"
+#include "../ExampleSizes.h"
+#include "driver/Compiler.h"
+#include "tile/TileIR.h"
+
+using namespace rf;
+
+namespace {
+
+std::filesystem::path example(const char *name) { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / name; }
+
+std::string with_bf16(std::string src) {
+    src = std::regex_replace(src, std::regex(R"(input X\[R, C\] : f32)"), "input X[R, C] : bf16");
+    return std::regex_replace(src, std::regex(R"(output Y : f32)"), "output Y : bf16");
+}
+
+std::string tile_text(const std::string &src, TargetKind t, std::map<std::string, int64_t> sizes, bool pass = true) {
+    ArenaScope arena;
+    Options o;
+    o.sizes = std::move(sizes);
+    if (!pass) o.tile_passes = std::vector<std::string>{"exp2", "hoist", "finite-invariants", "row-copies"};
+    auto c = analyze_source(src, "spec.rf", make_target(t), o);
+    return tile::to_string(generate(*c).module);
+}
+
+}  // namespace
+
+TEST(PrefetchNextRows, SoftmaxAsksForTheNextRowDuringItsSecondPass) {
+    const std::string src = with_bf16(test::read_text(example("softmax.rf")));
+    const std::string t = tile_text(src, TargetKind::Cpu, {{"R", 4096}, {"C", 8192}});
+    // The max pass (p0) reads the row from memory; the exp pass (p1) from the caches, and asks.
+    EXPECT_TRUE(std::regex_search(t, std::regex(R"(index \$p1_te = [^\n]*\n\s+if \$rbase \+ 1 < R:\n\s+prefetch X\[\$rbase \+ 1, \$p1_tb\]\[0, \$p1_te - \$p1_tb\))")))
+        << t;
+    EXPECT_EQ(t.find("prefetch X[$rbase + 1, $p0_tb]"), std::string::npos) << t;
+    EXPECT_EQ(tile_text(src, TargetKind::Cpu, {{"R", 4096}, {"C", 8192}}, false).find("prefetch"), std::string::npos);
+    EXPECT_EQ(tile_text(src, TargetKind::OpenCL, {{"R", 4096}, {"C", 8192}}).find("prefetch"), std::string::npos);
+}
+
+TEST(PrefetchNextRows, LayerNormAsksDuringItsEpilogue) {
+    const std::string t = tile_text(test::read_text(example("layernorm.rf")), TargetKind::Cpu, {{"R", 4096}, {"C", 8192}});
+    EXPECT_TRUE(std::regex_search(t, std::regex(R"(prefetch X\[\$rbase \+ 1, \$e0_\d+\]\[0, \$e1_\d+ - \$e0_\d+\))"))) << t;
+}
+
+TEST(PrefetchNextRows, NotForOneSweepOrSeveralRowsABlock) {
+    // Variance sweeps each row once; attention's blocks hold many query rows.
+    EXPECT_EQ(tile_text(test::read_text(example("variance.rf")), TargetKind::Cpu, {{"R", 4096}, {"C", 8192}}).find("prefetch"),
+              std::string::npos);
+    EXPECT_EQ(tile_text(test::read_text(example("attention.rf")), TargetKind::Cpu, {}).find("prefetch"), std::string::npos);
+}
+
+TEST(PrefetchNextRows, KernelsWithItMatchTheReference) {
+    // The last row has no next row (the guard); one row; rows of one tile and of several.
+    for (const char *name : {"softmax.rf", "log_softmax.rf", "layernorm.rf"}) {
+        const std::string src = test::read_text(example(name));
+        for (auto [R, C] : {std::pair<int64_t, int64_t>{1, 3000}, {7, 5000}, {33, 1030}}) {
+            RunOptions o;
+            o.sizes = {{"R", R}, {"C", C}};
+            test::check_run(example(name), src, o, "cpu", {3});
+            if (std::string(name) == "softmax.rf") test::check_run(example(name), with_bf16(src), o, "cpu", {4});
+        }
+    }
+}
