@@ -73,8 +73,12 @@ Module copy_rows_out(const Module &m);
  *  inputs (PrefetchNextRows.cpp). CPU only. */
 Module prefetch_next_rows(const Module &m);
 
+/** In kernels of at most 16 rows a block, a tile loop asks for its GEMMs' next tile of an input
+ *  operand (PrefetchNextTiles.cpp). CPU only. */
+Module prefetch_next_tiles(const Module &m);
+
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, Prefetch };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, Prefetch, PrefetchTiles };
 
 struct TilePassInfo {
     TilePass id;

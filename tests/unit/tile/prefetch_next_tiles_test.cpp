@@ -1,0 +1,60 @@
+/** \file prefetch_next_tiles_test.cpp
+ * The CPU pass that asks for a tile GEMM's next tile of an input operand in kernels of few rows a
+ * block (src/tile/PrefetchNextTiles.cpp): decode attention's K and V tiles, not attention's (many
+ * rows a block), not a weight GEMM's (its tiles are columns of the weight, not one run), not on a GPU;
+ * and decode kernels with it still match the reference when the last tile is short or the only one.
+ */
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <string>
+
+#include "../ExampleRuns.h"
+#include "../ExampleSizes.h"
+#include "driver/Compiler.h"
+#include "tile/TileIR.h"
+
+using namespace rf;
+
+namespace {
+
+std::filesystem::path example(const char *name) { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / name; }
+
+std::string tile_text(const char *name, TargetKind t, std::map<std::string, int64_t> sizes) {
+    ArenaScope arena;
+    Options o;
+    o.sizes = std::move(sizes);
+    auto c = analyze_source(test::read_text(example(name)), name, make_target(t), o);
+    return tile::to_string(generate(*c).module);
+}
+
+const std::map<std::string, int64_t> kDecode = {{"B", 4}, {"Hq", 32}, {"Hkv", 8}, {"N", 8192}, {"D", 128}};
+
+}  // namespace
+
+TEST(PrefetchNextTiles, DecodeAsksForTheNextKeyAndValueTiles) {
+    const std::string t = tile_text("decode_gqa.rf", TargetKind::Cpu, kDecode);
+    for (const char *op : {"K", "V"}) {
+        const std::string want = std::string(R"(if \$te < N:\n\s+prefetch )") + op +
+                                 R"(\[\$r0, \$rbase / \(Hq / Hkv\), \$te, 0\]\[0, \(min\(\$te \+ \d+, N\) - \$te\) \* \(1 \* D\)\))";
+        EXPECT_TRUE(std::regex_search(t, std::regex(want))) << op << "\n" << t;
+    }
+    EXPECT_EQ(tile_text("decode_gqa.rf", TargetKind::OpenCL, kDecode).find("prefetch"), std::string::npos);
+}
+
+TEST(PrefetchNextTiles, NotForManyRowsABlockOrWeightColumns) {
+    EXPECT_EQ(tile_text("attention.rf", TargetKind::Cpu, {{"B", 1}, {"H", 8}, {"M", 2048}, {"N", 2048}, {"D", 128}}).find("prefetch"),
+              std::string::npos);
+    EXPECT_EQ(tile_text("rmsnorm_gemm.rf", TargetKind::Cpu, {{"M", 16}, {"N", 4096}, {"K", 4096}}).find("prefetch"), std::string::npos);
+}
+
+TEST(PrefetchNextTiles, DecodeWithItMatchesTheReference) {
+    const std::string src = test::read_text(example("decode_gqa.rf"));
+    for (int64_t N : {1, 255, 256, 1000}) {
+        RunOptions o;
+        o.sizes = {{"B", 2}, {"Hq", 8}, {"Hkv", 2}, {"N", N}, {"D", 64}};
+        test::check_run(example("decode_gqa.rf"), src, o, "cpu", {5});
+    }
+}
