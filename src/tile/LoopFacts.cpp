@@ -56,6 +56,12 @@ bool invariant(Expr e, const std::set<std::string> &written) {
     });
 }
 
+bool is_tile_loop(const StmtP &s) {
+    if (s->kind != StmtKind::For) return false;
+    const std::string &v = s->var->name;
+    return v == "$tile" || (v.size() > 5 && v.compare(v.size() - 5, 5, "_tile") == 0);
+}
+
 bool kernel_constant(Expr e) {
     return !any_of(e, [](Expr n) {
         return n->kind == Kind::Reduce || n->kind == Kind::Load || (n->kind == Kind::Var && n->role != VarRole::Size);

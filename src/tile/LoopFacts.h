@@ -42,6 +42,10 @@ bool kernel_constant(Expr e);
  *  Real division, square roots, logarithms and casts do not trap (IEEE: inf or NaN). */
 bool cannot_trap(Expr e);
 
+/** A tile loop over the cascade axis as the lowering names it: `$tile`, or a pass's `$pK_tile`
+ *  (LowerPass.cpp tiles: its body starts with the index locals $tb and $te). */
+bool is_tile_loop(const StmtP &s);
+
 /** True when e reads memory (a Load of a local array or a buffer). */
 bool reads_memory(Expr e);
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "tile/LoopFacts.h"
 #include "tile/LowerPass.h"
 #include "tile/Passes.h"
 #include "tile/StmtVisitor.h"
@@ -30,15 +31,11 @@ namespace {
  * row loop's chunks are consecutive rows); at a chunk's end it is another thread's, and the prefetch
  * only warms a line that thread reads. */
 
-bool ends_with(const std::string &s, const std::string &tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-/** A tile loop ($tile, a pass's $pK_tile) or an epilogue chunk loop ($ecN, $pK_ecN). */
+/** A tile loop, or an epilogue chunk loop ($ecN, $pK_ecN: LowerMerge.cpp chunked_row_output). */
 bool is_sweep(const StmtP &s) {
+    if (loop_facts::is_tile_loop(s)) return true;
     if (s->kind != StmtKind::For) return false;
     const std::string &v = s->var->name;
-    if (v == "$tile" || ends_with(v, "_tile")) return true;
     const size_t at = v.rfind("ec");
     if (at == std::string::npos || at == 0 || (v[at - 1] != '$' && v[at - 1] != '_') || at + 2 >= v.size()) return false;
     return v.find_first_not_of("0123456789", at + 2) == std::string::npos;
@@ -122,18 +119,13 @@ StmtP with_prefetches(const Module &m, const StmtP &row_loop) {
 
 Module prefetch_next_rows(const Module &in) {
     Module m = in;
-    for (Kernel &k : m.kernels) {
-        if (k.schedule.row_block != 1) continue;
-        std::vector<StmtP> top = k.body->kind == StmtKind::Block ? k.body->body : std::vector<StmtP>{k.body};
-        bool changed = false;
-        for (StmtP &s : top) {
-            if (s->kind != StmtKind::For || s->loop != LoopKind::Parallel) continue;
-            StmtP t = with_prefetches(m, s);
-            changed = changed || t != s;
-            s = t;
-        }
-        if (changed) k.body = k.body->kind == StmtKind::Block ? with_body(k.body, top) : top[0];
-    }
+    struct RowLoops : StmtMutator {
+        const Module &m;
+        explicit RowLoops(const Module &m) : m(m) {}
+        StmtP mutate_for(const StmtP &s) override { return s->loop == LoopKind::Parallel ? with_prefetches(m, s) : mutate_default(s); }
+    };
+    for (Kernel &k : m.kernels)
+        if (k.schedule.row_block == 1) k.body = RowLoops(m).mutate(k.body);
     return m;
 }
 

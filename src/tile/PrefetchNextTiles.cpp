@@ -8,6 +8,7 @@
 #include <string>
 
 #include "sym/Simplify.h"
+#include "tile/LoopFacts.h"
 #include "tile/LowerPass.h"
 #include "tile/Passes.h"
 #include "tile/StmtVisitor.h"
@@ -29,12 +30,6 @@ namespace {
  * (B = 4, Hq = 32, Hkv = 8, N = 8192, D = 128, bf16, AMX Xeon, emitted kernel in a C++ driver) 8.2 ->
  * 6.6-7.1 ms. Blocks of more rows reuse each tile across their rows and are bound by arithmetic:
  * they are left alone. */
-
-bool is_tile_loop(const StmtP &s) {
-    if (s->kind != StmtKind::For) return false;
-    const std::string &v = s->var->name;
-    return v == "$tile" || (v.size() > 5 && v.compare(v.size() - 5, 5, "_tile") == 0);
-}
 
 bool same(Expr a, Expr b) { return rf::to_string(simplify(a)) == rf::to_string(simplify(b)); }
 
@@ -82,7 +77,7 @@ public:
     explicit NextTiles(const Module &m) : m_(m) {}
 
     StmtP mutate_for(const StmtP &s) override {
-        if (!is_tile_loop(s)) return mutate_default(s);
+        if (!loop_facts::is_tile_loop(s)) return mutate_default(s);
         auto t = tile_bounds(s);
         if (!t) return s;
         std::set<std::string> seen;
