@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "codegen/CodeGen_C.h"
+#include "codegen/CpuExp2Rows.h"
 #include "codegen/StmtPrinter.h"
 #include "support/Error.h"
 #include "sym/Simplify.h"
@@ -52,85 +53,6 @@ std::string c_string(const std::string &s) {
 }
 
 std::string local_name(const std::string &n) { return c_identifier(n.substr(1), "l_"); }
-
-/** The exp2 calls of a float vector loop that can be computed ahead of its body, in a pass of their
- *  own through rfk::exp2_row (see print_staged_exp2): distinct arguments (pointer equality is
- *  structural equality) that read nothing the body writes — but the element an in-place element-wise
- *  rewrite writes in the same iteration — and hold no nested reduction; up to four.
- *  None when the body holds anything but assignments and accumulations into locals. A loop storing
- *  to a global buffer keeps the inline exp2_f: f32 softmax writes its output in the exp2 loop, the
- *  first touch of those lines (read for ownership from DRAM), which the inline polynomial overlaps
- *  and a staged loop turns into a burst of stalled stores (AMD Zen 4, 1 thread, [1024, 4096], noisy
- *  runs: 2.6-3.6 ms inline, 2.7-4.3 ms staged in strips of 1024). */
-/** True when i = var + (terms without var), or var − (terms without var): distinct iterations of the
- *  loop over var give distinct i. */
-bool offset_of_loop_var(Expr i, Expr var) {
-    if (i == var) return true;
-    if (i->kind == Kind::Sub) return offset_of_loop_var(i->args[0], var) && !mentions(i->args[1], var->name);
-    if (i->kind != Kind::Add) return false;
-    int with_var = 0;
-    for (Expr a : i->args) {
-        if (!mentions(a, var->name)) continue;
-        if (!offset_of_loop_var(a, var)) return false;
-        with_var++;
-    }
-    return with_var == 1;
-}
-
-std::vector<Expr> stageable_exp2_args(const StmtP &loop) {
-    std::vector<Expr> args;
-    std::set<std::string> written;
-    // Arrays the loop writes only element-wise at one index i(j) injective in the loop variable j
-    // (attention's exp tile P overwriting its score tile S in place): an exp2 argument may read them at
-    // that same i(j). Staged, a strip's arguments are read before any of the strip's writes; with i
-    // injective, iteration j reads the element only iteration j writes, so it sees what it saw inline.
-    std::map<std::string, Expr> elementwise;
-    std::set<std::string> not_elementwise;
-    bool plain = true;
-    for (const StmtP &c : loop->body)
-        for_each_stmt(c, [&](const StmtP &s) {
-            switch (s->kind) {
-            case StmtKind::Block: case StmtKind::Comment: break;
-            case StmtKind::Assign: case StmtKind::Accum: {
-                const std::string &w = s->target->name;
-                written.insert(w);
-                Expr t = s->target;
-                bool at_one_index = s->kind == StmtKind::Assign && t->kind == Kind::Load && t->args.size() == 1 &&
-                                    offset_of_loop_var(t->args[0], loop->var) && (!elementwise.count(w) || elementwise[w] == t->args[0]);
-                if (at_one_index) elementwise[w] = t->args[0];
-                else not_elementwise.insert(w);
-                break;
-            }
-            default: plain = false;
-            }
-        });
-    if (!plain) return {};
-    for (const std::string &w : not_elementwise) elementwise.erase(w);
-    auto reads_only_own_element = [&](Expr a, const std::string &w) {
-        auto it = elementwise.find(w);
-        if (it == elementwise.end()) return false;
-        return !any_of(a, [&](Expr n) {
-            return (n->kind == Kind::Var && n->name == w) || (n->kind == Kind::Load && n->name == w && (n->args.size() != 1 || n->args[0] != it->second));
-        });
-    };
-    std::function<void(Expr)> find = [&](Expr e) {
-        if (e->kind == Kind::Reduce) return;  // a nested reduction binds its own axes
-        if (e->kind == Kind::Call && e->func == Func::exp2 && e->stype == SType::Real) {
-            Expr a = e->args[0];
-            bool reads_written = false;
-            for (const std::string &w : written) reads_written = reads_written || (mentions(a, w) && !reads_only_own_element(a, w));
-            bool nested = any_of(a, [](Expr n) { return n->kind == Kind::Reduce; });
-            if (!reads_written && !nested && args.size() < 4 && std::find(args.begin(), args.end(), a) == args.end()) args.push_back(a);
-            return;
-        }
-        for (Expr a : e->args) find(a);
-    };
-    for (const StmtP &c : loop->body)
-        for_each_stmt(c, [&](const StmtP &s) {
-            if (s->value) find(s->value);
-        });
-    return args;
-}
 
 class KernelPrinter : public codegen::StmtPrinter {
 public:
@@ -485,7 +407,7 @@ private:
             parallel_loop(s, head, ind);
             return;
         }
-        if (s->loop == LoopKind::Simd && !staging_ && print_staged_exp2(s, ind)) return;
+        if (s->loop == LoopKind::Simd && !staging_ && (print_exp2_row_in_place(s, ind) || print_staged_exp2(s, ind))) return;
         if (s->loop == LoopKind::Simd) {
             std::vector<std::string> reds, flags;
             for (const StmtP &c : s->body) {
@@ -519,6 +441,34 @@ private:
         pad(ind) << "}\n";
     }
 
+    /** A float vector loop `T[i(j)] = exp2(arg)` into a contiguous float tile row
+     *  (cpu_exp2::exp2_row_in_place): one rfk::exp2_affine_row call when arg is affine in a float tile
+     *  row, else the argument loop into T and rfk::exp2_row on T — no staging array and no copy.
+     *  Attention's score tile and the softmax row buffers take this form. */
+    bool print_exp2_row_in_place(const StmtP &s, int ind) {
+        if (compute_type() != "float") return false;
+        auto is_float_tile = [&](const std::string &n) { return locals_.count(n) && locals_.at(n)->cls == LocalClass::Tile; };
+        std::optional<cpu_exp2::Exp2RowInPlace> row = cpu_exp2::exp2_row_in_place(s, is_float_tile);
+        if (!row) return false;
+        auto first = [&](Expr load) {
+            return "&" + local_name(load->name) + "[" + int_expr(simplify(substitute(load->args[0], s->var, s->begin))) + "]";
+        };
+        const std::string n = "(" + int_expr(s->end) + ") - (" + int_expr(s->begin) + ")";
+        if (row->source) {
+            pad(ind) << "rfk::exp2_affine_row(" << first(row->target) << ", " << first(row->source) << ", " << n << ", "
+                     << (row->scale ? "(float)" + expr(row->scale, "float") : "1.0f") << ", "
+                     << (row->offset ? "(float)" + expr(row->offset, "float") : "0.0f") << ");\n";
+            return true;
+        }
+        const std::string v = local_name(s->var->name);
+        pad(ind) << "#pragma omp simd\n";
+        pad(ind) << "for (int64_t " << v << " = " << int_expr(s->begin) << "; " << v << " < " << int_expr(s->end) << "; ++" << v << ") {\n";
+        pad(ind + 1) << lvalue(row->target) << " = (float)(" << expr(row->arg, "float") << ");\n";
+        pad(ind) << "}\n";
+        pad(ind) << "rfk::exp2_row(" << first(row->target) << ", " << n << ");\n";
+        return true;
+    }
+
     /** A float vector loop whose exp2 calls have arguments it does not write (stageable_exp2_args),
      *  strip-mined by 1024 elements: per strip, a vector loop writes each argument to an array on the
      *  stack, rfk::exp2_row turns the array into 2^x in place, and the loop runs over the strip with
@@ -530,7 +480,7 @@ private:
      *  added to the running value (strips of 1024: the tiles of the online passes fit in one). */
     bool print_staged_exp2(const StmtP &s, int ind) {
         if (compute_type() != "float") return false;
-        std::vector<Expr> args = stageable_exp2_args(s);
+        std::vector<Expr> args = cpu_exp2::stageable_exp2_args(s);
         if (args.empty()) return false;
         const int kStrip = 1024;
         const std::string v = local_name(s->var->name);

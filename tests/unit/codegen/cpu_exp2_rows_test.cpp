@@ -4,9 +4,10 @@
  * and calls the row primitive; a loop storing to an output keeps the inline exp2_f. The kernels so
  * built pass the reference check on rows shorter than a vector, across strip boundaries, with results
  * in the denormals, and on rows that are fully masked (-inf), hold +inf or NaN, or mix -inf with
- * finite values (the guarded loop of non-finite row maxima is staged too). A loop that rewrites a tile
- * array in place element by element (attention's exp tile P over its score tile S) is staged too; one
- * whose exp2 reads another element of the array it writes is not.
+ * finite values (the guarded loop of non-finite row maxima is staged too). A loop whose only statement
+ * rewrites a float tile row element by element (attention's exp tile P over its score tile S) is one
+ * rfk::exp2_affine_row call when the argument is affine in a tile row, else the argument in place and
+ * exp2_row; one whose exp2 reads another element of the array it writes stays inline.
  */
 #include <gtest/gtest.h>
 
@@ -110,34 +111,57 @@ TEST(CpuExp2Rows, MaskedInfiniteAndNaNRows) {
     }
 }
 
-TEST(CpuExp2Rows, InPlaceElementWiseRewritesAreStagedOtherReadsAreNot) {
+TEST(CpuExp2Rows, InPlaceElementWiseRewritesAreOneRowCallOtherReadsAreNot) {
     ArenaScope arena;
-    // Attention's exp tile: $pro0[rr * S + j - tb] = exp2($pro0[rr * S + j - tb] * h - m), in place.
+    // Attention's exp tile: $pro0[rr * S + j - tb] = exp2($pro0[rr * S + j - tb] * h + (-m)) in place,
+    // one fused call (exp2_affine_row); the copy for a non-finite row maximum (rfk::sub, not affine)
+    // writes its argument into the tile and calls exp2_row on it: no staging array either way.
     std::filesystem::path att = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "attention.rf";
     auto c = analyze_source(test::read_text(att), "attention.rf", make_target(TargetKind::Cpu), {});
-    EXPECT_NE(generate(*c).source.find("rfk::exp2_row("), std::string::npos);
-    // By hand: $a[j] = exp2($a[j]) is staged; $b[j] = exp2($b[j - 1]) reads what the iteration before
-    // wrote, which a staged strip would read before that write: it stays inline.
+    std::string att_src = generate(*c).source;
+    EXPECT_NE(att_src.find("rfk::exp2_affine_row(&l_pro0["), std::string::npos) << att_src;
+    EXPECT_NE(att_src.find("rfk::exp2_row(&l_pro0["), std::string::npos) << att_src;
+    EXPECT_EQ(att_src.find("l_rfx_x0"), std::string::npos) << att_src;
+    // By hand: $a[j] = exp2($a[j]) and $c[j] = exp2($c[j] * h + m) are affine rows; $d[j] =
+    // exp2(sub($d[j] * h, m)) is written in place then exp2_row'd; $b[j] = exp2($b[j - 1]) reads what
+    // the iteration before wrote, which a row call would read before that write: it stays inline, as
+    // does $e[j] = exp2($e[j] * $e[0]) (its scale reads the row being written).
     using namespace rf::tile;
     Expr j = make_index("$j");
+    Expr h = local_var("$h"), mx = local_var("$mx");
     auto at = [&](const char *a, Expr i) { return local_at(a, i); };
     Module m;
     m.sizes = {"R"};
     m.buffers.push_back({"Y", Buffer::Role::Output, DType::f32, {make_size("R")}});
     std::vector<StmtP> body{
-        decl("$a", LocalClass::Tile, {int_c(65)}, real_c(1)),
-        decl("$b", LocalClass::Tile, {int_c(65)}, real_c(1)),
-        for_loop(j, int_c(0), int_c(64), {assign(at("$a", j), make_call(Func::exp2, at("$a", j)))}, LoopKind::Simd),
-        for_loop(j, int_c(1), int_c(64), {assign(at("$b", j), make_call(Func::exp2, at("$b", make_sub(j, int_c(1)))))}, LoopKind::Simd),
-        store(make_load("Y", {make_index("$r")}, DType::f32, SType::Real), make_add(at("$a", int_c(3)), at("$b", int_c(3))))};
+        decl(h->name, LocalClass::Tile, {}, real_c(0.5)),
+        decl(mx->name, LocalClass::Tile, {}, real_c(-3)),
+    };
+    Expr sum = real_c(0);
+    for (const char *a : {"$a", "$b", "$c", "$d", "$e"}) {
+        body.push_back(decl(a, LocalClass::Tile, {int_c(65)}, real_c(1)));
+        sum = make_add(sum, at(a, int_c(3)));
+    }
+    auto exp_loop = [&](const char *a, Expr begin, Expr arg) {
+        body.push_back(for_loop(j, begin, int_c(64), {assign(at(a, j), make_call(Func::exp2, arg))}, LoopKind::Simd));
+    };
+    exp_loop("$a", int_c(0), at("$a", j));
+    exp_loop("$b", int_c(1), at("$b", make_sub(j, int_c(1))));
+    exp_loop("$c", int_c(0), make_add(make_mul(at("$c", j), h), mx));
+    exp_loop("$d", int_c(0), make_sub(make_mul(at("$d", j), h), mx));
+    exp_loop("$e", int_c(0), make_mul(at("$e", j), at("$e", int_c(0))));
+    body.push_back(store(make_load("Y", {make_index("$r")}, DType::f32, SType::Real), sum));
     tile::Kernel k;
     k.name = "k0";
     k.body = for_loop(make_index("$r"), int_c(0), make_size("R"), body, LoopKind::Parallel);
     m.kernels.push_back(k);
     verify(m);
     std::string src = generate_cpu(m);
-    size_t first = src.find("rfk::exp2_row(");
-    EXPECT_NE(first, std::string::npos) << src;
-    EXPECT_EQ(src.find("rfk::exp2_row(", first + 1), std::string::npos) << src;
+    EXPECT_NE(src.find("rfk::exp2_affine_row(&l_a[(int64_t)0], &l_a[(int64_t)0], ((int64_t)64) - ((int64_t)0), 1.0f, 0.0f);"), std::string::npos) << src;
+    EXPECT_NE(src.find("rfk::exp2_affine_row(&l_c[(int64_t)0], &l_c[(int64_t)0], ((int64_t)64) - ((int64_t)0), (float)((float)l_h), (float)((float)l_mx));"), std::string::npos) << src;
+    EXPECT_NE(src.find("rfk::exp2_row(&l_d[(int64_t)0], ((int64_t)64) - ((int64_t)0));"), std::string::npos) << src;
+    EXPECT_EQ(src.find("rfk::exp2_row(l_rfx"), std::string::npos) << src;
+    EXPECT_EQ(src.find("&l_b["), std::string::npos) << src;
+    EXPECT_EQ(src.find("&l_e["), std::string::npos) << src;
     EXPECT_NE(src.find("rfk::exp2_f("), std::string::npos) << src;
 }

@@ -2,7 +2,8 @@
  * rfk::exp2_row (redfuse_cpu.h), the row exp2 that generated float vector loops call for their exp2
  * (CodeGen_CPU.cpp print_staged_exp2), against float64 exp2: within 1 ulp over a dense sweep and a
  * stride through every float, exact at 2^k, special values (±inf, NaN, ±0) as exp2 gives them, and
- * every length up to a few vectors without touching the element past the end. The in-process test
+ * every length up to a few vectors without touching the element past the end; rfk::exp2_affine_row
+ * (2^(x·a + b), into another row or in place) likewise. The in-process test
  * runs the path of the default flags (scalar); the same checks are compiled again with AVX-512 and
  * AVX2 flags by the system compiler (this file with RFK_EXP2_ROW_DRIVER defined) and run as a child.
  */
@@ -78,6 +79,29 @@ std::string check(bool thorough) {
             }
         if (row[size_t(n)] != 12345.0f) fail("exp2_row n=" + std::to_string(n) + " wrote past the end");
     }
+    // exp2_affine_row: 2^(x * a + b) with the argument one fused multiply-add, into another row or in
+    // place, every length up to a few vectors (tails masked, nothing past the end written).
+    const float scales[] = {1.0f, 0.125f, 1.4426950408889634f, -3.0f}, offsets[] = {0.0f, -7.25f, 100.0f, -kInf};
+    for (float a : scales)
+        for (float b : offsets)
+            for (int64_t n = 0; n <= 70; ++n)
+                for (bool in_place : {false, true}) {
+                    std::vector<float> in(size_t(n) + 1), row(size_t(n) + 1, 12345.0f);
+                    for (int64_t i = 0; i < n; ++i) in[size_t(i)] = -20.0f + 0.7f * float(i);
+                    in[size_t(n)] = 12345.0f;
+                    std::vector<float> &dst = in_place ? in : row;
+                    std::vector<float> src = in;
+                    rfk::exp2_affine_row(dst.data(), in.data(), n, a, b);
+                    for (int64_t i = 0; i < n; ++i) {
+                        double want = std::exp2(double(std::fma(src[size_t(i)], a, b)));
+                        if (ulp_error(dst[size_t(i)], want) > 1.0) {
+                            fail("exp2_affine_row n=" + std::to_string(n) + " a=" + std::to_string(a) + " b=" + std::to_string(b) +
+                                 (in_place ? " in place" : "") + ": element " + std::to_string(i));
+                            break;
+                        }
+                    }
+                    if (dst[size_t(n)] != 12345.0f) fail("exp2_affine_row n=" + std::to_string(n) + " wrote past the end");
+                }
     return out.str();
 }
 

@@ -1,0 +1,153 @@
+/** \file CpuExp2Rows.cpp
+ * The exp2 calls the CPU printer computes a row at a time (see CpuExp2Rows.h).
+ */
+#include "codegen/CpuExp2Rows.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "tile/StmtVisitor.h"
+
+namespace rf::cpu_exp2 {
+
+using namespace tile;
+
+bool offset_of_loop_var(Expr i, Expr var) {
+    if (i == var) return true;
+    if (i->kind == Kind::Sub) return offset_of_loop_var(i->args[0], var) && !mentions(i->args[1], var->name);
+    if (i->kind != Kind::Add) return false;
+    int with_var = 0;
+    for (Expr a : i->args) {
+        if (!mentions(a, var->name)) continue;
+        if (!offset_of_loop_var(a, var)) return false;
+        with_var++;
+    }
+    return with_var == 1;
+}
+
+std::vector<Expr> stageable_exp2_args(const StmtP &loop) {
+    std::vector<Expr> args;
+    std::set<std::string> written;
+    // Arrays the loop writes only element-wise at one index i(j) injective in the loop variable j
+    // (attention's exp tile P overwriting its score tile S in place): an exp2 argument may read them at
+    // that same i(j). Staged, a strip's arguments are read before any of the strip's writes; with i
+    // injective, iteration j reads the element only iteration j writes, so it sees what it saw inline.
+    std::map<std::string, Expr> elementwise;
+    std::set<std::string> not_elementwise;
+    bool plain = true;
+    for (const StmtP &c : loop->body)
+        for_each_stmt(c, [&](const StmtP &s) {
+            switch (s->kind) {
+            case StmtKind::Block: case StmtKind::Comment: break;
+            case StmtKind::Assign: case StmtKind::Accum: {
+                const std::string &w = s->target->name;
+                written.insert(w);
+                Expr t = s->target;
+                bool at_one_index = s->kind == StmtKind::Assign && t->kind == Kind::Load && t->args.size() == 1 &&
+                                    offset_of_loop_var(t->args[0], loop->var) && (!elementwise.count(w) || elementwise[w] == t->args[0]);
+                if (at_one_index) elementwise[w] = t->args[0];
+                else not_elementwise.insert(w);
+                break;
+            }
+            default: plain = false;
+            }
+        });
+    if (!plain) return {};
+    for (const std::string &w : not_elementwise) elementwise.erase(w);
+    auto reads_only_own_element = [&](Expr a, const std::string &w) {
+        auto it = elementwise.find(w);
+        if (it == elementwise.end()) return false;
+        return !any_of(a, [&](Expr n) {
+            return (n->kind == Kind::Var && n->name == w) || (n->kind == Kind::Load && n->name == w && (n->args.size() != 1 || n->args[0] != it->second));
+        });
+    };
+    std::function<void(Expr)> find = [&](Expr e) {
+        if (e->kind == Kind::Reduce) return;  // a nested reduction binds its own axes
+        if (e->kind == Kind::Call && e->func == Func::exp2 && e->stype == SType::Real) {
+            Expr a = e->args[0];
+            bool reads_written = false;
+            for (const std::string &w : written) reads_written = reads_written || (mentions(a, w) && !reads_only_own_element(a, w));
+            bool nested = any_of(a, [](Expr n) { return n->kind == Kind::Reduce; });
+            if (!reads_written && !nested && args.size() < 4 && std::find(args.begin(), args.end(), a) == args.end()) args.push_back(a);
+            return;
+        }
+        for (Expr a : e->args) find(a);
+    };
+    for (const StmtP &c : loop->body)
+        for_each_stmt(c, [&](const StmtP &s) {
+            if (s->value) find(s->value);
+        });
+    return args;
+}
+
+namespace {
+
+/** The loop-variant factor of a product or the loop-variant term of a sum: the one argument that
+ *  mentions var (null when none or several do); `rest` gets the others. */
+Expr the_variant_one(Expr e, Expr var, std::vector<Expr> &rest) {
+    Expr variant = nullptr;
+    for (Expr a : e->args) {
+        if (!mentions(a, var->name)) {
+            rest.push_back(a);
+            continue;
+        }
+        if (variant) return nullptr;
+        variant = a;
+    }
+    return variant;
+}
+
+/** x · a with x a contiguous float tile load (or x alone): fills source and scale. */
+bool match_scaled_load(Expr e, Expr var, const std::function<bool(const std::string &)> &is_float_tile, Exp2RowInPlace &out) {
+    auto contiguous_tile_load = [&](Expr x) {
+        return x->kind == Kind::Load && x->args.size() == 1 && is_float_tile(x->name) && offset_of_loop_var(x->args[0], var);
+    };
+    if (contiguous_tile_load(e)) {
+        out.source = e;
+        return true;
+    }
+    if (e->kind != Kind::Mul) return false;
+    std::vector<Expr> factors;
+    Expr x = the_variant_one(e, var, factors);
+    if (!x || !contiguous_tile_load(x) || factors.empty()) return false;
+    out.source = x;
+    out.scale = make_mul(factors);
+    return true;
+}
+
+}  // namespace
+
+std::optional<Exp2RowInPlace> exp2_row_in_place(const StmtP &loop, const std::function<bool(const std::string &)> &is_float_tile) {
+    if (loop->body.size() != 1) return std::nullopt;
+    const StmtP &s = loop->body[0];
+    if (s->kind != StmtKind::Assign) return std::nullopt;
+    Expr t = s->target, v = s->value;
+    if (t->kind != Kind::Load || t->args.size() != 1 || !is_float_tile(t->name) || !offset_of_loop_var(t->args[0], loop->var))
+        return std::nullopt;
+    if (v->kind != Kind::Call || v->func != Func::exp2 || v->stype != SType::Real) return std::nullopt;
+    std::vector<Expr> staged = stageable_exp2_args(loop);
+    if (staged.size() != 1 || staged[0] != v->args[0]) return std::nullopt;
+    Exp2RowInPlace out{t, v->args[0], nullptr, nullptr, nullptr};
+    // The invariant parts may not read T: the fused pass writes T's row while it reads them.
+    auto invariant = [&](const std::vector<Expr> &es) {
+        return std::none_of(es.begin(), es.end(), [&](Expr e) { return mentions(e, t->name) || any_of(e, [](Expr n) { return n->kind == Kind::Reduce; }); });
+    };
+    Exp2RowInPlace affine = out;
+    Expr arg = out.arg;
+    if (arg->kind == Kind::Add) {
+        std::vector<Expr> terms;
+        Expr x = the_variant_one(arg, loop->var, terms);
+        if (x && match_scaled_load(x, loop->var, is_float_tile, affine) && invariant(terms) &&
+            (!affine.scale || invariant({affine.scale}))) {
+            affine.offset = make_add(terms);
+            return affine;
+        }
+    } else if (match_scaled_load(arg, loop->var, is_float_tile, affine) && (!affine.scale || invariant({affine.scale}))) {
+        return affine;
+    }
+    return out;
+}
+
+}  // namespace rf::cpu_exp2
