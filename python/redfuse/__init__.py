@@ -48,6 +48,7 @@ def _raise(kind: str, message: str, file: str, line: int, column: int) -> None:
 
 
 _redfuse._set_error_factory(_raise)
+_redfuse._set_numpy(np.ndarray, np.empty)
 
 # NumPy dtypes of the spec's dtypes. NumPy has no bfloat16 or fp8: those tensors are passed as their
 # bits (uint16, uint8), as the spec's storage format says.
@@ -204,6 +205,7 @@ class Kernel:
         self._torch_out: Optional[Tuple[Any, ...]] = None
         self._fast: Any = None  # the C++ hot path for plain CPU tensors, once torch is met
         self._direct: Any = None  # ... taking the call's own arguments (with redfuse._redfuse_torch)
+        self._np_fast: Any = None  # the C++ hot path for NumPy arrays, after the first NumPy call
         self._fixed: Optional[Dict[str, int]] = None  # sizes with a value without buffers (fake shapes)
         self._train: Any = None  # the derived backward (_autograd.Training), False when there is none
         self._no_grad_reason = ""
@@ -253,6 +255,11 @@ class Kernel:
         return entry
 
     def _run_numpy(self, values: Sequence[Any]) -> List[np.ndarray]:
+        fast = self._np_fast
+        if fast is not None and type(values) is tuple:
+            outs = fast(values)  # the C++ hot path (numpy_call.cpp); None: anything unusual, below
+            if outs is not None:
+                return outs
         key: List[Any] = [False]
         for a, want, spec in zip(values, self._np_in, self.inputs):
             if type(a) is not np.ndarray:
@@ -271,6 +278,9 @@ class Kernel:
         core, prepared, shapes = entry
         outs = [np.empty(shape, dtype=d) for shape, d in zip(shapes, self._np_out)]
         core.run_prepared(prepared, [a.ctypes.data for a in values] + [o.ctypes.data for o in outs], 0)
+        if fast is None and self._cores.get("cpu") is core:  # later calls take the C++ path
+            core.set_numpy_dtypes(list(self._np_in), list(self._np_out))
+            self._np_fast = core.call_numpy
         return outs
 
     # ---- torch: each Kernel is the custom op redfuse::<name>, with a fake implementation

@@ -69,10 +69,15 @@ struct PyKernel {
     std::vector<nb::handle> torch_in, torch_out;
     std::vector<int> torch_in_codes, torch_out_codes;  ///< the same dtypes as codes, when a TorchApi is set
     std::vector<nb::object> torch_in_names;            ///< the inputs' names, interned (inputs by name)
+    std::vector<nb::object> numpy_in, numpy_out;       ///< the NumPy path's dtypes (numpy_call.cpp)
     std::shared_ptr<std::mutex> calls_mutex = std::make_shared<std::mutex>();
     std::shared_ptr<std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const PyCall>>>> calls =
         std::make_shared<std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<const PyCall>>>>();
 };
+
+/** The prepared call of `key` (per input: rank, sizes, rank, strides in elements) at these input
+ *  addresses, preparing (and checking) it on a miss; shared by the torch and NumPy paths. */
+std::shared_ptr<const PyCall> prepared_for(PyKernel &k, const std::vector<int64_t> &key, const std::vector<uintptr_t> &addresses);
 
 /** Registers torch.Tensor and torch.empty (once, when the Python layer first meets torch). */
 void set_torch(nb::handle tensor_type, nb::handle empty);
@@ -95,5 +100,16 @@ nb::object call_torch_args(PyKernel &k, nb::handle args, nb::handle kwargs);
  *  C API: the path without a TorchApi (with one, the Python layer calls call_torch_args instead),
  *  after the Python layer has ruled out modes and transforms. */
 nb::object call_torch_cpu(PyKernel &k, nb::handle args);
+
+/** Registers numpy.ndarray and numpy.empty (once, when the package is imported). */
+void set_numpy(nb::handle ndarray_type, nb::handle empty);
+
+/** Sets the NumPy dtypes of a kernel's inputs and outputs (the objects the spec's dtypes map to). */
+void set_numpy_dtypes(PyKernel &k, const std::vector<nb::handle> &in, const std::vector<nb::handle> &out);
+
+/** Runs `args` (a tuple of NumPy arrays, the inputs by position) through the kernel's CPU build when
+ *  every array is a plain ndarray of the spec's dtype, non-empty, with whole-element strides: the
+ *  list of outputs (new arrays), or None for the Python layer's general path (which words errors). */
+nb::object call_numpy(PyKernel &k, nb::handle args);
 
 }  // namespace rfpy

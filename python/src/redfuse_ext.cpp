@@ -213,6 +213,7 @@ NB_MODULE(_redfuse, m) {
           });
     m.def("builds", [] { return rf::kernel_builds(); });
     m.def("_set_torch", &set_torch);
+    m.def("_set_numpy", &set_numpy);
     m.def("_set_torch_api", &set_torch_api, nb::arg("capsule").none());
     nb::class_<PyCall>(m, "Call").def_prop_ro("output_shapes", [](const PyCall &c) { return c.output_shapes(); });
     nb::class_<PyKernel>(m, "Kernel")
@@ -272,6 +273,9 @@ NB_MODULE(_redfuse, m) {
         .def("call_torch_args",
              [](PyKernel &k, nb::handle args, nb::handle kwargs) { return translated(k.file, [&] { return call_torch_args(k, args, kwargs); }); })
         .def("call_torch_cpu", [](PyKernel &k, nb::handle args) { return translated(k.file, [&] { return call_torch_cpu(k, args); }); })
+        .def("set_numpy_dtypes",
+             [](PyKernel &k, const std::vector<nb::handle> &in, const std::vector<nb::handle> &out) { set_numpy_dtypes(k, in, out); })
+        .def("call_numpy", [](PyKernel &k, nb::handle args) { return translated(k.file, [&] { return call_numpy(k, args); }); })
         .def("time_calls",
              [](const PyKernel &k, const std::vector<PyView> &ins, const std::vector<PyView> &outs, int reps) {
                  // Seconds per call of the C++ Kernel (binding + run) on these buffers, timed in C++:

@@ -82,33 +82,6 @@ bool read_input(PyObject *t, nb::handle want_dtype, std::vector<int64_t> &key, u
     return true;
 }
 
-/** The prepared call of `key`, preparing (and checking) it on a miss. */
-std::shared_ptr<const PyCall> prepared_for(PyKernel &k, const std::vector<int64_t> &key, const std::vector<uintptr_t> &addresses) {
-    {
-        std::lock_guard<std::mutex> lock(*k.calls_mutex);
-        for (const auto &[have, call] : *k.calls)
-            if (have == key) return call;
-    }
-    // key: per input, its rank, its extents, its rank again and its strides.
-    std::vector<rf::TensorView> ins;
-    size_t at = 0;
-    for (size_t i = 0; i < k.k->inputs().size(); i++) {
-        auto rank = static_cast<size_t>(key[at++]);
-        std::vector<int64_t> shape(key.begin() + static_cast<std::ptrdiff_t>(at), key.begin() + static_cast<std::ptrdiff_t>(at + rank));
-        at += rank;
-        auto srank = static_cast<size_t>(key[at++]);
-        std::vector<int64_t> strides(key.begin() + static_cast<std::ptrdiff_t>(at), key.begin() + static_cast<std::ptrdiff_t>(at + srank));
-        at += srank;
-        ins.emplace_back(reinterpret_cast<void *>(addresses[i]), k.k->inputs()[i].dtype, shape, strides);
-    }
-    auto call = std::make_shared<const PyCall>(prepare_call(*k.k, std::move(ins), false));
-    std::lock_guard<std::mutex> lock(*k.calls_mutex);
-    constexpr size_t kMaxCalls = 64;  // a model calls a kernel at few shapes; bound the memory anyway
-    if (k.calls->size() >= kMaxCalls) k.calls->clear();
-    k.calls->emplace_back(key, call);
-    return call;
-}
-
 /** torch.empty(*shape, dtype=dtype): a dense CPU tensor. The keyword dictionary of each dtype is
  *  made once (the GIL is held here, and torch's dtypes live as long as torch). */
 nb::object empty_tensor(const std::vector<int64_t> &shape, nb::handle dtype) {
@@ -142,6 +115,32 @@ bool read_input_api(PyObject *t, int want_dtype, std::vector<int64_t> &key, uint
 }
 
 }  // namespace
+
+std::shared_ptr<const PyCall> prepared_for(PyKernel &k, const std::vector<int64_t> &key, const std::vector<uintptr_t> &addresses) {
+    {
+        std::lock_guard<std::mutex> lock(*k.calls_mutex);
+        for (const auto &[have, call] : *k.calls)
+            if (have == key) return call;
+    }
+    // key: per input, its rank, its extents, its rank again and its strides.
+    std::vector<rf::TensorView> ins;
+    size_t at = 0;
+    for (size_t i = 0; i < k.k->inputs().size(); i++) {
+        auto rank = static_cast<size_t>(key[at++]);
+        std::vector<int64_t> shape(key.begin() + static_cast<std::ptrdiff_t>(at), key.begin() + static_cast<std::ptrdiff_t>(at + rank));
+        at += rank;
+        auto srank = static_cast<size_t>(key[at++]);
+        std::vector<int64_t> strides(key.begin() + static_cast<std::ptrdiff_t>(at), key.begin() + static_cast<std::ptrdiff_t>(at + srank));
+        at += srank;
+        ins.emplace_back(reinterpret_cast<void *>(addresses[i]), k.k->inputs()[i].dtype, shape, strides);
+    }
+    auto call = std::make_shared<const PyCall>(prepare_call(*k.k, std::move(ins), false));
+    std::lock_guard<std::mutex> lock(*k.calls_mutex);
+    constexpr size_t kMaxCalls = 64;  // a model calls a kernel at few shapes; bound the memory anyway
+    if (k.calls->size() >= kMaxCalls) k.calls->clear();
+    k.calls->emplace_back(key, call);
+    return call;
+}
 
 bool set_torch_api(nb::handle capsule) {
     if (capsule.is_none()) {

@@ -132,6 +132,47 @@ def test_bad_inputs_are_exceptions():
         k([1.0], kv, kv)
 
 
+def test_the_cpp_hot_path_matches_the_general_one():
+    # After its first NumPy call a kernel takes the C++ path (numpy_call.cpp): the same results on
+    # every layout the general path takes, and the general path's errors for what it refuses.
+    k = redfuse.compile(SOFTMAX)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((12, 40)).astype(np.float32)
+    first = k(x)
+    assert k._np_fast is not None
+    other = redfuse.compile(SOFTMAX)
+
+    def general(a):  # the general path alone (it sets the C++ path up again after each call)
+        other._np_fast = None
+        return other(a)
+
+    np.testing.assert_array_equal(k(x), first)
+    readonly = x.copy()
+    readonly.setflags(write=False)
+    for a in (x.T, x[::-1], x[:, ::3], np.asfortranarray(x), readonly, x[3:4], np.ascontiguousarray(x.T)[::2]):
+        np.testing.assert_array_equal(k(a), general(a))
+    with pytest.raises(ValueError, match="every extent must be at least 1"):  # empty: the general path's error
+        k(np.zeros((0, 5), np.float32))
+    class Sub(np.ndarray):
+        pass
+
+    np.testing.assert_array_equal(k(x.view(Sub)), first)  # a subclass: the general path
+    with pytest.raises(TypeError, match="has dtype float64"):
+        k(x.astype(np.float64))
+    with pytest.raises(TypeError, match="has dtype >f4"):
+        k(x.astype(">f4"))
+    att = redfuse.compile(str(ROOT / "examples" / "attention.rf"))
+    q = np.zeros((1, 2, 5, 4), np.uint16)
+    kv = np.zeros((1, 2, 7, 4), np.uint16)
+    assert att(q, kv, kv).shape == (1, 2, 5, 4) and att._np_fast is not None
+    with pytest.raises(ValueError, match=r"input 'K' dimension 3 \(size D\) is 5"):
+        att(q, np.zeros((1, 2, 7, 5), np.uint16), kv)
+    with pytest.raises(TypeError, match="NumPy array"):
+        att([1.0], kv, kv)
+    with pytest.raises(TypeError, match="takes 3 input"):
+        att(q, kv)
+
+
 def test_schedule_options():
     x = np.random.default_rng(5).standard_normal((7, 300)).astype(np.float32)
     fused = redfuse.compile(SOFTMAX, target="cpu")
