@@ -63,8 +63,7 @@ bool read_array(PyObject *a, nb::handle want_dtype, std::vector<int64_t> &key, u
 
 /** numpy.empty(shape, dtype) and its address; null on failure (NumPy's error is set). */
 nb::object empty_array(const std::vector<int64_t> &shape, nb::handle dtype, uintptr_t &address) {
-    nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
-    for (size_t i = 0; i < shape.size(); i++) PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+    nb::object dims = shape_tuple(shape);
     nb::object out = nb::steal(PyObject_CallFunctionObjArgs(g_numpy_empty.ptr(), dims.ptr(), dtype.ptr(), nullptr));
     if (!out.is_valid()) return out;
     Buffer b;

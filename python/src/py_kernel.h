@@ -79,6 +79,9 @@ struct PyKernel {
  *  addresses, preparing (and checking) it on a miss; shared by the torch and NumPy paths. */
 std::shared_ptr<const PyCall> prepared_for(PyKernel &k, const std::vector<int64_t> &key, const std::vector<uintptr_t> &addresses);
 
+/** A Python tuple of the extents (the shape argument of torch.empty and numpy.empty). */
+nb::object shape_tuple(const std::vector<int64_t> &shape);
+
 /** Registers torch.Tensor and torch.empty (once, when the Python layer first meets torch). */
 void set_torch(nb::handle tensor_type, nb::handle empty);
 

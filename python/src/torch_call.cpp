@@ -95,8 +95,7 @@ nb::object empty_tensor(const std::vector<int64_t> &shape, nb::handle dtype) {
         keywords->emplace_back(dtype.ptr(), made);
         kw = made.ptr();
     }
-    nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
-    for (size_t i = 0; i < shape.size(); i++) PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+    nb::object dims = shape_tuple(shape);
     return nb::steal(PyObject_Call(g_empty.ptr(), dims.ptr(), kw));
 }
 
@@ -140,6 +139,12 @@ std::shared_ptr<const PyCall> prepared_for(PyKernel &k, const std::vector<int64_
     if (k.calls->size() >= kMaxCalls) k.calls->clear();
     k.calls->emplace_back(key, call);
     return call;
+}
+
+nb::object shape_tuple(const std::vector<int64_t> &shape) {
+    nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
+    for (size_t i = 0; i < shape.size(); i++) PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+    return dims;
 }
 
 bool set_torch_api(nb::handle capsule) {

@@ -134,17 +134,14 @@ std::optional<Exp2RowInPlace> exp2_row_in_place(const StmtP &loop, const std::fu
     auto invariant = [&](const std::vector<Expr> &es) {
         return std::none_of(es.begin(), es.end(), [&](Expr e) { return mentions(e, t->name) || any_of(e, [](Expr n) { return n->kind == Kind::Reduce; }); });
     };
-    Exp2RowInPlace affine = out;
     Expr arg = out.arg;
-    if (arg->kind == Kind::Add) {
-        std::vector<Expr> terms;
-        Expr x = the_variant_one(arg, loop->var, terms);
-        if (x && match_scaled_load(x, loop->var, is_float_tile, affine) && invariant(terms) &&
-            (!affine.scale || invariant({affine.scale}))) {
-            affine.offset = make_add(terms);
-            return affine;
-        }
-    } else if (match_scaled_load(arg, loop->var, is_float_tile, affine) && (!affine.scale || invariant({affine.scale}))) {
+    // arg = (x · a) + b: the one loop-variant term of a sum (or arg itself) is the scaled load.
+    Exp2RowInPlace affine = out;
+    std::vector<Expr> terms;
+    Expr scaled = arg->kind == Kind::Add ? the_variant_one(arg, loop->var, terms) : arg;
+    if (scaled && match_scaled_load(scaled, loop->var, is_float_tile, affine) && invariant(terms) &&
+        (!affine.scale || invariant({affine.scale}))) {
+        if (!terms.empty()) affine.offset = make_add(terms);
         return affine;
     }
     return out;
