@@ -407,7 +407,9 @@ private:
             parallel_loop(s, head, ind);
             return;
         }
-        if (s->loop == LoopKind::Simd && !staging_ && (print_exp2_row_in_place(s, ind) || print_staged_exp2(s, ind))) return;
+        if (s->loop == LoopKind::Simd && !staging_ &&
+            (print_exp2_row_in_place(s, ind) || print_exp2_row_sum(s, ind) || print_staged_exp2(s, ind)))
+            return;
         if (s->loop == LoopKind::Simd) {
             std::vector<std::string> reds, flags;
             for (const StmtP &c : s->body) {
@@ -466,6 +468,34 @@ private:
         pad(ind + 1) << lvalue(row->target) << " = (float)(" << expr(row->arg, "float") << ");\n";
         pad(ind) << "}\n";
         pad(ind) << "rfk::exp2_row(" << first(row->target) << ", " << n << ");\n";
+        return true;
+    }
+
+    /** A float vector loop that sums exp2 of a row element and/or keeps it in a float tile row
+     *  (cpu_exp2::exp2_row_sum): one rfk::exp2_row_sum call over the row. */
+    bool print_exp2_row_sum(const StmtP &s, int ind) {
+        if (compute_type() != "float") return false;
+        auto is_float_tile = [&](const std::string &n) { return locals_.count(n) && locals_.at(n)->cls == LocalClass::Tile; };
+        auto is_row = [&](const std::string &n) {
+            if (is_float_tile(n)) return true;
+            auto b = bufs_.find(n);
+            return b != bufs_.end() && (b->second->dtype == DType::f32 || b->second->dtype == DType::bf16);
+        };
+        std::optional<cpu_exp2::Exp2RowSum> row = cpu_exp2::exp2_row_sum(s, is_float_tile, is_row);
+        if (!row || (row->sum_target && target_type(row->sum_target) != "float")) return false;
+        auto at_begin = [&](Expr load) {
+            std::vector<std::string> idx;
+            for (Expr a : load->args) idx.push_back(int_expr(simplify(substitute(a, s->var, s->begin))));
+            if (is_float_tile(load->name)) return "&" + local_name(load->name) + "[" + idx[0] + "]";
+            const Buffer *b = bufs_.at(load->name);
+            return "&" + buf_id(buf_index(b)) + "[" + offset(b, idx) + "]";
+        };
+        auto value = [&](Expr e, const char *none) { return e ? "(float)(" + expr(e, "float") + ")" : std::string(none); };
+        const std::string call = "rfk::exp2_row_sum(" + (row->store_target ? at_begin(row->store_target) : "(float *)nullptr") + ", " +
+                                 at_begin(row->source) + ", (" + int_expr(s->end) + ") - (" + int_expr(s->begin) + "), " +
+                                 value(row->shift, "0.0f") + ", " + value(row->scale, "1.0f") + ", " + value(row->sum_offset, "0.0f") + ")";
+        if (row->sum_target) pad(ind) << lvalue(row->sum_target) << " += " << call << ";\n";
+        else pad(ind) << "(void)" << call << ";\n";
         return true;
     }
 

@@ -147,4 +147,74 @@ std::optional<Exp2RowInPlace> exp2_row_in_place(const StmtP &loop, const std::fu
     return out;
 }
 
+namespace {
+
+/** The one argument of a binary node that mentions var, and the other in `other`; null otherwise. */
+Expr variant_of_two(Expr e, Expr var, Expr &other) {
+    if (e->args.size() != 2) return nullptr;
+    bool first = mentions(e->args[0], var->name), second = mentions(e->args[1], var->name);
+    if (first == second) return nullptr;
+    other = e->args[first ? 1 : 0];
+    return e->args[first ? 0 : 1];
+}
+
+/** S[k(j)] read along a row: the last index j + (terms without j), the others free of j. */
+bool row_element(Expr e, Expr var, const std::function<bool(const std::string &)> &is_row) {
+    if (e->kind != Kind::Load || e->args.empty() || !is_row(e->name)) return false;
+    for (size_t i = 0; i + 1 < e->args.size(); ++i)
+        if (mentions(e->args[i], var->name)) return false;
+    return offset_of_loop_var(e->args.back(), var);
+}
+
+}  // namespace
+
+std::optional<Exp2RowSum> exp2_row_sum(const StmtP &loop, const std::function<bool(const std::string &)> &is_float_tile,
+                                       const std::function<bool(const std::string &)> &is_row) {
+    Expr var = loop->var, call = nullptr;
+    Exp2RowSum out{};
+    // The statements, each with exp2(arg) as the whole value or a term of it.
+    auto same_call = [&](Expr c) {
+        if (c->kind != Kind::Call || c->func != Func::exp2 || c->stype != SType::Real) return false;
+        if (!call) call = c;
+        return c == call;
+    };
+    for (const StmtP &s : loop->body) {
+        if (s->kind == StmtKind::Comment) continue;
+        if (s->kind == StmtKind::Accum && !out.sum_target && s->op == ReduceOp::Sum && s->target->kind == Kind::Var) {
+            Expr d = nullptr;
+            Expr term = s->value->kind == Kind::Add ? variant_of_two(s->value, var, d) : s->value;
+            if (!term || !same_call(term)) return std::nullopt;
+            out.sum_target = s->target;
+            out.sum_offset = d;
+        } else if (s->kind == StmtKind::Assign && !out.store_target) {
+            Expr t = s->target;
+            if (t->kind != Kind::Load || t->args.size() != 1 || !is_float_tile(t->name) || !offset_of_loop_var(t->args[0], var) ||
+                !same_call(s->value))
+                return std::nullopt;
+            out.store_target = t;
+        } else {
+            return std::nullopt;
+        }
+    }
+    if (!call) return std::nullopt;
+    std::vector<Expr> staged = stageable_exp2_args(loop);
+    Expr arg = call->args[0];
+    if (staged.size() != 1 || staged[0] != arg) return std::nullopt;
+    // arg = (S + c) · a, (S + c), S · a or S.
+    Expr x = arg;
+    if (x->kind == Kind::Mul && !(x = variant_of_two(arg, var, out.scale))) return std::nullopt;
+    if (x->kind == Kind::Add && !(x = variant_of_two(x, var, out.shift))) return std::nullopt;
+    if (!row_element(x, var, is_row)) return std::nullopt;
+    out.source = x;
+    // Evaluated once, before the row: the invariant parts may read neither the sum nor the row written
+    // (nor hold a reduction of their own).
+    for (Expr e : {out.shift, out.scale, out.sum_offset}) {
+        if (!e) continue;
+        if (any_of(e, [](Expr n) { return n->kind == Kind::Reduce; })) return std::nullopt;
+        if (out.sum_target && mentions(e, out.sum_target->name)) return std::nullopt;
+        if (out.store_target && mentions(e, out.store_target->name)) return std::nullopt;
+    }
+    return out;
+}
+
 }  // namespace rf::cpu_exp2

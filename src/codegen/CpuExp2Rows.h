@@ -47,4 +47,23 @@ struct Exp2RowInPlace {
 std::optional<Exp2RowInPlace> exp2_row_in_place(const tile::StmtP &loop,
                                                 const std::function<bool(const std::string &)> &is_float_tile);
 
+/** A float vector loop whose statements are at most one `t += exp2(arg)` or `t += exp2(arg) + d` (t a
+ *  scalar local, d free of j) and at most one `T[i(j)] = exp2(arg)` (T a float tile array, i(j) = j +
+ *  (terms without j)), one of them at least, with arg stageable and of the form (S[k(j)] + c) · a — c
+ *  and a free of j, either absent, each node binary so that the order of the roundings is the one
+ *  printed — where S[k(j)] is a row element (`is_row`: a float tile array, or a float or bf16 buffer)
+ *  whose last index is j + (terms without j) and whose other indices are free of j. The printer calls
+ *  rfk::exp2_row_sum for it: one pass instead of the staged three (softmax's exp loop: its sum and the
+ *  row of terms its epilogue reads). */
+struct Exp2RowSum {
+    Expr source;        ///< the Load S[k(j)]
+    Expr shift;         ///< c, or null for 0
+    Expr scale;         ///< a, or null for 1
+    Expr sum_target;    ///< t, or null
+    Expr sum_offset;    ///< d, or null for 0
+    Expr store_target;  ///< the Load T[i(j)], or null
+};
+std::optional<Exp2RowSum> exp2_row_sum(const tile::StmtP &loop, const std::function<bool(const std::string &)> &is_float_tile,
+                                       const std::function<bool(const std::string &)> &is_row);
+
 }  // namespace rf::cpu_exp2

@@ -165,20 +165,18 @@ static inline RFK_ALWAYS_INLINE double exp2_f(double x) { return std::exp2(x); }
 // statement is `T[j] = exp2(X[j] * a + b)` into a contiguous float row (attention's score tile, a
 // softmax row buffer): one pass in place of three (the argument into a staged array, exp2_row on it,
 // a copy into T), attention bf16 B = 1, H = 8, L = 512, D = 64: 0.80 -> 0.70 ms (docs/tile-ir.md).
-template <bool kAffine>
-static inline void exp2_row_impl(float *dst, const float *src, int64_t n, float a, float b) {
-    // r^6 .. r^1 (1.54697322e-4, 1.34100008e-3, 9.61803086e-3, 5.55029735e-2, 2.40226507e-1, 6.93147242e-1)
-    static constexpr float c[6] = {0x1.446c7ep-13f, 0x1.5f88fep-10f, 0x1.3b29e4p-7f, 0x1.c6ae2cp-5f, 0x1.ebfbe0p-3f, 0x1.62e432p-1f};
-    int64_t i = 0;
+// The coefficients of q, r^6 .. r^1 (1.54697322e-4, 1.34100008e-3, 9.61803086e-3, 5.55029735e-2,
+// 2.40226507e-1, 6.93147242e-1), and 2^v a vector at a time by the method above.
+static constexpr float kExp2Poly[6] = {0x1.446c7ep-13f, 0x1.5f88fep-10f, 0x1.3b29e4p-7f, 0x1.c6ae2cp-5f, 0x1.ebfbe0p-3f, 0x1.62e432p-1f};
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
-    const __m512 c0 = _mm512_set1_ps(c[0]), c1 = _mm512_set1_ps(c[1]), c2 = _mm512_set1_ps(c[2]), c3 = _mm512_set1_ps(c[3]);
-    const __m512 c4 = _mm512_set1_ps(c[4]), c5 = _mm512_set1_ps(c[5]), one = _mm512_set1_ps(1.0f);
-    const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
-    // The zero-masking forms under an all-ones mask: the plain intrinsics pass _mm512_undefined_ps,
-    // which GCC 12 at -O3 -Wall reports as maybe uninitialized; the instructions are the same.
-    const __mmask16 all = 0xFFFF;
-    auto vexp2 = [&](__m512 v) {
-        if constexpr (kAffine) v = _mm512_fmadd_ps(v, va, vb);
+struct Exp2x16 {
+    const __m512 c0 = _mm512_set1_ps(kExp2Poly[0]), c1 = _mm512_set1_ps(kExp2Poly[1]), c2 = _mm512_set1_ps(kExp2Poly[2]);
+    const __m512 c3 = _mm512_set1_ps(kExp2Poly[3]), c4 = _mm512_set1_ps(kExp2Poly[4]), c5 = _mm512_set1_ps(kExp2Poly[5]);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    RFK_ALWAYS_INLINE __m512 operator()(__m512 v) const {
+        // The zero-masking forms under an all-ones mask: the plain intrinsics pass _mm512_undefined_ps,
+        // which GCC 12 at -O3 -Wall reports as maybe uninitialized; the instructions are the same.
+        const __mmask16 all = 0xFFFF;
         __m512 k = _mm512_maskz_roundscale_ps(all, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m512 r = _mm512_maskz_reduce_ps(all, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m512 p = _mm512_fmadd_ps(c0, r, c1);
@@ -188,24 +186,15 @@ static inline void exp2_row_impl(float *dst, const float *src, int64_t n, float 
         p = _mm512_fmadd_ps(p, r, c5);
         p = _mm512_fmadd_ps(p, r, one);
         return _mm512_maskz_scalef_ps(all, p, k);
-    };
-    for (; i + 32 <= n; i += 32) {
-        __m512 x0 = vexp2(_mm512_loadu_ps(src + i)), x1 = vexp2(_mm512_loadu_ps(src + i + 16));
-        _mm512_storeu_ps(dst + i, x0);
-        _mm512_storeu_ps(dst + i + 16, x1);
     }
-    for (; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(dst + i, m, vexp2(_mm512_maskz_loadu_ps(m, src + i)));
-    }
+};
 #elif defined(__AVX2__) && defined(__FMA__)
-    const __m256 c0 = _mm256_set1_ps(c[0]), c1 = _mm256_set1_ps(c[1]), c2 = _mm256_set1_ps(c[2]), c3 = _mm256_set1_ps(c[3]);
-    const __m256 c4 = _mm256_set1_ps(c[4]), c5 = _mm256_set1_ps(c[5]), one = _mm256_set1_ps(1.0f);
-    const __m256 lo = _mm256_set1_ps(-151.0f), hi = _mm256_set1_ps(129.0f), va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+struct Exp2x8 {
+    const __m256 c0 = _mm256_set1_ps(kExp2Poly[0]), c1 = _mm256_set1_ps(kExp2Poly[1]), c2 = _mm256_set1_ps(kExp2Poly[2]);
+    const __m256 c3 = _mm256_set1_ps(kExp2Poly[3]), c4 = _mm256_set1_ps(kExp2Poly[4]), c5 = _mm256_set1_ps(kExp2Poly[5]);
+    const __m256 one = _mm256_set1_ps(1.0f), lo = _mm256_set1_ps(-151.0f), hi = _mm256_set1_ps(129.0f);
     const __m256i bias = _mm256_set1_epi32(127);
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(src + i);
-        if constexpr (kAffine) v = _mm256_fmadd_ps(v, va, vb);
+    RFK_ALWAYS_INLINE __m256 operator()(__m256 v) const {
         v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
         __m256 k = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m256 r = _mm256_sub_ps(v, k);
@@ -219,10 +208,34 @@ static inline void exp2_row_impl(float *dst, const float *src, int64_t n, float 
         __m256i ki = _mm256_cvtps_epi32(k), k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1);
         __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
         __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
-        _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_mul_ps(p, s1), s2));
+        return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    }
+};
+#endif
+template <bool kAffine>
+static inline void exp2_row_impl(float *dst, const float *src, int64_t n, float a, float b) {
+    int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    const Exp2x16 e;
+    const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+    auto vexp2 = [&](__m512 v) { return e(kAffine ? _mm512_fmadd_ps(v, va, vb) : v); };
+    for (; i + 32 <= n; i += 32) {
+        __m512 x0 = vexp2(_mm512_loadu_ps(src + i)), x1 = vexp2(_mm512_loadu_ps(src + i + 16));
+        _mm512_storeu_ps(dst + i, x0);
+        _mm512_storeu_ps(dst + i + 16, x1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(dst + i, m, vexp2(_mm512_maskz_loadu_ps(m, src + i)));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    const Exp2x8 e;
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(src + i);
+        _mm256_storeu_ps(dst + i, e(kAffine ? _mm256_fmadd_ps(v, va, vb) : v));
     }
 #endif
-    (void)c;
     (void)a;
     (void)b;
     for (; i < n; ++i) dst[i] = exp2_f(kAffine ? std::fma(src[i], a, b) : src[i]);
@@ -406,6 +419,81 @@ static inline void copy_row_f32(float *dst, const float *src, int64_t n, bool st
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
+// Σ_i (2^((x_i + c) · a) + d) for the n elements x_i of a float or bf16 row, each 2^((x_i + c) · a)
+// also stored to dst[i] when dst is not null (dst may be src when src is float): the exp2 loop of a
+// softmax — its sum, and the terms kept for its epilogue — in one pass over the row, where the staged
+// form (CodeGen_CPU.cpp print_staged_exp2) makes three: the argument into an array, exp2_row on it, a
+// loop summing and copying it (softmax bf16 [4096, 4096] on an AMX Xeon: see docs/tile-ir.md). The
+// argument is rounded as the inline form rounds it (the sum, then the product); 2^v as exp2_row; the
+// sum in two vector accumulators (an order of its own, as a vector reduction's is).
+static inline RFK_ALWAYS_INLINE float row_value(const float *p, int64_t i) { return p[i]; }
+static inline RFK_ALWAYS_INLINE float row_value(const uint16_t *p, int64_t i) { return bf16_to_float(p[i]); }
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+static inline RFK_ALWAYS_INLINE __m512 row_vector(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+static inline RFK_ALWAYS_INLINE __m512 row_vector(const uint16_t *p, __mmask16 m) {
+    // The zero-masking forms of the widening and the shift, for GCC 12's -Wmaybe-uninitialized.
+    const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, p));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, wide, 16));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+static inline RFK_ALWAYS_INLINE __m256 row_vector(const float *p) { return _mm256_loadu_ps(p); }
+static inline RFK_ALWAYS_INLINE __m256 row_vector(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16));
+}
+#endif
+template <typename T>
+static inline float exp2_row_sum(float *dst, const T *src, int64_t n, float c, float a, float d) {
+    int64_t i = 0;
+    float sum = 0.0f;
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    const Exp2x16 e;
+    const __m512 vc = _mm512_set1_ps(c), va = _mm512_set1_ps(a), vd = _mm512_set1_ps(d);
+    const __mmask16 all = 0xFFFF;
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        __m512 e0 = e(_mm512_mul_ps(_mm512_add_ps(row_vector(src + i, all), vc), va));
+        __m512 e1 = e(_mm512_mul_ps(_mm512_add_ps(row_vector(src + i + 16, all), vc), va));
+        if (dst) {
+            _mm512_storeu_ps(dst + i, e0);
+            _mm512_storeu_ps(dst + i + 16, e1);
+        }
+        s0 = _mm512_add_ps(s0, _mm512_add_ps(e0, vd));
+        s1 = _mm512_add_ps(s1, _mm512_add_ps(e1, vd));
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? all : __mmask16((1u << (n - i)) - 1u);
+        __m512 e0 = e(_mm512_mul_ps(_mm512_add_ps(row_vector(src + i, m), vc), va));
+        if (dst) _mm512_mask_storeu_ps(dst + i, m, e0);
+        s0 = _mm512_mask_add_ps(s0, m, s0, _mm512_add_ps(e0, vd));
+    }
+    // The halves added down to one lane (the zero-masking extracts: _mm512_reduce_add_ps and the casts
+    // pass undefined vectors, which GCC 12 reports as maybe uninitialized).
+    const __m512 s = _mm512_add_ps(s0, s1);
+    __m256 h = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, s, 0), _mm512_maskz_extractf32x8_ps(0xFF, s, 1));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    sum = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+#elif defined(__AVX2__) && defined(__FMA__)
+    const Exp2x8 e;
+    const __m256 vc = _mm256_set1_ps(c), va = _mm256_set1_ps(a), vd = _mm256_set1_ps(d);
+    __m256 s0 = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        __m256 e0 = e(_mm256_mul_ps(_mm256_add_ps(row_vector(src + i), vc), va));
+        if (dst) _mm256_storeu_ps(dst + i, e0);
+        s0 = _mm256_add_ps(s0, _mm256_add_ps(e0, vd));
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, s0);
+    for (float l : lanes) sum += l;
+#endif
+    for (int64_t k = i; k < n; ++k) {
+        float v = exp2_f((row_value(src, k) + c) * a);
+        if (dst) dst[k] = v;
+        sum += v + d;
+    }
+    return sum;
+}
+
 // A row of float results into a bf16 output, each rounded as store_bf16(float) rounds it, bit for bit.
 // With AVX512_BF16: one vcvtneps2bf16 per 16 values (round to nearest even on the bits, like
 // store_bf16), except that the instruction flushes denormals to zero, gives inf where a finite value
@@ -414,11 +502,33 @@ static inline void copy_row_f32(float *dst, const float *src, int64_t n, bool st
 // non-temporal stores for outputs larger than the caches, as copy_row_f32.
 #if defined(__AVX512BF16__) && defined(__AVX512VL__)
 // The lanes of x that vcvtneps2bf16 would not round as store_bf16 does: denormals (0 < |x| < 2^-126),
-// and values rounding up to inf or past (finite overflow, inf, NaN).
+// and values rounding up to inf or past (finite overflow, inf, NaN). With AVX512DQ the denormals and
+// NaN are one vfpclassps (classes 0xA1: QNaN, denormal, SNaN) and the rest one float compare of |x|
+// with the smallest magnitude that rounds past the largest bf16 (bits 0x7F7F8000; inf is above it):
+// three vector operations per 16 values instead of four and a mask merge — softmax bf16 spends as
+// much in this check as in its exp2 (AMX Xeon, [4096, 4096]).
 static inline __mmask16 bf16_rare_lanes(__m512 x) {
+#if defined(__AVX512DQ__)
+    const __m512 past = _mm512_castsi512_ps(_mm512_set1_epi32(0x7F7F8000));
+    return _mm512_fpclass_ps_mask(x, 0xA1) | _mm512_cmp_ps_mask(_mm512_abs_ps(x), past, _CMP_GE_OQ);
+#else
     const __m512i mag = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7FFFFFFF));
     return _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(mag, mag), mag, _mm512_set1_epi32(0x00800000)) |
            _mm512_cmpge_epu32_mask(mag, _mm512_set1_epi32(0x7F7F8000));
+#endif
+}
+// Whether either of two vectors (a 64-byte line of bf16 results) has a rare lane: with AVX512DQ the
+// magnitude test runs once, on the larger of the two magnitudes (vmaxps passes its second operand
+// for a NaN, which vfpclassps reports anyway).
+static inline bool bf16_rare_pair(__m512 lo, __m512 hi) {
+#if defined(__AVX512DQ__)
+    const __m512 past = _mm512_castsi512_ps(_mm512_set1_epi32(0x7F7F8000));
+    const __mmask16 cls = _mm512_fpclass_ps_mask(lo, 0xA1) | _mm512_fpclass_ps_mask(hi, 0xA1);
+    const __m512 larger = _mm512_maskz_max_ps(0xFFFF, _mm512_abs_ps(lo), _mm512_abs_ps(hi));  // zero-masking: GCC 12 -Wmaybe-uninitialized
+    return (cls | _mm512_cmp_ps_mask(larger, past, _CMP_GE_OQ)) != 0;
+#else
+    return (bf16_rare_lanes(lo) | bf16_rare_lanes(hi)) != 0;
+#endif
 }
 #endif
 
@@ -493,7 +603,7 @@ class RowStream {
     static void stream_line(uint16_t *dst, const float *src) {
 #if defined(__AVX512BF16__) && defined(__AVX512VL__)
         const __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + 16);
-        if ((bf16_rare_lanes(lo) | bf16_rare_lanes(hi)) == 0) {
+        if (!bf16_rare_pair(lo, hi)) {
             // vcvtne2ps2bf16: the 32 values of both vectors in one (the second operand's go first).
             _mm512_stream_si512(reinterpret_cast<__m512i *>(dst), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
             return;

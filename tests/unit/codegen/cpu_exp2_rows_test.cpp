@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -46,8 +47,12 @@ std::string cpp_for(const std::string &src, std::map<std::string, int64_t> sizes
 }  // namespace
 
 TEST(CpuExp2Rows, LoopsIntoLocalsAreStagedLoopsIntoOutputsAreNot) {
-    // bf16: the exp2 loop sums and writes a float row buffer; both finite-invariant copies are staged.
+    // bf16: the exp2 loop sums and writes a float row buffer. Its copy for finite row statistics is one
+    // rfk::exp2_row_sum over the bf16 row (argument (x + (-m)) · log2(e), sum offset -h); the copy for
+    // non-finite ones (rfk::sub, not a sum) is staged.
     std::string bf16 = cpp_for(softmax_with("bf16", "bf16"));
+    EXPECT_NE(bf16.find(" += rfk::exp2_row_sum(&l_p1_rowterm["), std::string::npos) << bf16;
+    EXPECT_NE(bf16.find("], &rf_b0["), std::string::npos) << bf16;
     EXPECT_NE(bf16.find("rfk::exp2_row(l_rfx_x0, l_rfx_e - l_rfx_s);"), std::string::npos);
     EXPECT_NE(bf16.find("alignas(64) float l_rfx_x0[1024];"), std::string::npos);
     // f32 too, at rows of 128 values or more: on the CPU its terms go to a float row buffer
@@ -78,6 +83,7 @@ TEST(CpuExp2Rows, StagedSoftmaxMatchesTheReference) {
     std::filesystem::path lse = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "logsumexp.rf";
     std::string lse_src = test::read_text(lse);
     EXPECT_NE(cpp_for(lse_src).find("rfk::exp2_row("), std::string::npos);
+    EXPECT_NE(cpp_for(lse_src).find("rfk::exp2_row_sum((float *)nullptr, &rf_b0["), std::string::npos);
     for (int64_t C : {7, 1025, 3000}) {
         RunOptions o;
         o.sizes = {{"R", 4}, {"C", C}};
@@ -164,4 +170,54 @@ TEST(CpuExp2Rows, InPlaceElementWiseRewritesAreOneRowCallOtherReadsAreNot) {
     EXPECT_EQ(src.find("&l_b["), std::string::npos) << src;
     EXPECT_EQ(src.find("&l_e["), std::string::npos) << src;
     EXPECT_NE(src.find("rfk::exp2_f("), std::string::npos) << src;
+}
+
+TEST(CpuExp2Rows, SumsOfARowsExp2AreOneRowCallOthersAreNot) {
+    // By hand, over a float tile row $x (and one float buffer X), j in [0, 64):
+    //   $s += exp2(($x[j] + c) · a) + d; $t[j] = exp2(($x[j] + c) · a)   -> exp2_row_sum into $t, sum into $s
+    //   $s2 += exp2(X[r, j] · a)                                          -> exp2_row_sum from X, no row kept
+    //   $s3 += exp2(($x[j] + c + c) · a)   (a three-term sum)            -> staged: the roundings' order
+    //   $s4 += exp2($x[2j] · a)            (not contiguous)              -> staged
+    //   $s5 += exp2($x[j] · a) + $t[0]; $t[j] = exp2($x[j] · a)  (the offset reads the row written) -> staged
+    ArenaScope arena;
+    using namespace rf::tile;
+    Expr j = make_index("$j"), r = make_index("$r");
+    Expr c = local_var("$c"), a = local_var("$a");
+    Module m;
+    m.sizes = {"R"};
+    m.buffers.push_back({"X", Buffer::Role::Input, DType::f32, {make_size("R"), int_c(64)}});
+    m.buffers.push_back({"Y", Buffer::Role::Output, DType::f32, {make_size("R")}});
+    std::vector<StmtP> body{decl(c->name, LocalClass::Tile, {}, real_c(-1.5)), decl(a->name, LocalClass::Tile, {}, real_c(1.25)),
+                            decl("$x", LocalClass::Tile, {int_c(128)}, real_c(0.5)), decl("$t", LocalClass::Tile, {int_c(64)}, real_c(0))};
+    Expr sum = real_c(0);
+    for (const char *n : {"$s", "$s2", "$s3", "$s4", "$s5"}) {
+        body.push_back(decl(n, LocalClass::Tile, {}, real_c(0)));
+        sum = make_add(sum, local_var(n));
+    }
+    auto x = [&](Expr i) { return local_at("$x", i); };
+    auto e2 = [&](Expr arg) { return make_call(Func::exp2, arg); };
+    auto simd = [&](std::vector<StmtP> b) { body.push_back(for_loop(j, int_c(0), int_c(64), std::move(b), LoopKind::Simd)); };
+    Expr arg = make_mul(make_add(x(j), c), a);
+    simd({accum(ReduceOp::Sum, local_var("$s"), make_add(e2(arg), real_c(-0.25))), assign(local_at("$t", j), e2(arg))});
+    simd({accum(ReduceOp::Sum, local_var("$s2"), e2(make_mul(make_load("X", {r, j}, DType::f32, SType::Real), a)))});
+    simd({accum(ReduceOp::Sum, local_var("$s3"), e2(make_mul(make_add({x(j), c, c}), a)))});
+    simd({accum(ReduceOp::Sum, local_var("$s4"), e2(make_mul(x(make_mul(j, int_c(2))), a)))});
+    simd({accum(ReduceOp::Sum, local_var("$s5"), make_add(e2(make_mul(x(j), a)), local_at("$t", int_c(0)))),
+          assign(local_at("$t", j), e2(make_mul(x(j), a)))});
+    body.push_back(store(make_load("Y", {r}, DType::f32, SType::Real), make_add(sum, local_at("$t", int_c(3)))));
+    tile::Kernel k;
+    k.name = "k0";
+    k.body = for_loop(r, int_c(0), make_size("R"), body, LoopKind::Parallel);
+    m.kernels.push_back(k);
+    verify(m);
+    std::string src = generate_cpu(m);
+    EXPECT_NE(src.find("l_s += rfk::exp2_row_sum(&l_t[(int64_t)0], &l_x[(int64_t)0], ((int64_t)64) - ((int64_t)0), (float)(((float)l_c)), "
+                       "(float)(((float)l_a)), (float)((float)-0.25));"), std::string::npos) << src;
+    EXPECT_NE(src.find("l_s2 += rfk::exp2_row_sum((float *)nullptr, &rf_b0["), std::string::npos) << src;
+    EXPECT_NE(src.find(", 0.0f, (float)(((float)l_a)), 0.0f);"), std::string::npos) << src;
+    // The others keep the staged form: their sums accumulate element by element.
+    for (const char *staged : {"l_s3", "l_s4", "l_s5"}) {
+        EXPECT_EQ(src.find(std::string(staged) + " += rfk::exp2_row_sum"), std::string::npos) << staged << "\n" << src;
+        EXPECT_NE(src.find(std::string(staged) + " += "), std::string::npos) << staged << "\n" << src;
+    }
 }
