@@ -447,14 +447,20 @@ private:
      *  (cpu_exp2::exp2_row_in_place): one rfk::exp2_affine_row call when arg is affine in a float tile
      *  row, else the argument loop into T and rfk::exp2_row on T — no staging array and no copy.
      *  Attention's score tile and the softmax row buffers take this form. */
+    bool is_float_tile(const std::string &n) const { return locals_.count(n) && locals_.at(n)->cls == LocalClass::Tile; }
+    /** The address of a row read or written by the vector loop s, at its first iteration. */
+    std::string row_start(Expr load, const StmtP &s) {
+        std::vector<Expr> first;
+        for (Expr a : load->args) first.push_back(simplify(substitute(a, s->var, s->begin)));
+        return operand_addr(make_load(load->name, first, load->dtype, load->stype));
+    }
+
     bool print_exp2_row_in_place(const StmtP &s, int ind) {
         if (compute_type() != "float") return false;
-        auto is_float_tile = [&](const std::string &n) { return locals_.count(n) && locals_.at(n)->cls == LocalClass::Tile; };
-        std::optional<cpu_exp2::Exp2RowInPlace> row = cpu_exp2::exp2_row_in_place(s, is_float_tile);
+        std::optional<cpu_exp2::Exp2RowInPlace> row =
+            cpu_exp2::exp2_row_in_place(s, [&](const std::string &n) { return is_float_tile(n); });
         if (!row) return false;
-        auto first = [&](Expr load) {
-            return "&" + local_name(load->name) + "[" + int_expr(simplify(substitute(load->args[0], s->var, s->begin))) + "]";
-        };
+        auto first = [&](Expr load) { return row_start(load, s); };
         const std::string n = "(" + int_expr(s->end) + ") - (" + int_expr(s->begin) + ")";
         if (row->source) {
             pad(ind) << "rfk::exp2_affine_row(" << first(row->target) << ", " << first(row->source) << ", " << n << ", "
@@ -475,21 +481,15 @@ private:
      *  (cpu_exp2::exp2_row_sum): one rfk::exp2_row_sum call over the row. */
     bool print_exp2_row_sum(const StmtP &s, int ind) {
         if (compute_type() != "float") return false;
-        auto is_float_tile = [&](const std::string &n) { return locals_.count(n) && locals_.at(n)->cls == LocalClass::Tile; };
+        auto tile = [&](const std::string &n) { return is_float_tile(n); };
         auto is_row = [&](const std::string &n) {
             if (is_float_tile(n)) return true;
             auto b = bufs_.find(n);
             return b != bufs_.end() && (b->second->dtype == DType::f32 || b->second->dtype == DType::bf16);
         };
-        std::optional<cpu_exp2::Exp2RowSum> row = cpu_exp2::exp2_row_sum(s, is_float_tile, is_row);
+        std::optional<cpu_exp2::Exp2RowSum> row = cpu_exp2::exp2_row_sum(s, tile, is_row);
         if (!row || (row->sum_target && target_type(row->sum_target) != "float")) return false;
-        auto at_begin = [&](Expr load) {
-            std::vector<std::string> idx;
-            for (Expr a : load->args) idx.push_back(int_expr(simplify(substitute(a, s->var, s->begin))));
-            if (is_float_tile(load->name)) return "&" + local_name(load->name) + "[" + idx[0] + "]";
-            const Buffer *b = bufs_.at(load->name);
-            return "&" + buf_id(buf_index(b)) + "[" + offset(b, idx) + "]";
-        };
+        auto at_begin = [&](Expr load) { return row_start(load, s); };
         auto value = [&](Expr e, const char *none) { return e ? "(float)(" + expr(e, "float") + ")" : std::string(none); };
         const std::string call = "rfk::exp2_row_sum(" + (row->store_target ? at_begin(row->store_target) : "(float *)nullptr") + ", " +
                                  at_begin(row->source) + ", (" + int_expr(s->end) + ") - (" + int_expr(s->begin) + "), " +

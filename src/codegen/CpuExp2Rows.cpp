@@ -99,11 +99,18 @@ Expr the_variant_one(Expr e, Expr var, std::vector<Expr> &rest) {
     return variant;
 }
 
+/** S[k(j)] read along a row: the last index j + (terms without j), the others free of j (a float tile
+ *  array, one index, when is_row accepts only those). */
+bool row_element(Expr e, Expr var, const std::function<bool(const std::string &)> &is_row) {
+    if (e->kind != Kind::Load || e->args.empty() || !is_row(e->name)) return false;
+    for (size_t i = 0; i + 1 < e->args.size(); ++i)
+        if (mentions(e->args[i], var->name)) return false;
+    return offset_of_loop_var(e->args.back(), var);
+}
+
 /** x · a with x a contiguous float tile load (or x alone): fills source and scale. */
 bool match_scaled_load(Expr e, Expr var, const std::function<bool(const std::string &)> &is_float_tile, Exp2RowInPlace &out) {
-    auto contiguous_tile_load = [&](Expr x) {
-        return x->kind == Kind::Load && x->args.size() == 1 && is_float_tile(x->name) && offset_of_loop_var(x->args[0], var);
-    };
+    auto contiguous_tile_load = [&](Expr x) { return row_element(x, var, is_float_tile); };
     if (contiguous_tile_load(e)) {
         out.source = e;
         return true;
@@ -149,21 +156,12 @@ std::optional<Exp2RowInPlace> exp2_row_in_place(const StmtP &loop, const std::fu
 
 namespace {
 
-/** The one argument of a binary node that mentions var, and the other in `other`; null otherwise. */
+/** the_variant_one of a binary node, its other argument in `other`: null for any other arity. */
 Expr variant_of_two(Expr e, Expr var, Expr &other) {
-    if (e->args.size() != 2) return nullptr;
-    bool first = mentions(e->args[0], var->name), second = mentions(e->args[1], var->name);
-    if (first == second) return nullptr;
-    other = e->args[first ? 1 : 0];
-    return e->args[first ? 0 : 1];
-}
-
-/** S[k(j)] read along a row: the last index j + (terms without j), the others free of j. */
-bool row_element(Expr e, Expr var, const std::function<bool(const std::string &)> &is_row) {
-    if (e->kind != Kind::Load || e->args.empty() || !is_row(e->name)) return false;
-    for (size_t i = 0; i + 1 < e->args.size(); ++i)
-        if (mentions(e->args[i], var->name)) return false;
-    return offset_of_loop_var(e->args.back(), var);
+    std::vector<Expr> rest;
+    Expr variant = e->args.size() == 2 ? the_variant_one(e, var, rest) : nullptr;
+    if (variant) other = rest[0];
+    return variant;
 }
 
 }  // namespace
