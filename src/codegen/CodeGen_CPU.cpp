@@ -665,17 +665,6 @@ std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
     for (const Kernel &k : m.kernels) simd = simd || any_stmt(k.body, [](const StmtP &s) { return s->kind == StmtKind::Gemm; });
     if (o.inline_headers) os << cpu_runtime_header() << "\n" << (simd ? cpu_simd_header() + "\n" : "");
     else os << "#include \"redfuse_cpu.h\"\n" << (simd ? "#include \"redfuse_simd.h\"\n" : "");
-    if (simd)
-        os << "namespace rfk {\n"
-              "// int8 x int8 with exact int32 accumulation (VNNI), converted to float for the running state.\n"
-              "static inline void gemm_nt_s8_to_f32(int64_t M, int64_t N, int64_t K, float alpha, const int8_t *A, int64_t lda,\n"
-              "                                     const int8_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {\n"
-              "    int32_t *acc = (int32_t *)simd_detail::scratch(2, (size_t)(M * N) * sizeof(int32_t));\n"
-              "    gemm_nt_s8s8_s32(M, N, K, A, lda, B, ldb, acc, N, false);\n"
-              "    for (int64_t i = 0; i < M; i++)\n"
-              "        for (int64_t j = 0; j < N; j++)\n"
-              "            C[i * ldc + j] = (accumulate ? C[i * ldc + j] : 0.0f) + alpha * (float)acc[i * N + j];\n"
-              "}\n}  // namespace rfk\n";
     os << "\nnamespace {\n\n";
     bool round = cpu_rounds_tile_products(m, o);
     for (const Kernel &k : m.kernels) KernelPrinter(m, k, os, round).print();

@@ -42,10 +42,13 @@ static inline __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) {
 
 // vpdpbusd multiplies u8 x s8: A + 128 (a sign-bit flip) is unsigned, and sum_k 128*B[j][k], computed with
 // the same instruction (0x80 bytes times B) on the first row strip, is subtracted. Wrap-around int32
-// arithmetic makes the result exact whenever the true result fits in int32.
-template <int MR, bool kFirstStrip>
+// arithmetic makes the result exact whenever the true result fits in int32. kShifted: `a` holds A ^ 0x80
+// already (a copy made once per call, shifted_rows), so the loop has no xor per load of A. Each strip also
+// prefetches into L2 the `npf` rows `pf` of B that the next group of columns reads (dot_prefetch).
+template <int MR, bool kFirstStrip, bool kShifted>
 RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, const int8_t *const *b, int32_t *c,
-                                     int64_t ldc, bool add, int64_t ncols, int32_t *bias) {
+                                     int64_t ldc, bool add, int64_t ncols, int32_t *bias, const int8_t *const *pf,
+                                     int npf) {
     __m512i acc[MR][4], bacc[4];
     const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
     RFK_UNROLL for (int j = 0; j < 4; ++j) {
@@ -56,6 +59,7 @@ RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, co
     auto step = [&](int64_t k, __mmask64 m) {
         __m512i v0 = in_register(_mm512_maskz_loadu_epi8(m, b0 + k)), v1 = in_register(_mm512_maskz_loadu_epi8(m, b1 + k));
         __m512i v2 = in_register(_mm512_maskz_loadu_epi8(m, b2 + k)), v3 = in_register(_mm512_maskz_loadu_epi8(m, b3 + k));
+        for (int r = 0; r < npf; ++r) _mm_prefetch(reinterpret_cast<const char *>(pf[r] + k), _MM_HINT_T1);
         if constexpr (kFirstStrip) {
             bacc[0] = dpbusd(bacc[0], flip, v0);
             bacc[1] = dpbusd(bacc[1], flip, v1);
@@ -63,7 +67,8 @@ RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, co
             bacc[3] = dpbusd(bacc[3], flip, v3);
         }
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
-            __m512i av = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a + i * lda + k), flip);
+            __m512i av = _mm512_maskz_loadu_epi8(m, a + i * lda + k);
+            if constexpr (!kShifted) av = _mm512_xor_si512(av, flip);
             acc[i][0] = dpbusd(acc[i][0], av, v0);
             acc[i][1] = dpbusd(acc[i][1], av, v1);
             acc[i][2] = dpbusd(acc[i][2], av, v2);
@@ -232,6 +237,34 @@ static inline void s8_nt_b_in_place(int64_t M, int64_t N, int64_t K, const int8_
         }
     }
 }
+
+// The rows of B that the strip of A starting at row i prefetches while the group of 4 rows from j runs: the
+// next group's 4 rows, spread over the first strips (strip s takes rows s, s + S, ... of S = min(strips, 4)),
+// so that the group's 16 KiB (K = 4096) arrive from memory while the current one is in use. Without it the
+// first strip of each group waited for memory: M = 16, N = 16384, K = 4096 (64 MiB of B), 2 threads of an
+// AMD Zen 4, 4.4 ms without, 3.0 ms with (3.8 ms for the 16-row panels it replaced).
+static inline int dot_prefetch(int64_t M, int64_t N, const int8_t *B, int64_t ldb, int64_t i, int64_t j,
+                               const int8_t *(&pf)[4]) {
+    int64_t strips = min64((M + kDotMR - 1) / kDotMR, 4), s = i / kDotMR;
+    int n = 0;
+    for (int64_t r = s; r < 4 && s < strips && j + 4 + r < N; r += strips) pf[n++] = B + (j + 4 + r) * ldb;
+    return n;
+}
+
+// A ^ 0x80 (A + 128 as unsigned bytes) in rows of ald bytes, for the dot form's kShifted kernels. ald is K
+// rounded up to 64 plus 64: rows of a whole number of pages would put the same k of every row of a strip
+// into one L1 set. The bytes past K are never read (the kernel's last load is masked to K).
+static inline const uint8_t *shifted_rows(int64_t M, int64_t K, const int8_t *A, int64_t lda, int64_t &ald) {
+    ald = (K + 63) / 64 * 64 + 64;
+    uint8_t *a8 = static_cast<uint8_t *>(scratch(1, size_t(M * ald)));
+    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; k += 64) {
+            __mmask64 m = K - k >= 64 ? ~__mmask64(0) : (__mmask64(1) << (K - k)) - 1;
+            _mm512_mask_storeu_epi8(a8 + i * ald + k, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, A + i * lda + k), flip));
+        }
+    return a8;
+}
 #else
 // Without VNNI: widen to int16 and vpmaddwd, exact (|a*b| <= 2^14, so a pair sum fits in int32).
 template <int MR>
@@ -280,22 +313,32 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
 #if defined(RFK_SIMD_VECTOR)
     using namespace simd_detail;
 #if defined(RFK_SIMD_VNNI)
+    // 16-row panels (H = 1) broadcast one quad of B per vpdpbusd and shift it there: 74% of the int8 dot
+    // peak on one core of an AMD Zen 4 at M = 16, N = 2048, K = 4096 (B from L3), against 88% for the dot
+    // form over a shifted copy of A (M = 48: 74 / 84%, M = 80: 77 / 94%); 32-row panels (H = 2) share each
+    // broadcast between two vpdpbusd and stay ahead (M = 64: 95 / 82%).
     int halves = b_in_place_halves(M, N, K);
     if (halves == 2) return s8_nt_b_in_place<2>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
-    if (halves == 1) return s8_nt_b_in_place<1>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
-    if (K > 0 && M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
+    if (halves == 0 && K > 0 && M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
         s8_nt_packed(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         return;
     }
     int32_t bias[4] = {0, 0, 0, 0};  // 128 * sum_k B[j][k] of the current 4 rows, from their first strip
+    // A is shifted once into scratch (each row of A is then read once per 4 rows of B), unless it is large.
+    int64_t ald = lda;
+    const uint8_t *a8 = M * K <= (int64_t(1) << 24) && N >= 16 ? shifted_rows(M, K, A, lda, ald) : nullptr;
 #endif
     dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const int8_t *const *rows, int64_t ncols) {
         constexpr int MR = decltype(mr)::value;
 #if defined(RFK_SIMD_VNNI)
-        if (i == 0)
-            s8_dot_kernel<MR, true>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
-        else
-            s8_dot_kernel<MR, false>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols, bias);
+        const int8_t *a = a8 ? reinterpret_cast<const int8_t *>(a8 + i * ald) : A + i * lda;
+        int32_t *c = C + i * ldc + j;
+        const int8_t *pf[4];
+        int npf = dot_prefetch(M, N, B, ldb, i, j, pf);
+        if (a8 && i == 0) s8_dot_kernel<MR, true, true>(K, a, ald, rows, c, ldc, accumulate, ncols, bias, pf, npf);
+        else if (a8) s8_dot_kernel<MR, false, true>(K, a, ald, rows, c, ldc, accumulate, ncols, bias, pf, npf);
+        else if (i == 0) s8_dot_kernel<MR, true, false>(K, a, lda, rows, c, ldc, accumulate, ncols, bias, pf, npf);
+        else s8_dot_kernel<MR, false, false>(K, a, lda, rows, c, ldc, accumulate, ncols, bias, pf, npf);
 #else
         s8_dot_kernel_avx2<MR>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols);
 #endif
@@ -308,6 +351,24 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
             C[i * ldc + j] = int32_t(s + (accumulate ? uint32_t(C[i * ldc + j]) : 0u));
         }
 #endif
+}
+
+// C (+)= alpha * A B^T in float from the exact int32 products (a chain's running state): the products go to a
+// scratch block, then are converted by the calling thread. (Converting each column range on the thread that
+// computed it, under the column split, was 5-8% slower end to end at M = 16, N = K = 4096 on an AMD Zen 4,
+// alternated runs; why was not established.)
+static inline void gemm_nt_s8_to_f32(int64_t M, int64_t N, int64_t K, float alpha, const int8_t *A, int64_t lda,
+                                     const int8_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    int32_t *acc = static_cast<int32_t *>(simd_detail::scratch(2, size_t(M * N) * sizeof(int32_t)));
+    gemm_nt_s8s8_s32(M, N, K, A, lda, B, ldb, acc, N, false);
+    for (int64_t i = 0; i < M; i++) {
+        float *c = C + i * ldc;
+        const int32_t *p = acc + i * N;
+        if (accumulate)
+            for (int64_t j = 0; j < N; j++) c[j] += alpha * float(p[j]);
+        else
+            for (int64_t j = 0; j < N; j++) c[j] = alpha * float(p[j]);
+    }
 }
 
 }  // namespace rfk

@@ -280,8 +280,9 @@ void check_s8_gemm(Failures &f) {
     std::vector<Shape> shapes = gemm_shapes();
     // {20, 40, 4100}: the outer-product form past its 4096-byte K blocks.
     shapes.insert(shapes.end(), {{2, 5, 4096}, {16, 9, 1000}, {3, 3, 63}, {3, 3, 64}, {3, 3, 65}, {20, 40, 4100}});
-    // The B-in-place form: a K with 3 bytes in its last quad; past its 8192-byte K blocks at 128 rows; 16-row
-    // panels (M = 15, 16, 48) with 1-3 bytes in the last quad.
+    // The B-in-place form: a K with 3 bytes in its last quad; past its 8192-byte K blocks at 128 rows. The shapes
+    // that would take 16-row panels (M = 15, 16, 48) run the dot form over a shifted copy of A, with 1-3 bytes in
+    // the last quad; {16, 9, 1000} (N < 16) the dot form that shifts A as it loads it.
     shapes.insert(shapes.end(), {{64, 130, 1027}, {16, 77, 1025}, {15, 40, 518}, {48, 100, 701}});
     if (kThorough) shapes.insert(shapes.end(), {{128, 256, 8195}});
     int case_index = 0;
