@@ -60,6 +60,8 @@ struct LowerOptions {
     /** Fast memory per worker that the rows of an on-chip multi-pass block should fit (the CPU: half
      *  of L2, as the planner's PlanOptions::fast_memory_bytes); 0: no limit. */
     int64_t fast_memory_bytes = 0;
+    /** Schedule::prefetch_bytes: the most bytes of a next tile the CPU asks for ahead; 0: all. */
+    int64_t tile_prefetch_bytes = 0;
 };
 
 /** The default schedule of a chain at the sizes and for the machine of `o` (its plan's strategy and

@@ -3,10 +3,12 @@
  * tile is computed, in kernels of few rows per block (decode attention), whose tile GEMMs wait on
  * memory rather than on arithmetic.
  */
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <string>
 
+#include "ir/DType.h"
 #include "sym/Simplify.h"
 #include "tile/LoopFacts.h"
 #include "tile/LowerPass.h"
@@ -29,7 +31,10 @@ namespace {
  * bandwidth, and the hardware prefetchers do not run a whole tile ahead: decode attention with GQA
  * (B = 4, Hq = 32, Hkv = 8, N = 8192, D = 128, bf16, AMX Xeon, emitted kernel in a C++ driver) 8.2 ->
  * 6.6-7.1 ms. Blocks of more rows reuse each tile across their rows and are bound by arithmetic:
- * they are left alone. */
+ * they are left alone. Where a burst of prefetches stalls the core (AMD Zen 4: Pipeline.cpp's
+ * lower_options), the run is cut to its first Schedule::prefetch_bytes:
+ *   prefetch B[...][0, min((min($te + T, hi) - $te) · P, cap / sizeof(B)))
+ * and the hardware prefetchers, started on the run, carry on. */
 
 bool same(Expr a, Expr b) { return rf::to_string(simplify(a)) == rf::to_string(simplify(b)); }
 
@@ -50,8 +55,9 @@ std::optional<TileBounds> tile_bounds(const StmtP &loop) {
     return TileBounds{tb, local_var(e->name, SType::Int), sum->args[1], v->args[1]};
 }
 
-/** The prefetch of the next tile of g's B, when B is an input read from the tile's first row. */
-StmtP next_tile(const Module &m, const GemmInfo &g, const TileBounds &t) {
+/** The prefetch of the next tile of g's B, when B is an input read from the tile's first row: its
+ *  first cap_bytes (Schedule::prefetch_bytes; 0: all of it). */
+StmtP next_tile(const Module &m, const GemmInfo &g, const TileBounds &t, int64_t cap_bytes) {
     Expr b = g.b_base;
     const Buffer *buf = m.find(b->name);
     if (!buf || buf->role != Buffer::Role::Input || b->args.size() != buf->dims.size()) return nullptr;
@@ -67,14 +73,15 @@ StmtP next_tile(const Module &m, const GemmInfo &g, const TileBounds &t) {
     if (!same(rest, g.trans_b ? g.K : g.N)) return nullptr;  // whole rows: the tile is one run
     std::vector<Expr> args = b->args;
     args[at] = t.te;
-    Expr rows = make_sub(make_min(make_add(t.te, t.step), t.hi), t.te);
-    return if_then(make_cmp(CmpOp::LT, t.te, t.hi), {prefetch(make_load(b->name, args, b->dtype, b->stype), make_mul(rows, rest))});
+    Expr rows = make_sub(make_min(make_add(t.te, t.step), t.hi), t.te), run = make_mul(rows, rest);
+    if (cap_bytes > 0) run = make_min(run, int_c(std::max<int64_t>(1, cap_bytes / dtype_bytes(b->dtype))));
+    return if_then(make_cmp(CmpOp::LT, t.te, t.hi), {prefetch(make_load(b->name, args, b->dtype, b->stype), run)});
 }
 
 /** The tile loop with the prefetches of its GEMMs' next tiles after $tb and $te, or itself. */
 class NextTiles : public StmtMutator {
 public:
-    explicit NextTiles(const Module &m) : m_(m) {}
+    NextTiles(const Module &m, int64_t cap_bytes) : m_(m), cap_bytes_(cap_bytes) {}
 
     StmtP mutate_for(const StmtP &s) override {
         if (!loop_facts::is_tile_loop(s)) return mutate_default(s);
@@ -84,7 +91,7 @@ public:
         std::vector<StmtP> hints;
         for_each_stmt(s, [&](const StmtP &c) {
             if (c->kind != StmtKind::Gemm || seen.count(c->gemm->b_base->name)) return;
-            if (StmtP p = next_tile(m_, *c->gemm, *t)) {
+            if (StmtP p = next_tile(m_, *c->gemm, *t, cap_bytes_)) {
                 seen.insert(c->gemm->b_base->name);
                 hints.push_back(p);
             }
@@ -98,6 +105,7 @@ public:
 
 private:
     const Module &m_;
+    int64_t cap_bytes_;
 };
 
 }  // namespace
@@ -105,7 +113,7 @@ private:
 Module prefetch_next_tiles(const Module &in) {
     Module m = in;
     for (Kernel &k : m.kernels)
-        if (k.schedule.row_block <= 16) k.body = NextTiles(m).mutate(k.body);
+        if (k.schedule.row_block <= 16) k.body = NextTiles(m, k.schedule.prefetch_bytes).mutate(k.body);
     return m;
 }
 

@@ -42,6 +42,9 @@ struct Schedule {
     /** The rows of a block are the SIMD lanes of the per-tile update: for each axis position, one
      *  vector step over the block's rows. */
     RowLanes row_lanes = RowLanes::None;
+    /** The CPU's next-tile prefetches (PrefetchNextTiles.cpp) ask for at most this many bytes of a
+     *  tile, its head; 0: the whole tile. A code-generation hint, not printed with the schedule. */
+    int64_t prefetch_bytes = 0;
 };
 
 /** How a loop runs. Parallel loops are distributed over workers; Simd loops are vector loops whose

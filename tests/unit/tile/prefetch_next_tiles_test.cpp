@@ -2,7 +2,8 @@
  * The CPU pass that asks for a tile GEMM's next tile of an input operand in kernels of few rows a
  * block (src/tile/PrefetchNextTiles.cpp): decode attention's K and V tiles, not attention's (many
  * rows a block), not a weight GEMM's (its tiles are columns of the weight, not one run), not on a GPU;
- * and decode kernels with it still match the reference when the last tile is short or the only one.
+ * the whole tile on Intel, its first 8 KiB on AMD; and decode kernels with it still match the reference
+ * when the last tile is short or the only one.
  */
 #include <gtest/gtest.h>
 
@@ -22,11 +23,14 @@ namespace {
 
 std::filesystem::path example(const char *name) { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / name; }
 
-std::string tile_text(const char *name, TargetKind t, std::map<std::string, int64_t> sizes) {
+/** The host's target of kind `t`, with the CPU's vendor replaced when `vendor` is given. */
+std::string tile_text(const char *name, TargetKind t, std::map<std::string, int64_t> sizes, const char *vendor = nullptr) {
     ArenaScope arena;
     Options o;
     o.sizes = std::move(sizes);
-    auto c = analyze_source(test::read_text(example(name)), name, make_target(t), o);
+    Target target = make_target(t);
+    if (vendor) target.cpu.vendor = vendor;
+    auto c = analyze_source(test::read_text(example(name)), name, target, o);
     return tile::to_string(generate(*c).module);
 }
 
@@ -35,13 +39,23 @@ const std::map<std::string, int64_t> kDecode = {{"B", 4}, {"Hq", 32}, {"Hkv", 8}
 }  // namespace
 
 TEST(PrefetchNextTiles, DecodeAsksForTheNextKeyAndValueTiles) {
-    const std::string t = tile_text("decode_gqa.rf", TargetKind::Cpu, kDecode);
+    const std::string t = tile_text("decode_gqa.rf", TargetKind::Cpu, kDecode, "GenuineIntel");
     for (const char *op : {"K", "V"}) {
         const std::string want = std::string(R"(if \$te < N:\n\s+prefetch )") + op +
                                  R"(\[\$r0, \$rbase / \(Hq / Hkv\), \$te, 0\]\[0, \(min\(\$te \+ \d+, N\) - \$te\) \* \(1 \* D\)\))";
         EXPECT_TRUE(std::regex_search(t, std::regex(want))) << op << "\n" << t;
     }
     EXPECT_EQ(tile_text("decode_gqa.rf", TargetKind::OpenCL, kDecode).find("prefetch"), std::string::npos);
+}
+
+// AMD: the first 8 KiB of each tile, 4096 bf16 elements.
+TEST(PrefetchNextTiles, OnAmdOnlyTheTilesHead) {
+    const std::string t = tile_text("decode_gqa.rf", TargetKind::Cpu, kDecode, "AuthenticAMD");
+    for (const char *op : {"K", "V"}) {
+        const std::string want = std::string(R"(if \$te < N:\n\s+prefetch )") + op +
+                                 R"(\[\$r0, \$rbase / \(Hq / Hkv\), \$te, 0\]\[0, min\(\(min\(\$te \+ \d+, N\) - \$te\) \* \(1 \* D\), 4096\)\))";
+        EXPECT_TRUE(std::regex_search(t, std::regex(want))) << op << "\n" << t;
+    }
 }
 
 TEST(PrefetchNextTiles, NotForManyRowsABlockOrWeightColumns) {
