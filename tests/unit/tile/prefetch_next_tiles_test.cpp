@@ -36,26 +36,27 @@ std::string tile_text(const char *name, TargetKind t, std::map<std::string, int6
 
 const std::map<std::string, int64_t> kDecode = {{"B", 4}, {"Hq", 32}, {"Hkv", 8}, {"N", 8192}, {"D", 128}};
 
+/** Both of decode's tile GEMM inputs, K and V, have `if $te < N: prefetch X[..., $te, 0][0, length]`. */
+void expect_next_tile_prefetches(const std::string &t, const std::string &length) {
+    for (const char *op : {"K", "V"}) {
+        const std::string want = std::string(R"(if \$te < N:\n\s+prefetch )") + op + R"(\[\$r0, \$rbase / \(Hq / Hkv\), \$te, 0\]\[0, )" + length + R"(\))";
+        EXPECT_TRUE(std::regex_search(t, std::regex(want))) << op << "\n" << t;
+    }
+}
+
+const char *const kWholeTile = R"(\(min\(\$te \+ \d+, N\) - \$te\) \* \(1 \* D\))";
+
 }  // namespace
 
 TEST(PrefetchNextTiles, DecodeAsksForTheNextKeyAndValueTiles) {
-    const std::string t = tile_text("decode_gqa.rf", TargetKind::Cpu, kDecode, "GenuineIntel");
-    for (const char *op : {"K", "V"}) {
-        const std::string want = std::string(R"(if \$te < N:\n\s+prefetch )") + op +
-                                 R"(\[\$r0, \$rbase / \(Hq / Hkv\), \$te, 0\]\[0, \(min\(\$te \+ \d+, N\) - \$te\) \* \(1 \* D\)\))";
-        EXPECT_TRUE(std::regex_search(t, std::regex(want))) << op << "\n" << t;
-    }
+    expect_next_tile_prefetches(tile_text("decode_gqa.rf", TargetKind::Cpu, kDecode, "GenuineIntel"), kWholeTile);
     EXPECT_EQ(tile_text("decode_gqa.rf", TargetKind::OpenCL, kDecode).find("prefetch"), std::string::npos);
 }
 
 // AMD: the first 8 KiB of each tile, 4096 bf16 elements.
 TEST(PrefetchNextTiles, OnAmdOnlyTheTilesHead) {
-    const std::string t = tile_text("decode_gqa.rf", TargetKind::Cpu, kDecode, "AuthenticAMD");
-    for (const char *op : {"K", "V"}) {
-        const std::string want = std::string(R"(if \$te < N:\n\s+prefetch )") + op +
-                                 R"(\[\$r0, \$rbase / \(Hq / Hkv\), \$te, 0\]\[0, min\(\(min\(\$te \+ \d+, N\) - \$te\) \* \(1 \* D\), 4096\)\))";
-        EXPECT_TRUE(std::regex_search(t, std::regex(want))) << op << "\n" << t;
-    }
+    expect_next_tile_prefetches(tile_text("decode_gqa.rf", TargetKind::Cpu, kDecode, "AuthenticAMD"),
+                                std::string("min\\(") + kWholeTile + ", 4096\\)");
 }
 
 TEST(PrefetchNextTiles, NotForManyRowsABlockOrWeightColumns) {
