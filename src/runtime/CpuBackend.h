@@ -41,9 +41,9 @@ struct CpuProgram {
  *  before running any JIT-compiled code that uses OpenMP. */
 void pin_openmp_runtime();
 
-/** The compiler flags of generated kernels for `cpu` (what it can run, at its best ISA level), the
- *  sanitizers of a sanitized build (kernel_sanitizer_flags), then `extra` (REDFUSE_JIT_FLAGS, e.g.
- *  "-g -O0"; part of the cache key like every flag). */
+/** The compiler flags of generated kernels for `cpu` (what it can run, at its best ISA level), -O3,
+ *  or -O1 with the sanitizers of a sanitized build (kernel_sanitizer_flags), then `extra`
+ *  (REDFUSE_JIT_FLAGS, e.g. "-g -O0"; part of the cache key like every flag). */
 std::vector<std::string> cpu_jit_flags(const CpuFeatures &cpu, const std::vector<std::string> &extra = {});
 
 /** The sanitizer flags cpu_jit_flags adds: AddressSanitizer + UBSan when the library itself is built
