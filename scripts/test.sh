@@ -39,7 +39,7 @@ if [ "${REDFUSE_NO_SANITIZE:-0}" != "1" ]; then
   # the sanitizers (LowerPlan.cpp: 6.2 s against 13.1 s), runs the reference interpreter several times
   # faster than -O0, and the reports keep file:line.
   BUILD_DIR=build-asan BUILD_TYPE=Debug scripts/setup.sh -DREDFUSE_SANITIZE=ON -DCMAKE_CXX_FLAGS_DEBUG="-Og -g1"
-  # The generated CPU kernels are compiled with the sanitizers too (cpu_jit_flags), so the CPU
+  # The generated CPU kernels are compiled with the sanitizers too, at -O1 (cpu_jit_flags), so the CPU
   # example suites check them. scripts/asan_excluded.txt lists what this pass skips and why (numerics
   # the first pass covers, which took most of this pass's time with sanitized kernels).
   excluded=$(grep -v '^#' scripts/asan_excluded.txt | grep -v '^$' | paste -sd'|')
