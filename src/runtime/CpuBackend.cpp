@@ -19,8 +19,9 @@ namespace rf {
 std::vector<std::string> cpu_jit_flags(const CpuFeatures &f, const std::vector<std::string> &extra) {
     // -freciprocal-math turns a division by a row's loop-invariant sum into a multiply (<= 1 ulp);
     // nothing that changes infinities or NaNs (no -ffinite-math-only, no -ffast-math).
-    std::vector<std::string> flags{"-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-freciprocal-math",
-                                   "-fno-semantic-interposition"};
+    // -O1 with the sanitizers (below).
+    std::vector<std::string> flags{kernel_sanitizer_flags().empty() ? "-O3" : "-O1", "-fopenmp", "-fno-math-errno",
+                                   "-fno-trapping-math", "-freciprocal-math", "-fno-semantic-interposition"};
     for (const std::string &m : march_flags(f)) flags.push_back(m);
     if (best_isa(f) == IsaLevel::Avx512) flags.push_back("-mprefer-vector-width=512");
     // A library built with the sanitizers (REDFUSE_SANITIZE) compiles what it generates with them
@@ -29,7 +30,6 @@ std::vector<std::string> cpu_jit_flags(const CpuFeatures &f, const std::vector<s
     // are the same, and a sanitized attention kernel compiles in 7.6 s instead of 26.8 s at -O3 (AMD
     // Zen 4; most of the sanitizer pass of CI was these compiles).
     for (const std::string &s : kernel_sanitizer_flags()) flags.push_back(s);
-    if (!kernel_sanitizer_flags().empty()) flags.front() = "-O1";
     flags.insert(flags.end(), extra.begin(), extra.end());
     return flags;
 }

@@ -119,6 +119,22 @@ RFK_KERNEL static void s8_outer_kernel(int64_t nq, const uint8_t *a, int64_t lda
         }
 }
 
+// A ^ 0x80 (A + 128 as unsigned bytes), M rows of K, in scratch slot 1 (slot 2 may hold the caller's C), rows
+// ald bytes apart: K rounded up to 64 plus 64, as rows of a whole number of pages would put the same k of
+// every row of a strip into one L1 set. The bytes from K to the next multiple of 64 are 0x80 (zero shifted):
+// the outer kernel's last quad reads them, against B's zero padding.
+static inline uint8_t *shifted_rows(int64_t M, int64_t K, const int8_t *A, int64_t lda, int64_t &ald) {
+    ald = (K + 63) / 64 * 64 + 64;
+    uint8_t *a8 = static_cast<uint8_t *>(scratch(1, size_t(M * ald)));
+    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; k += 64) {
+            __mmask64 m = K - k >= 64 ? ~__mmask64(0) : (__mmask64(1) << (K - k)) - 1;
+            _mm512_storeu_si512(a8 + i * ald + k, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, A + i * lda + k), flip));
+        }
+    return a8;
+}
+
 // C (+)= A B^T through s8_outer_kernel: K in blocks of 4096 bytes (the panel, 1024 quads x 32 columns, and a
 // 128-row block of A share L2, as the bf16 pair blocks), per block A shifted into a copy padded to whole
 // quads, then per 32 columns of B a panel, its correction, and the strips of A over it.
@@ -129,17 +145,11 @@ static inline void s8_nt_packed(int64_t M, int64_t N, int64_t K, const int8_t *A
     int32_t *panel = static_cast<int32_t *>(scratch(0, size_t(min64(K, KC) / 4 + 1) * W * sizeof(int32_t)));
     alignas(64) int32_t bias[W];
     for (int64_t pc = 0; pc < K; pc += KC) {
-        int64_t kc = min64(KC, K - pc), nq = (kc + 3) / 4, ald = nq * 4 + 64;  // +64: rows off 4 KiB strides
+        int64_t kc = min64(KC, K - pc), nq = (kc + 3) / 4, ald = 0;
         bool add = accumulate || pc > 0;
         for (int64_t ic = 0; ic < M; ic += kMC) {
             int64_t mc = min64(kMC, M - ic);
-            uint8_t *a8 = static_cast<uint8_t *>(scratch(1, size_t(mc * ald)));  // slot 2 may hold the caller's C
-            for (int64_t i = 0; i < mc; ++i)
-                for (int64_t k = 0; k < nq * 4; k += 64) {
-                    int64_t n = min64(64, kc - k);
-                    __mmask64 m = n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1;  // the padding: 0x80, times B's zeros
-                    _mm512_storeu_si512(a8 + i * ald + k, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, A + (ic + i) * lda + pc + k), flip));
-                }
+            const uint8_t *a8 = shifted_rows(mc, kc, A + ic * lda + pc, lda, ald);
             for (int64_t j = 0; j < N; j += W) {
                 int64_t ncols = min64(W, N - j);
                 pack_units<2>(reinterpret_cast<const uint8_t *>(B + j * ldb + pc), ldb, ncols, kc, reinterpret_cast<float *>(panel));
@@ -251,20 +261,6 @@ static inline int dot_prefetch(int64_t M, int64_t N, const int8_t *B, int64_t ld
     return n;
 }
 
-// A ^ 0x80 (A + 128 as unsigned bytes) in rows of ald bytes, for the dot form's kShifted kernels. ald is K
-// rounded up to 64 plus 64: rows of a whole number of pages would put the same k of every row of a strip
-// into one L1 set. The bytes past K are never read (the kernel's last load is masked to K).
-static inline const uint8_t *shifted_rows(int64_t M, int64_t K, const int8_t *A, int64_t lda, int64_t &ald) {
-    ald = (K + 63) / 64 * 64 + 64;
-    uint8_t *a8 = static_cast<uint8_t *>(scratch(1, size_t(M * ald)));
-    const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
-    for (int64_t i = 0; i < M; ++i)
-        for (int64_t k = 0; k < K; k += 64) {
-            __mmask64 m = K - k >= 64 ? ~__mmask64(0) : (__mmask64(1) << (K - k)) - 1;
-            _mm512_mask_storeu_epi8(a8 + i * ald + k, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, A + i * lda + k), flip));
-        }
-    return a8;
-}
 #else
 // Without VNNI: widen to int16 and vpmaddwd, exact (|a*b| <= 2^14, so a pair sum fits in int32).
 template <int MR>
@@ -325,20 +321,20 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
     }
     int32_t bias[4] = {0, 0, 0, 0};  // 128 * sum_k B[j][k] of the current 4 rows, from their first strip
     // A is shifted once into scratch (each row of A is then read once per 4 rows of B), unless it is large.
-    int64_t ald = lda;
+    int64_t ald = lda;  // A's row stride, or its shifted copy's
     const uint8_t *a8 = M * K <= (int64_t(1) << 24) && N >= 16 ? shifted_rows(M, K, A, lda, ald) : nullptr;
 #endif
     dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const int8_t *const *rows, int64_t ncols) {
         constexpr int MR = decltype(mr)::value;
 #if defined(RFK_SIMD_VNNI)
-        const int8_t *a = a8 ? reinterpret_cast<const int8_t *>(a8 + i * ald) : A + i * lda;
+        const int8_t *a = (a8 ? reinterpret_cast<const int8_t *>(a8) : A) + i * ald;
         int32_t *c = C + i * ldc + j;
         const int8_t *pf[4];
         int npf = dot_prefetch(M, N, B, ldb, i, j, pf);
         if (a8 && i == 0) s8_dot_kernel<MR, true, true>(K, a, ald, rows, c, ldc, accumulate, ncols, bias, pf, npf);
         else if (a8) s8_dot_kernel<MR, false, true>(K, a, ald, rows, c, ldc, accumulate, ncols, bias, pf, npf);
-        else if (i == 0) s8_dot_kernel<MR, true, false>(K, a, lda, rows, c, ldc, accumulate, ncols, bias, pf, npf);
-        else s8_dot_kernel<MR, false, false>(K, a, lda, rows, c, ldc, accumulate, ncols, bias, pf, npf);
+        else if (i == 0) s8_dot_kernel<MR, true, false>(K, a, ald, rows, c, ldc, accumulate, ncols, bias, pf, npf);
+        else s8_dot_kernel<MR, false, false>(K, a, ald, rows, c, ldc, accumulate, ncols, bias, pf, npf);
 #else
         s8_dot_kernel_avx2<MR>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols);
 #endif
