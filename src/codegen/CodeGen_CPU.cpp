@@ -360,7 +360,15 @@ private:
         pad(ind) << "{\n";
         pad(ind + 1) << "const int64_t n_ = " << int_expr(s->end) << " - " << int_expr(s->begin) << ";\n";
         pad(ind + 1) << "const int nt_ = rf_threads > 0 ? rf_threads : omp_get_max_threads();\n";
-        pad(ind + 1) << "const int64_t chunk_ = n_ / (int64_t)nt_ / 8 > 1 ? n_ / (int64_t)nt_ / 8 : 1; (void)chunk_;\n";
+        const bool splits = any_stmt(s, [](const StmtP &c) { return c->kind == StmtKind::Gemm; });
+        // Blocks of cheap rows are handed out 1/8 of a thread's share at a time. A block with a tile
+        // GEMM is long enough (nb·T·K multiply-adds per tile) to be taken one at a time, which keeps
+        // blocks of uneven work balanced: causal attention's last blocks have all the keys, its first
+        // almost none, and a chunk of 16 of its blocks left one thread alone for up to 3/4 of a head.
+        if (splits)
+            pad(ind + 1) << "const int64_t chunk_ = 1; (void)chunk_;\n";
+        else
+            pad(ind + 1) << "const int64_t chunk_ = n_ / (int64_t)nt_ / 8 > 1 ? n_ / (int64_t)nt_ / 8 : 1; (void)chunk_;\n";
         // One row block: its tile GEMMs split their columns over the threads instead (redfuse_cpu.h).
         pad(ind + 1) << "rfk::gemm_split_threads.store(n_ == 1 ? nt_ : 1, std::memory_order_relaxed);\n";
         // With a tile GEMM in the body, the body is a lambda so that one row block runs it outside any
@@ -372,7 +380,6 @@ private:
         // closure, they could change under any int8 store (char types alias everything), and loops
         // over them would not vectorize. Without a GEMM the plain region stays (the lambda measured
         // 2-4% slower on LayerNorm).
-        const bool splits = any_stmt(s, [](const StmtP &c) { return c->kind == StmtKind::Gemm; });
         if (splits)
             pad(ind + 1) << "auto region_ = [&](" << region_params(true) << ") {\n";
         else {

@@ -1,7 +1,8 @@
 /** \file SkipMaskedTiles.cpp
  * The tile pass that decides, per (row block × tile of the axis), from the conditions of the
  * selects that mask the tile's elements (causal, sliding-window attention), whether every element is
- * masked (the tile is skipped), none is (the condition is dropped), or some are (unchanged).
+ * masked (the tile is skipped), none is (the condition is dropped), or some are (the tile is narrowed
+ * to the columns where some mask can hold).
  */
 #include <algorithm>
 #include <cmath>
@@ -177,14 +178,89 @@ Decided decide(Expr c, const Box &box) {
     return {};
 }
 
+/** The columns [lo, hi) of the tile where a condition can hold for some row (null: unbounded). */
+struct Span {
+    Expr lo = nullptr, hi = nullptr;
+};
+
+/** The names of the tile loop's bounds: a box variable over [$tb, $te) walks the tile's columns. */
+struct TileAxis {
+    std::string tb, te;
+    bool walks(const std::pair<Expr, Expr> &r) const {
+        return r.first->kind == Kind::Var && r.first->name == tb && r.second->kind == Kind::Var && r.second->name == te;
+    }
+    bool mentioned_by(const std::pair<Expr, Expr> &r) const {
+        return mentions(r.first, tb) || mentions(r.first, te) || mentions(r.second, tb) || mentions(r.second, te);
+    }
+};
+
+/** Span of `d ≤ 0` (d affine over the box, integer). With one column variable j (coefficient
+ *  k = ±1) and R the minimum over the rest of the box of d − k·j, the column J is dead (d ≥ 1 for
+ *  every row) iff k·J + R ≥ 1:  k = 1: live J < 1 − R;  k = −1: live J ≥ R. Unbounded when d does
+ *  not read a column variable, reads two, scales one, or reads another variable whose range depends
+ *  on the tile's bounds (a column in another form). */
+Span span_le(Expr d, const Box &box, const TileAxis &axis) {
+    std::vector<Expr> res;
+    auto c = affine(d, box, 1, res);
+    if (!c) return {};
+    std::string column;
+    int64_t k = 0;
+    for (const auto &[v, coef] : *c) {
+        if (coef == 0) continue;
+        if (!axis.walks(box.at(v))) {
+            if (axis.mentioned_by(box.at(v))) return {};
+            continue;
+        }
+        if (!column.empty() || (coef != 1 && coef != -1)) return {};
+        column = v, k = coef;
+    }
+    if (column.empty()) return {};
+    Expr r = extreme(make_sub(d, make_mul(ic(k), make_index(column))), box, true);
+    if (!r) return {};
+    return k == 1 ? Span{nullptr, simplify(make_sub(ic(1), r))} : Span{r, nullptr};
+}
+
+/** The tighter of two bounds (a null bound is no bound). */
+Expr tighter(Expr a, Expr b, bool lower) { return !a ? b : !b ? a : lower ? make_max(a, b) : make_min(a, b); }
+
+/** Span of a condition: where it can hold. */
+Span span_of(Expr c, const Box &box, const TileAxis &axis) {
+    switch (c->kind) {
+    case Kind::And: {  // both hold: the intersection
+        Span a = span_of(c->args[0], box, axis), b = span_of(c->args[1], box, axis);
+        return {tighter(a.lo, b.lo, true), tighter(a.hi, b.hi, false)};
+    }
+    case Kind::Or: {  // either holds: the hull, bounded where both are
+        Span a = span_of(c->args[0], box, axis), b = span_of(c->args[1], box, axis);
+        return {a.lo && b.lo ? make_min(a.lo, b.lo) : nullptr, a.hi && b.hi ? make_max(a.hi, b.hi) : nullptr};
+    }
+    case Kind::Cmp: break;
+    default: return {};
+    }
+    Expr a = c->args[0], b = c->args[1];
+    if (!integral(a) || !integral(b)) return {};
+    switch (c->cmp) {
+    case CmpOp::LE: return span_le(make_sub(a, b), box, axis);
+    case CmpOp::LT: return span_le(make_add(make_sub(a, b), ic(1)), box, axis);
+    case CmpOp::GE: return span_le(make_sub(b, a), box, axis);
+    case CmpOp::GT: return span_le(make_add(make_sub(b, a), ic(1)), box, axis);
+    case CmpOp::EQ: {
+        Span x = span_le(make_sub(a, b), box, axis), y = span_le(make_sub(b, a), box, axis);
+        return {tighter(x.lo, y.lo, true), tighter(x.hi, y.hi, false)};
+    }
+    default: return {};
+    }
+}
+
 /** The masks of REST and what decides them: walks the loops, keeping the box of the enclosing ones
  *  whose bounds are invariant in REST. */
 class FindMasks : public StmtVisitor {
 public:
-    explicit FindMasks(const std::set<std::string> &written) : written_(written) {}
+    FindMasks(const std::set<std::string> &written, TileAxis axis) : written_(written), axis_(std::move(axis)) {}
     std::set<Expr> masks;          // the conditions decided on their box
     std::set<Expr> full, dead;     // per occurrence: the condition true / false on the box
     std::set<Expr> bad;            // conditions of selects with an occurrence that is not decided
+    std::vector<Span> spans;       // per occurrence: the columns where the condition can hold
 
     void visit_for(const StmtP &s) override {
         visit_exprs(s);
@@ -217,6 +293,7 @@ public:
             masks.insert(c);
             full.insert(simplify(d.full));
             dead.insert(simplify(d.dead));
+            spans.push_back(span_of(c, box_, axis_));
         });
     }
 
@@ -235,6 +312,7 @@ private:
         return ok;
     }
     const std::set<std::string> &written_;
+    TileAxis axis_;
     Box box_;
 };
 
@@ -401,6 +479,45 @@ bool prefix_stmt(const StmtP &s) {
     return s->kind == StmtKind::Assign && s->target->kind == Kind::Var && s->target->stype == SType::Int;
 }
 
+/** Rule (the partial tiles of causal and sliding-window attention): REST of a tile that is neither
+ *  dead nor full runs on the columns where some mask can hold,
+ *      $tb' = max($tb, lo),  $te' = min($te, hi)   (lo, hi: the hull of every occurrence's Span),
+ *  with $tb, $te read as $tb', $te' throughout REST (its loops, tile array offsets, GEMM extents and
+ *  operands). Precondition: the one of skipping dead tiles (neutral_tile on REST_b), since the
+ *  columns cut off are dead for every row of the block: each reduction met the neutral element
+ *  there (the max −inf, the exp tile 0, the sums and the P·V GEMM 0), so leaving them out changes
+ *  no accumulated value; and REST reads no other bookkeeping of the tile ($nold, the element
+ *  counts), which still counts the whole tile. Causal, rows [r, r + n): $te' = min($te, r + n),
+ *  the keys past the block's last row; with 64-row blocks and 256-key tiles the diagonal tile
+ *  computes 64..256 columns instead of 256. */
+std::vector<StmtP> narrowed(const std::vector<StmtP> &rest, const std::vector<Span> &spans, const std::vector<StmtP> &prefix,
+                            const TileAxis &axis) {
+    Expr lo = nullptr, hi = nullptr;
+    bool lo_bounded = true, hi_bounded = true;
+    for (const Span &sp : spans) {
+        lo_bounded = lo_bounded && sp.lo, hi_bounded = hi_bounded && sp.hi;
+        if (lo_bounded) lo = lo ? make_min(lo, sp.lo) : sp.lo;
+        if (hi_bounded) hi = hi ? make_max(hi, sp.hi) : sp.hi;
+    }
+    if (spans.empty() || (!lo_bounded && !hi_bounded)) return rest;
+    for (const StmtP &p : prefix) {
+        bool scalar = (p->kind == StmtKind::Decl && p->dims.empty()) || (p->kind == StmtKind::Assign && p->target->kind == Kind::Var);
+        const std::string &name = p->kind == StmtKind::Decl ? p->name : p->target->name;
+        if (!scalar || name == axis.tb || name == axis.te) continue;
+        for (const StmtP &s : rest)
+            if (mentions_anywhere(s, name)) return rest;
+    }
+    Expr tb = make_var(axis.tb, VarRole::Symbol, SType::Int), te = make_var(axis.te, VarRole::Symbol, SType::Int);
+    std::vector<StmtP> out;
+    if (lo_bounded) out.push_back(decl(axis.tb + "_live", LocalClass::Index, {}, simplify(make_max(tb, lo))));
+    if (hi_bounded) out.push_back(decl(axis.te + "_live", LocalClass::Index, {}, simplify(make_min(te, hi))));
+    auto live = [&](const std::string &n) {
+        return (lo_bounded && n == axis.tb) || (hi_bounded && n == axis.te) ? n + "_live" : n;
+    };
+    for (const StmtP &s : rest) out.push_back(rename_locals(s, live));
+    return out;
+}
+
 StmtP rewrite_tile_loop(const StmtP &loop, const std::set<std::string> &states) {
     const auto &body = loop->body;
     if (body.size() < 3 || body[0]->kind != StmtKind::Decl || body[0]->name != "$tb") return loop;
@@ -419,7 +536,8 @@ StmtP rewrite_tile_loop(const StmtP &loop, const std::set<std::string> &states) 
             if (d->kind == StmtKind::Decl) declared.insert(d->name);
         });
     }
-    FindMasks fm(written);
+    TileAxis axis{body[0]->name, body[1]->kind == StmtKind::Decl ? body[1]->name : std::string()};
+    FindMasks fm(written, axis);
     fm.visit_list(rest);
     if (fm.masks.empty()) return loop;
     for (Expr c : fm.bad)  // a mask with an occurrence that is not decided on its box: unchanged
@@ -433,11 +551,10 @@ StmtP rewrite_tile_loop(const StmtP &loop, const std::set<std::string> &states) 
     }
     std::vector<StmtP> out = prefix;
     out.push_back(comment("masked tiles: skipped when every element is masked, unmasked when none is"));
-    StmtP inner = if_then(conj(fm.full), rest_a, rest);
     if (neutral_tile(rest_b, declared, states))
-        out.push_back(if_then(simplify(make_not(conj(fm.dead))), {inner}));
+        out.push_back(if_then(simplify(make_not(conj(fm.dead))), {if_then(conj(fm.full), rest_a, narrowed(rest, fm.spans, prefix, axis))}));
     else
-        out.push_back(inner);
+        out.push_back(if_then(conj(fm.full), rest_a, rest));
     return with_body(loop, out);
 }
 

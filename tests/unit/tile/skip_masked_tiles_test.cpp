@@ -19,6 +19,7 @@
 #include "ir/Eval.h"
 #include "runtime/OpenCLRuntime.h"
 #include "shard/Partial.h"
+#include "tile/LoopFacts.h"
 #include "tile/Lower.h"
 #include "tile/Passes.h"
 #include "tile/StmtVisitor.h"
@@ -35,7 +36,7 @@ std::string example(const std::string &name) { return std::string(REDFUSE_SOURCE
  *  skipped) and full (null when the loop was left alone), and the unmasked branch. */
 struct Guards {
     Expr live = nullptr, full = nullptr;
-    StmtP unmasked;
+    StmtP unmasked, partial;
 };
 
 Guards guards(const Module &m) {
@@ -52,6 +53,7 @@ Guards guards(const Module &m) {
                 }
                 g.full = inner->cond;
                 g.unmasked = block(inner->body);
+                g.partial = block(inner->else_body);
                 return;
             }
         });
@@ -60,10 +62,9 @@ Guards guards(const Module &m) {
 
 Module lowered(const Compilation &c) { return lower_plan(c.plan, LowerOptions{}); }
 
-/** Counts (dead, full, partial) over the row blocks of nb rows and tiles of T keys of an N × N
- *  attention (W: the window), evaluating the guards as the kernel does. */
-std::array<int, 3> classify(const Guards &g, int64_t N, int64_t nb, int64_t T, int64_t W) {
-    std::array<int, 3> n{0, 0, 0};
+/** Calls f with an evaluator of the kernel's index values at every (row block of nb rows, tile of T
+ *  keys) pair of an N × N attention (W: the window). */
+void each_pair(int64_t N, int64_t nb, int64_t T, int64_t W, const std::function<void(Evaluator &)> &f) {
     for (int64_t rbase = 0; rbase < N; rbase += nb)
         for (int64_t tb = 0; tb < N; tb += T) {
             std::map<std::string, double> v{{"$rbase", double(rbase)}, {"$nbv", double(std::min(nb, N - rbase))},
@@ -72,11 +73,34 @@ std::array<int, 3> classify(const Guards &g, int64_t N, int64_t nb, int64_t T, i
             EvalEnv env;
             env.var_value = [&](Expr x) { return v.at(x->name); };
             Evaluator ev(env);
-            if (g.live && ev.eval(g.live) == 0) n[0]++;
-            else if (ev.eval(g.full) != 0) n[1]++;
-            else n[2]++;
+            f(ev);
         }
+}
+
+/** Counts (dead, full, partial) over the pairs, evaluating the guards as the kernel does. */
+std::array<int, 3> classify(const Guards &g, int64_t N, int64_t nb, int64_t T, int64_t W) {
+    std::array<int, 3> n{0, 0, 0};
+    each_pair(N, nb, T, W, [&](Evaluator &ev) {
+        if (g.live && ev.eval(g.live) == 0) n[0]++;
+        else if (ev.eval(g.full) != 0) n[1]++;
+        else n[2]++;
+    });
     return n;
+}
+
+/** The columns the partial tiles compute, summed over the pairs, from the bounds the partial branch
+ *  declares (the tile's own where it declares none). */
+int64_t partial_columns(const Guards &g, int64_t N, int64_t nb, int64_t T, int64_t W) {
+    Expr tb = make_var("$tb", VarRole::Symbol, SType::Int), te = make_var("$te", VarRole::Symbol, SType::Int);
+    for (const StmtP &s : g.partial->body)
+        if (s->kind == StmtKind::Decl && s->name == "$tb_live") tb = s->value;
+        else if (s->kind == StmtKind::Decl && s->name == "$te_live") te = s->value;
+    int64_t columns = 0;
+    each_pair(N, nb, T, W, [&](Evaluator &ev) {
+        if ((g.live && ev.eval(g.live) == 0) || ev.eval(g.full) != 0) return;
+        columns += int64_t(ev.eval(te)) - int64_t(ev.eval(tb));
+    });
+    return columns;
 }
 
 bool mentions_axis_select(const StmtP &s) {
@@ -110,6 +134,24 @@ TEST(SkipMaskedTiles, CausalSkipsTilesAboveTheDiagonalAndUnmasksThoseBelow) {
     n = classify(g, 37, 4, 8, 0);  // N not a multiple of either
     EXPECT_EQ(n[0] + n[1] + n[2], 10 * 5);
     EXPECT_GT(n[0], 0);
+}
+
+// The partial tiles compute only the keys up to the block's last row: block b (rows 32b..32b+31)
+// meets the diagonal in tile ⌊b/8⌋ and computes 32·(b mod 8 + 1) of its 256 keys, 8·32·(1 + ... + 8)
+// = 9216 columns over the 64 diagonal tiles instead of 64·256 = 16384.
+TEST(SkipMaskedTiles, CausalPartialTilesStopAtTheBlocksLastRow) {
+    ArenaScope arena;
+    auto c = compile_file(example("attention_causal"), {});
+    Guards g = guards(lowered(*c));
+    ASSERT_TRUE(g.live && g.full && g.partial);
+    ASSERT_FALSE(g.partial->body.empty());
+    EXPECT_EQ(to_string(g.partial->body[0]), "index $te_live = min($te, $nbv + $rbase)\n");
+    EXPECT_EQ(partial_columns(g, 2048, 32, 256, 0), 9216);
+    // Every loop and GEMM of the branch reads the narrowed bounds, none the tile's.
+    bool reads_tile_bounds = false;
+    for (const StmtP &s : std::vector<StmtP>(g.partial->body.begin() + 1, g.partial->body.end()))
+        reads_tile_bounds = reads_tile_bounds || loop_facts::mentions_anywhere(s, "$te");
+    EXPECT_FALSE(reads_tile_bounds) << to_string(g.partial);
 }
 
 // The partial program of causal attention (a shard of the keys at a global offset read from a 0-dim
@@ -161,6 +203,9 @@ TEST(SkipMaskedTiles, SlidingWindowSkipsBothSidesOfTheBand) {
     n = classify(g, 37, 4, 8, 1);
     EXPECT_EQ(n[1], 0);
     EXPECT_EQ(n[2], 10);
+    // The partial tiles compute the band's keys only, (32b − 256, 32b + 32) ∩ [0, N): 32(b + 1) for
+    // b < 8 and 287 after, 32·36 + 56·287 = 17224 columns instead of (64·2 − 8)·256 = 30720.
+    EXPECT_EQ(partial_columns(g, 2048, 32, 256, 256), 17224);
 }
 
 TEST(SkipMaskedTiles, AlibiIsClassifiedLikeCausal) {
