@@ -574,13 +574,14 @@ struct DotBf16 {
 
 template <int MR, typename Ops, typename TA, typename TB>
 RFK_KERNEL static void dot_kernel(int64_t K, const TA *a, int64_t lda, const TB *const *b, float *c, int64_t ldc,
-                                  float alpha, bool add, int64_t ncols) {
+                                  float alpha, bool add, int64_t ncols, const TB *const *pf = nullptr, int npf = 0) {
     vf acc[MR][4];
     RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vzero();
     const TB *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
     auto step = [&](int64_t k, int64_t n) {
         vf v0 = in_register(Ops::load(b0 + k, n)), v1 = in_register(Ops::load(b1 + k, n));
         vf v2 = in_register(Ops::load(b2 + k, n)), v3 = in_register(Ops::load(b3 + k, n));
+        for (int r = 0; r < npf; ++r) _mm_prefetch(reinterpret_cast<const char *>(pf[r] + k), _MM_HINT_T1);
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
             vf av = in_register(Ops::load(a + i * lda + k, n));
             acc[i][0] = Ops::madd(acc[i][0], av, v0);
@@ -599,6 +600,12 @@ RFK_KERNEL static void dot_kernel(int64_t K, const TA *a, int64_t lda, const TB 
         _mm_maskstore_ps(c + i * ldc, m, s);
     }
 }
+
+// How many groups of 4 B rows (row_bytes each) ahead the dot form prefetches: at least 4 KiB. With few
+// rows of A the dot form streams B once from memory, and its interleaved reads of 4 rows (a line of each
+// in turn, the rows 256 bytes apart at attention's D = 128 bf16) did not start the hardware prefetchers
+// ahead: decode attention's QK^T (M = 4) read K at half the rate its P.V read V.
+static inline int64_t dot_ahead(int64_t row_bytes) { return row_bytes >= 1024 ? 1 : 1024 / (row_bytes > 0 ? row_bytes : 1); }
 
 // Tiles C into MR x 4 blocks, B rows outermost so each group of 4 B rows is read from memory once. Missing B
 // rows in the last group alias row 0 of the group (valid memory); their sums are not stored.
@@ -627,8 +634,14 @@ static inline void nt_gemm(int64_t M, int64_t N, int64_t K, float alpha, const T
     } else if (M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
         nt_packed<!std::is_same_v<Ops, DotFma>>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
     } else {
+        // The first strip of each group of 4 B rows asks for the rows `ahead` groups on, at least 4 KiB
+        // ahead, one line per row and step of the kernel (see dot_ahead).
+        const int64_t ahead = dot_ahead(K * int64_t(sizeof(TB)));
         dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const TB *const *rows, int64_t ncols) {
-            dot_kernel<decltype(mr)::value, Ops>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, alpha, accumulate, ncols);
+            const TB *pf[4];
+            int npf = 0;
+            for (int64_t r = j + 4 * ahead; i == 0 && npf < 4 && r < N; ++r) pf[npf++] = B + r * ldb;
+            dot_kernel<decltype(mr)::value, Ops>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, alpha, accumulate, ncols, pf, npf);
         });
     }
 }
