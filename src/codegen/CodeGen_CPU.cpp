@@ -598,7 +598,7 @@ private:
         if (g.trans_b && !g.a_transposed()) {
             std::string ldb = int_expr(g.b_sj), tail = ", " + C + ", " + ldc + ", " + (g.accumulate ? "true" : "false") + ");";
             std::string args = "(" + M + ", " + N + ", " + K + ", " + alpha + ", " + A + ", " + lda + ", " + B + ", " + ldb + tail;
-            if (f32a && f32b) call = "rfk::gemm_nt_f32" + args;
+            if (f32a && f32b) call = (b_input ? "rfk::gemm_nt_f32_input_b" : "rfk::gemm_nt_f32") + args;
             else if (bfa && bfb) call = (b_input ? "rfk::gemm_nt_bf16_input_b" : "rfk::gemm_nt_bf16") + args;
             else if (f32a && bfb) call = (round_tile_products_ ? "rfk::gemm_nt_f32_as_bf16" : "rfk::gemm_nt_f32_bf16") + args;
             else if (f32a && tb == DType::f8e4m3) call = "rfk::gemm_nt_f32_f8e4m3" + args;

@@ -547,6 +547,25 @@ static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const
     }
 }
 
+// nt_packed for f32 B an input of the kernel with K within one KC block (attention's K tiles): B's
+// transposed panels, all of them, kept for the thread's next call on the same B in this kernel entry
+// (cached_panels; every row block of a head multiplies by the same tiles). False: not such a shape.
+static inline bool nt_kept_panels(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                                  const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    if (K == 0 || K > kKC || M < kPackMinM || N < kPackMinN) return false;
+    constexpr int W = kNV * VW;
+    const int64_t npanels = (N + W - 1) / W, panel = K * W;
+    bool hit = false;
+    float *panels = static_cast<float *>(cached_panels(B, ldb, N, K, 4, size_t(npanels * panel) * sizeof(float), hit));
+    if (!hit)
+        for (int64_t p = 0; p < npanels; ++p) pack_transposed<kNV>(B + p * W * ldb, ldb, min64(W, N - p * W), K, panels + p * panel);
+    for (int64_t ic = 0; ic < M; ic += kMC)
+        for (int64_t p = 0; p < npanels; ++p)
+            outer_block<kMR, kNV, float>(min64(kMC, M - ic), min64(W, N - p * W), K, A + ic * lda, lda, panels + p * panel, W, 0,
+                                         C + ic * ldc + p * W, ldc, alpha, accumulate);
+    return true;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Dot-product GEMM core for small M (or N): MR rows of A against 4 rows of B with vectors along K, reduced
 // at the end. No packing, so decode-sized problems stream B once at memory speed.
@@ -701,6 +720,17 @@ static inline void gemm_nt_f32(int64_t M, int64_t N, int64_t K, float alpha, con
             C[i * ldc + j] = alpha * s + (accumulate ? C[i * ldc + j] : 0.0f);
         }
 #endif
+}
+
+// gemm_nt_f32 with B an input of the generated kernel, constant while the kernel runs: its packed panels
+// are kept for the thread's later calls on the same B within this kernel entry (nt_kept_panels).
+static inline void gemm_nt_f32_input_b(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                                       const float *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_VECTOR)
+    if (!simd_detail::splits_columns(M, N, K) && simd_detail::nt_kept_panels(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate))
+        return;
+#endif
+    gemm_nt_f32(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
 }
 
 // A stays f32 (exact products, f32 FMA speed): a caller that wants bf16 activations (twice the FMA rate

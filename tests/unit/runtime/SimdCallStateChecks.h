@@ -1,7 +1,7 @@
 /** \file SimdCallStateChecks.h
  * Checks of the state the tile GEMMs keep between calls (simd_kernels_test.cpp includes this after the
- * kernel headers): per-thread scratch under two threads, and the AMX panels kept from kernel inputs
- * within one input_epoch.
+ * kernel headers): per-thread scratch under two threads, and the panels kept from kernel inputs
+ * within one input_epoch (AMX's, and f32's on every level).
  */
 #pragma once
 
@@ -38,18 +38,20 @@ void check_threads(Failures &f) {
     if (!same[0] || !same[1]) f.add(std::string("gemm_nt_f32 (") + rfk::simd_level() + ") differs when two threads run it at once");
 }
 
-/** The *_input_b / *_input_v GEMMs (B or V a kernel input, whose AMX panels a thread keeps within one
+/** The *_input_b / *_input_v GEMMs (B or V a kernel input, whose panels a thread keeps within one
  *  input_epoch) equal the plain GEMMs: on a first call, on a repeated call (panels reused), and after
  *  the operand changed in place and the epoch moved on, as each generated kernel entry moves it. */
 void check_input_panels(Failures &f) {
     const int64_t M = 64, N = 96, K = 128;
     Rng rng(91);
     std::vector<uint16_t> A(size_t(M * K)), B(size_t(N * K));
-    std::vector<float> P(size_t(M * N));
+    std::vector<float> P(size_t(M * N)), Af(size_t(M * K)), Bf(size_t(N * K));
     for (uint16_t &v : A) v = rfk::f32_to_bf16(rng.uniform(-1, 1));
     for (float &v : P) v = rng.uniform(0, 1);
+    for (float &v : Af) v = rng.uniform(-1, 1);
     auto fill_b = [&] {
         for (uint16_t &v : B) v = rfk::f32_to_bf16(rng.uniform(-1, 1));
+        for (float &v : Bf) v = rng.uniform(-1, 1);
     };
     auto compare = [&](const char *what) {
         std::vector<float> want(size_t(M * N)), got(size_t(M * N)), want_pv(size_t(M * K), 0.5f), got_pv(size_t(M * K), 0.5f);
@@ -61,6 +63,15 @@ void check_input_panels(Failures &f) {
         rfk::gemm_nn_acc_f32_as_bf16_input_v(M, K, N, P.data(), N, B.data(), K, got_pv.data(), K);
         if (std::memcmp(want_pv.data(), got_pv.data(), want_pv.size() * 4) != 0)
             f.add(std::string("gemm_nn_acc_f32_as_bf16_input_v differs ") + what);
+        // f32 (panels kept on every SIMD level), overwriting and accumulating, on all of B and on
+        // its last N - 5 rows (another operand: a tile of the same input at another offset).
+        for (int64_t skip : {int64_t{0}, int64_t{5}})
+            for (bool acc : {false, true}) {
+                std::vector<float> w(size_t(M * N), 0.25f), g(size_t(M * N), 0.25f);
+                rfk::gemm_nt_f32(M, N - skip, K, 0.5f, Af.data(), K, Bf.data() + skip * K, K, w.data(), N, acc);
+                rfk::gemm_nt_f32_input_b(M, N - skip, K, 0.5f, Af.data(), K, Bf.data() + skip * K, K, g.data(), N, acc);
+                if (std::memcmp(w.data(), g.data(), w.size() * 4) != 0) f.add(std::string("gemm_nt_f32_input_b differs ") + what);
+            }
     };
     fill_b();
     rfk::input_epoch.fetch_add(1);
