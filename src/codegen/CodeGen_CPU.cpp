@@ -614,7 +614,7 @@ private:
         } else if (g.accumulate && g.alpha->is_const(1)) {
             std::string ldb = int_expr(g.b_sk);
             std::string args = "(" + M + ", " + N + ", " + K + ", " + A + ", " + lda + ", " + B + ", " + ldb + ", " + C + ", " + ldc + ");";
-            if (f32a && f32b) call = "rfk::gemm_nn_acc_f32" + args;
+            if (f32a && f32b) call = (b_input ? "rfk::gemm_nn_acc_f32_input_v" : "rfk::gemm_nn_acc_f32") + args;
             else if (f32a && bfb)
                 call = (!round_tile_products_ ? "rfk::gemm_nn_acc_f32_bf16" : b_input ? "rfk::gemm_nn_acc_f32_as_bf16_input_v" : "rfk::gemm_nn_acc_f32_as_bf16") + args;
         }

@@ -7,7 +7,7 @@
  * Six texts, pasted in this order (CMake embeds their concatenation as kEmbeddedSimdHeader, which
  * the JIT pastes and `emit` writes out as one redfuse_simd.h): this one (ISA selection, bf16
  * conversions, the per-ISA vector vocabulary, the vectorized exp and the row primitives),
- * redfuse_simd_gemm.h (the f32/bf16 GEMM micro-kernels and their scratch), redfuse_simd_int8.h (the
+ * redfuse_simd_gemm.h (the f32/bf16 GEMM micro-kernels; their per-thread scratch is at the end of this one), redfuse_simd_int8.h (the
  * int8 GEMM micro-kernels), redfuse_simd_bf16.h (float tiles
  * on the bf16 unit), redfuse_simd_amx.h (AMX tile GEMMs) and redfuse_simd_fp8.h (narrow GEMM weights). A program that includes them directly includes them in that order.
  *
@@ -19,10 +19,17 @@
 #ifndef REDFUSE_SIMD_H
 #define REDFUSE_SIMD_H
 
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <unordered_map>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define RFK_SIMD_AVX512 1
@@ -426,4 +433,103 @@ static inline void scale_f32(float *x, int64_t n, float a) {
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+// =====================================================================================================
+// State the tile GEMMs (redfuse_simd_gemm.h and the texts after it) keep between calls: the column split's
+// thread count, the kernel entry's input epoch, per-thread scratch and the panels kept from kernel inputs.
+// =====================================================================================================
+namespace rfk {
+#ifndef RFK_GEMM_SPLIT_THREADS  // declared by redfuse_cpu.h too (the generated parallel loop sets it)
+#define RFK_GEMM_SPLIT_THREADS
+[[maybe_unused]] static std::atomic<int> gemm_split_threads{1};
+// Bumped by every generated kernel function on entry: tile panels packed from a kernel input (AMX keeps
+// them per thread, redfuse_simd_amx.h) are reused only within the entry that packed them, while the
+// input cannot change.
+[[maybe_unused]] static std::atomic<uint64_t> input_epoch{0};
+#endif
+namespace simd_detail {
+
+// ---------------------------------------------------------------------------------------------------
+// Scratch: one growing 64-byte-aligned buffer per slot and thread.
+// ---------------------------------------------------------------------------------------------------
+struct ScratchBuffer {
+    void *data = nullptr;
+    size_t bytes = 0;
+    ~ScratchBuffer() { std::free(data); }
+};
+// Per thread, but not thread_local: generated kernels live in dlopen'd objects, and thread-local
+// objects with destructors registered from such an object (by OpenMP worker threads that outlive it)
+// crash LeakSanitizer's exit-time scan. A process-wide map from thread id to buffers, freed when the
+// object is unloaded, costs one uncontended lock per call (calls are per tile, not per element).
+// Tile panels packed from a kernel input, kept for the thread's next GEMM on the same operand (attention:
+// every row block of a head multiplies by the same K and V tiles). An entry is valid only for the
+// input_epoch it was packed in; entries are replaced round-robin.
+struct PanelCacheEntry {
+    const void *src = nullptr;
+    int64_t ld = 0, cols = 0, K = 0;
+    int kind = 0;
+    uint64_t epoch = 0;
+    ScratchBuffer panels;
+};
+struct PanelCache {
+    std::array<PanelCacheEntry, 32> entries;
+    size_t next = 0;
+};
+struct ScratchPool {
+    std::mutex lock;
+    std::unordered_map<std::thread::id, std::array<ScratchBuffer, 7>> per_thread;  // node addresses are stable
+    std::unordered_map<std::thread::id, PanelCache> panel_caches;
+};
+static inline ScratchPool &scratch_pool() {
+    static ScratchPool pool;
+    return pool;
+}
+// The buffer's memory, reallocated (contents dropped) when smaller than `bytes`.
+static inline void *grow(ScratchBuffer &b, size_t bytes) {
+    if (b.bytes < bytes) {
+        size_t rounded = (bytes + 63) / 64 * 64;
+        void *p = std::aligned_alloc(64, rounded);
+        if (!p) throw std::bad_alloc();
+        std::free(b.data);
+        b.data = p;
+        b.bytes = rounded;
+    }
+    return b.data;
+}
+static inline void *scratch(int slot, size_t bytes) {
+    ScratchPool &pool = scratch_pool();
+    ScratchBuffer *buffers;
+    {
+        std::lock_guard<std::mutex> guard(pool.lock);
+        buffers = pool.per_thread[std::this_thread::get_id()].data();
+    }
+    return grow(buffers[slot], bytes);
+}
+
+// The panels of operand (src, ld, cols, K, kind) packed in this entry of the kernel, if this thread kept
+// them (hit = true), else an entry's buffer of `bytes` to pack them into (hit = false), then kept.
+static inline void *cached_panels(const void *src, int64_t ld, int64_t cols, int64_t K, int kind, size_t bytes, bool &hit) {
+    ScratchPool &pool = scratch_pool();
+    PanelCache *cache;
+    {
+        std::lock_guard<std::mutex> guard(pool.lock);
+        cache = &pool.panel_caches[std::this_thread::get_id()];
+    }
+    const uint64_t epoch = input_epoch.load(std::memory_order_relaxed);
+    for (PanelCacheEntry &e : cache->entries)
+        if (e.src == src && e.ld == ld && e.cols == cols && e.K == K && e.kind == kind && e.epoch == epoch && e.panels.bytes >= bytes) {
+            hit = true;
+            return e.panels.data;
+        }
+    PanelCacheEntry &e = cache->entries[cache->next++ % cache->entries.size()];
+    e.src = nullptr;  // no key while the memory changes hands
+    void *panels = grow(e.panels, bytes);
+    e.src = src, e.ld = ld, e.cols = cols, e.K = K, e.kind = kind, e.epoch = epoch;
+    hit = false;
+    return panels;
+}
+
+}  // namespace simd_detail
+}  // namespace rfk
+
 #endif  // REDFUSE_SIMD_H

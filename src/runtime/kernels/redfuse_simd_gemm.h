@@ -3,8 +3,8 @@
  * micro-kernels, written once over the vector vocabulary of redfuse_simd.h and pasted after it (see the
  * order of the six texts there); the int8 ones are the next text, redfuse_simd_int8.h.
  *
- * Leading dimensions are in elements. Scratch memory (slot 0: B panels; 1: widened or shifted A; 2: int32 sums; 3: A
- * rounded to bf16; 4, 5: AMX panels and row copies) is per thread and translation unit (a process-wide map, not thread_local) and only grows: up to 512 KiB per thread for large GEMMs (plus
+ * Leading dimensions are in elements. Scratch memory (redfuse_simd.h's `scratch`; slot 0: B panels; 1: widened or
+ * shifted A; 2: int32 sums; 3: A rounded to bf16; 4, 5: AMX panels and row copies) is per thread and translation unit (a process-wide map, not thread_local) and only grows: up to 512 KiB per thread for large GEMMs (plus
  * up to 128 KiB for bf16 A without AVX512_BF16), 64 KiB or less for attention-sized tiles.
  */
 #ifndef REDFUSE_SIMD_GEMM_H
@@ -46,95 +46,7 @@
 #endif
 
 namespace rfk {
-#ifndef RFK_GEMM_SPLIT_THREADS  // declared by redfuse_cpu.h too (the generated parallel loop sets it)
-#define RFK_GEMM_SPLIT_THREADS
-[[maybe_unused]] static std::atomic<int> gemm_split_threads{1};
-// Bumped by every generated kernel function on entry: tile panels packed from a kernel input (AMX keeps
-// them per thread, redfuse_simd_amx.h) are reused only within the entry that packed them, while the
-// input cannot change.
-[[maybe_unused]] static std::atomic<uint64_t> input_epoch{0};
-#endif
 namespace simd_detail {
-
-// ---------------------------------------------------------------------------------------------------
-// Scratch: one growing 64-byte-aligned buffer per slot and thread.
-// ---------------------------------------------------------------------------------------------------
-struct ScratchBuffer {
-    void *data = nullptr;
-    size_t bytes = 0;
-    ~ScratchBuffer() { std::free(data); }
-};
-// Per thread, but not thread_local: generated kernels live in dlopen'd objects, and thread-local
-// objects with destructors registered from such an object (by OpenMP worker threads that outlive it)
-// crash LeakSanitizer's exit-time scan. A process-wide map from thread id to buffers, freed when the
-// object is unloaded, costs one uncontended lock per call (calls are per tile, not per element).
-// Tile panels packed from a kernel input, kept for the thread's next GEMM on the same operand (attention:
-// every row block of a head multiplies by the same K and V tiles). An entry is valid only for the
-// input_epoch it was packed in; entries are replaced round-robin.
-struct PanelCacheEntry {
-    const void *src = nullptr;
-    int64_t ld = 0, cols = 0, K = 0;
-    int kind = 0;
-    uint64_t epoch = 0;
-    ScratchBuffer panels;
-};
-struct PanelCache {
-    std::array<PanelCacheEntry, 32> entries;
-    size_t next = 0;
-};
-struct ScratchPool {
-    std::mutex lock;
-    std::unordered_map<std::thread::id, std::array<ScratchBuffer, 7>> per_thread;  // node addresses are stable
-    std::unordered_map<std::thread::id, PanelCache> panel_caches;
-};
-static inline ScratchPool &scratch_pool() {
-    static ScratchPool pool;
-    return pool;
-}
-// The buffer's memory, reallocated (contents dropped) when smaller than `bytes`.
-static inline void *grow(ScratchBuffer &b, size_t bytes) {
-    if (b.bytes < bytes) {
-        size_t rounded = (bytes + 63) / 64 * 64;
-        void *p = std::aligned_alloc(64, rounded);
-        if (!p) throw std::bad_alloc();
-        std::free(b.data);
-        b.data = p;
-        b.bytes = rounded;
-    }
-    return b.data;
-}
-static inline void *scratch(int slot, size_t bytes) {
-    ScratchPool &pool = scratch_pool();
-    ScratchBuffer *buffers;
-    {
-        std::lock_guard<std::mutex> guard(pool.lock);
-        buffers = pool.per_thread[std::this_thread::get_id()].data();
-    }
-    return grow(buffers[slot], bytes);
-}
-
-// The panels of operand (src, ld, cols, K, kind) packed in this entry of the kernel, if this thread kept
-// them (hit = true), else an entry's buffer of `bytes` to pack them into (hit = false), then kept.
-static inline void *cached_panels(const void *src, int64_t ld, int64_t cols, int64_t K, int kind, size_t bytes, bool &hit) {
-    ScratchPool &pool = scratch_pool();
-    PanelCache *cache;
-    {
-        std::lock_guard<std::mutex> guard(pool.lock);
-        cache = &pool.panel_caches[std::this_thread::get_id()];
-    }
-    const uint64_t epoch = input_epoch.load(std::memory_order_relaxed);
-    for (PanelCacheEntry &e : cache->entries)
-        if (e.src == src && e.ld == ld && e.cols == cols && e.K == K && e.kind == kind && e.epoch == epoch && e.panels.bytes >= bytes) {
-            hit = true;
-            return e.panels.data;
-        }
-    PanelCacheEntry &e = cache->entries[cache->next++ % cache->entries.size()];
-    e.src = nullptr;  // no key while the memory changes hands
-    void *panels = grow(e.panels, bytes);
-    e.src = src, e.ld = ld, e.cols = cols, e.K = K, e.kind = kind, e.epoch = epoch;
-    hit = false;
-    return panels;
-}
 
 // Column split: a GEMM called outside an active parallel region with gemm_split_threads > 1 (the
 // weight GEMM of a chain whose rows fill one row block, RMSNorm→GEMM or a quantized GEMM at M = 16)
@@ -687,6 +599,26 @@ static inline void nn_acc(int64_t M, int64_t N, int64_t K, const float *P, int64
         }
     }
 }
+// nn_acc for f32 V an input of the kernel, in rows of A past one register block (attention's P.V): V's
+// panels, all of them, kept for the thread's next call on the same V in this kernel entry (as
+// nt_kept_panels). The same packing and blocks as nn_acc. False: a shape nn_acc reads V in place.
+static inline bool nn_kept_panels(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const float *V, int64_t ldv,
+                                  float *C, int64_t ldc) {
+    if (M <= kMR || K == 0 || N == 0) return false;
+    constexpr int W = kNV * VW;
+    const int64_t npan = (N + W - 1) / W;
+    bool hit = false;
+    float *panels = static_cast<float *>(cached_panels(V, ldv, N, K, 5, size_t(npan * W * K) * sizeof(float), hit));
+    for (int64_t pc = 0; pc < K; pc += kKC) {
+        const int64_t kc = min64(kKC, K - pc);
+        for (int64_t j = 0; j < N; j += W) {
+            float *panel = panels + pc * npan * W + (j / W) * kc * W;
+            if (!hit) pack_rows<kNV>(V + pc * ldv + j, ldv, kc, min64(W, N - j), panel);
+            outer_block<kMR, kNV, float>(M, min64(W, N - j), kc, P + pc, ldp, panel, W, 0, C + j, ldc, 1.0f, true);
+        }
+    }
+    return true;
+}
 template <typename TV>
 static inline void nn_gemm(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
                            float *C, int64_t ldc) {
@@ -797,6 +729,15 @@ static inline void gemm_nn_acc_f32(int64_t M, int64_t N, int64_t K, const float 
         for (int64_t k = 0; k < K; ++k)
             for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += P[i * ldp + k] * V[k * ldv + j];
 #endif
+}
+
+// gemm_nn_acc_f32 with V an input of the generated kernel: its panels kept as gemm_nt_f32_input_b's.
+static inline void gemm_nn_acc_f32_input_v(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const float *V,
+                                           int64_t ldv, float *C, int64_t ldc) {
+#if defined(RFK_SIMD_VECTOR)
+    if (simd_detail::nn_kept_panels(M, N, K, P, ldp, V, ldv, C, ldc)) return;
+#endif
+    gemm_nn_acc_f32(M, N, K, P, ldp, V, ldv, C, ldc);
 }
 
 static inline void gemm_nn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp,

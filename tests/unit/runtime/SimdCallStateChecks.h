@@ -71,6 +71,13 @@ void check_input_panels(Failures &f) {
                 rfk::gemm_nt_f32(M, N - skip, K, 0.5f, Af.data(), K, Bf.data() + skip * K, K, w.data(), N, acc);
                 rfk::gemm_nt_f32_input_b(M, N - skip, K, 0.5f, Af.data(), K, Bf.data() + skip * K, K, g.data(), N, acc);
                 if (std::memcmp(w.data(), g.data(), w.size() * 4) != 0) f.add(std::string("gemm_nt_f32_input_b differs ") + what);
+                // P·V with V = Bf read as N - skip rows of K columns (acc: a second, accumulating call).
+                std::vector<float> wv(size_t(M * K), 0.5f), gv(size_t(M * K), 0.5f);
+                for (int rep = 0; rep < (acc ? 2 : 1); ++rep) {
+                    rfk::gemm_nn_acc_f32(M, K, N - skip, P.data(), N, Bf.data() + skip * K, K, wv.data(), K);
+                    rfk::gemm_nn_acc_f32_input_v(M, K, N - skip, P.data(), N, Bf.data() + skip * K, K, gv.data(), K);
+                }
+                if (std::memcmp(wv.data(), gv.data(), wv.size() * 4) != 0) f.add(std::string("gemm_nn_acc_f32_input_v differs ") + what);
             }
     };
     fill_b();
