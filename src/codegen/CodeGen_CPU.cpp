@@ -307,17 +307,25 @@ private:
         for (const Buffer &x : m_.buffers)
             if (x.name == s->target->name && x.role == Buffer::Role::Output) b = &x;
         RF_INTERNAL_ASSERT(b) << "row copy to a non-output";
-        std::string total = "(int64_t)1";
-        for (Expr d : b->dims) total += " * (int64_t)(" + int_expr(d) + ")";
         std::vector<std::string> idx;
         for (Expr a : s->target->args) idx.push_back(int_expr(a));
-        // Stream (bypass the caches) when the whole output is bigger than they are.
         RF_INTERNAL_ASSERT(b->dtype == DType::f32 || b->dtype == DType::bf16) << "row copy to a " << dtype_name(b->dtype) << " output";
         bool bf16 = b->dtype == DType::bf16;
+        // Stream (bypass the caches) when the call's inputs and this output outgrow them (Schedule::stream_bytes).
+        std::string bytes = bytes_of(*b);
+        for (const Buffer &x : m_.buffers)
+            if (x.role == Buffer::Role::Input) bytes += " + " + bytes_of(x);
         // Through the worker's copier (rfk::RowStream): a chunked row's streamed lines stay whole.
         pad(ind) << "rs_." << (bf16 ? "bf16" : "f32") << "(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], "
-                 << operand_addr(s->value) << ", " << int_expr(s->end) << ", (" << total
-                 << ") * " << (bf16 ? 2 : 4) << " > ((int64_t)24 << 20));\n";
+                 << operand_addr(s->value) << ", " << int_expr(s->end) << ", " << bytes << " > (int64_t)" << k_.schedule.stream_bytes
+                 << ");\n";
+    }
+
+    /** The bytes of a buffer, as an expression of the kernel's sizes. */
+    std::string bytes_of(const Buffer &b) {
+        std::string n = "(int64_t)" + std::to_string(dtype_bytes(b.dtype));
+        for (Expr d : b.dims) n += " * (int64_t)(" + int_expr(d) + ")";
+        return "(" + n + ")";
     }
 
     void print_prefetch(const StmtP &s, int ind) override {

@@ -157,6 +157,7 @@ Schedule default_schedule(const ChainPlan &c, const Program &p, const LowerOptio
     s.strategy = c.strategy;
     s.threads = threads;
     s.prefetch_bytes = o.tile_prefetch_bytes;
+    s.stream_bytes = o.stream_bytes;
     s.segments = c.strategy == Strategy::MultiSegment ? std::max(1, c.segments) : 1;
     // A tile of the axis: long enough to amortize the per-tile rescale, short enough that the
     // tile's values (and a per-tile prologue) stay in L1.

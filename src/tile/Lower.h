@@ -62,6 +62,9 @@ struct LowerOptions {
     int64_t fast_memory_bytes = 0;
     /** Schedule::prefetch_bytes: the most bytes of a next tile the CPU asks for ahead; 0: all. */
     int64_t tile_prefetch_bytes = 0;
+    /** Schedule::stream_bytes: row copies stream past the caches when a call's inputs and output
+     *  together exceed this many bytes. */
+    int64_t stream_bytes = int64_t{24} << 20;
 };
 
 /** The default schedule of a chain at the sizes and for the machine of `o` (its plan's strategy and

@@ -45,6 +45,10 @@ struct Schedule {
     /** The CPU's next-tile prefetches (PrefetchNextTiles.cpp) ask for at most this many bytes of a
      *  tile, its head; 0: the whole tile. A code-generation hint, not printed with the schedule. */
     int64_t prefetch_bytes = 0;
+    /** The CPU's row copies (CopyRow) use non-temporal stores when the kernel's inputs and output
+     *  together exceed this many bytes: the output's lines would leave the caches before anyone read
+     *  them, and the stores skip reading them for ownership. A code-generation hint. */
+    int64_t stream_bytes = int64_t{24} << 20;
 };
 
 /** How a loop runs. Parallel loops are distributed over workers; Simd loops are vector loops whose

@@ -86,9 +86,29 @@ TEST(CpuRowOutputs, RowsAreComputedAndCopiedInChunks) {
     }
 }
 
+// Row copies stream past the caches when the call's inputs and output together pass 3/4 of the
+// target's last-level cache (24 MiB where its size is unknown): the generated test adds the input X's
+// bytes to the output Y's and compares them with that.
+TEST(CpuRowOutputs, RowsStreamPastThreeQuartersOfTheLastLevelCache) {
+    for (int64_t l3 : {int64_t{0}, int64_t{32} << 20, int64_t{105} << 20}) {
+        ArenaScope arena;
+        Target t = make_target(TargetKind::Cpu);
+        t.cpu.l3_bytes = l3;
+        Options o;
+        o.sizes = {{"R", 4096}, {"C", 1024}};
+        auto c = analyze_source(softmax_with("f32", "f32"), "softmax.rf", t, o);
+        const std::string cpp = generate(*c).source;
+        ASSERT_NE(cpp.find("rs_.f32("), std::string::npos) << "no row copy at L3 " << l3;
+        const int64_t want = l3 ? l3 / 4 * 3 : int64_t{24} << 20;
+        const std::regex copy(R"(rs_\.f32\([^;]*, \(\(int64_t\)4 \* [^;]*\) \+ \(\(int64_t\)4 \* [^;]*\) > \(int64_t\))" +
+                              std::to_string(want) + R"(\);)");
+        EXPECT_TRUE(std::regex_search(cpp, copy)) << "L3 " << l3 << ": " << cpp.substr(cpp.find("rs_.f32("), 400);
+    }
+}
+
 TEST(CpuRowOutputs, StreamedChunkedRowsMatchTheReference) {
-    // Outputs over 24 MiB are streamed (non-temporal whole lines, rfk::RowStream): 2600 x 5000 bf16 is
-    // 26 MB, each row three chunks whose lines continue across the chunks' ends (5000 x 2 bytes is not
+    // Inputs and output together over 3/4 of the L3 are streamed (non-temporal whole lines,
+    // rfk::RowStream; the output alone is over 24 MiB here): 2600 x 5000 bf16 is 26 MB, each row three chunks whose lines continue across the chunks' ends (5000 x 2 bytes is not
     // a multiple of 64: rows start at every 16-byte offset of a line) and across rows.
     RunOptions o;
     o.sizes = {{"R", 2600}, {"C", 5000}};
