@@ -260,9 +260,9 @@ template <typename T> static inline RFK_ALWAYS_INLINE T round_even(T x) { return
 #ifndef RFK_GEMM_SPLIT_THREADS  // declared by redfuse_simd_gemm.h too, which also stands alone
 #define RFK_GEMM_SPLIT_THREADS
 [[maybe_unused]] static std::atomic<int> gemm_split_threads{1};
-// Bumped by every generated kernel function on entry: tile panels packed from a kernel input (AMX keeps
-// them per thread, redfuse_simd_amx.h) are reused only within the entry that packed them, while the
-// input cannot change.
+// Bumped by every generated kernel function on entry: tile panels packed from a kernel input (kept per
+// thread by the AMX GEMMs and the f32 attention GEMMs, redfuse_simd.h's cached_panels) are reused only
+// within the entry that packed them, while the input cannot change.
 [[maybe_unused]] static std::atomic<uint64_t> input_epoch{0};
 #endif
 

@@ -442,9 +442,9 @@ namespace rfk {
 #ifndef RFK_GEMM_SPLIT_THREADS  // declared by redfuse_cpu.h too (the generated parallel loop sets it)
 #define RFK_GEMM_SPLIT_THREADS
 [[maybe_unused]] static std::atomic<int> gemm_split_threads{1};
-// Bumped by every generated kernel function on entry: tile panels packed from a kernel input (AMX keeps
-// them per thread, redfuse_simd_amx.h) are reused only within the entry that packed them, while the
-// input cannot change.
+// Bumped by every generated kernel function on entry: tile panels packed from a kernel input (kept per
+// thread by the AMX GEMMs and the f32 attention GEMMs, cached_panels below) are reused only within the
+// entry that packed them, while the input cannot change.
 [[maybe_unused]] static std::atomic<uint64_t> input_epoch{0};
 #endif
 namespace simd_detail {
