@@ -423,7 +423,7 @@ private:
             return;
         }
         if (s->loop == LoopKind::Simd && !staging_ &&
-            (print_exp2_row_in_place(s, ind) || print_exp2_row_sum(s, ind) || print_staged_exp2(s, ind)))
+            (print_exp2_row_in_place(s, ind) || print_exp2_row_sum(s, ind) || print_row_extreme(s, ind) || print_staged_exp2(s, ind)))
             return;
         if (s->loop == LoopKind::Simd) {
             std::vector<std::string> reds, flags;
@@ -497,11 +497,7 @@ private:
     bool print_exp2_row_sum(const StmtP &s, int ind) {
         if (compute_type() != "float") return false;
         auto tile = [&](const std::string &n) { return is_float_tile(n); };
-        auto is_row = [&](const std::string &n) {
-            if (is_float_tile(n)) return true;
-            auto b = bufs_.find(n);
-            return b != bufs_.end() && (b->second->dtype == DType::f32 || b->second->dtype == DType::bf16);
-        };
+        auto is_row = [&](const std::string &n) { return is_float_row(n); };
         std::optional<cpu_exp2::Exp2RowSum> row = cpu_exp2::exp2_row_sum(s, tile, is_row);
         if (!row || (row->sum_target && target_type(row->sum_target) != "float")) return false;
         auto at_begin = [&](Expr load) { return row_start(load, s); };
@@ -511,6 +507,26 @@ private:
                                  value(row->shift, "0.0f") + ", " + value(row->scale, "1.0f") + ", " + value(row->sum_offset, "0.0f") + ")";
         if (row->sum_target) pad(ind) << lvalue(row->sum_target) << " += " << call << ";\n";
         else pad(ind) << "(void)" << call << ";\n";
+        return true;
+    }
+
+    /** A float tile array, or a float or bf16 buffer: the rows rfk::exp2_row_sum and row_max read. */
+    bool is_float_row(const std::string &n) const {
+        if (is_float_tile(n)) return true;
+        auto b = bufs_.find(n);
+        return b != bufs_.end() && (b->second->dtype == DType::f32 || b->second->dtype == DType::bf16);
+    }
+
+    /** A float vector loop `t = max(t, S[k(j)] · c)` or the min over a row (cpu_exp2::row_extreme): one
+     *  rfk::row_max / row_min call, NaN-propagating as the flagged `omp simd` reduction is. */
+    bool print_row_extreme(const StmtP &s, int ind) {
+        if (compute_type() != "float") return false;
+        std::optional<cpu_exp2::RowExtreme> row = cpu_exp2::row_extreme(s, [&](const std::string &n) { return is_float_row(n); });
+        if (!row || target_type(row->target) != "float") return false;
+        const std::string t = lvalue(row->target);
+        const std::string c = row->scale ? "(float)(" + expr(row->scale, "float") + ")" : "1.0f";
+        pad(ind) << t << " = rfk::row_" << (row->max ? "max" : "min") << "(" << row_start(row->source, s) << ", (" << int_expr(s->end)
+                 << ") - (" << int_expr(s->begin) << "), " << c << ", " << t << ");\n";
         return true;
     }
 

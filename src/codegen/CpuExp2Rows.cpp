@@ -215,4 +215,20 @@ std::optional<Exp2RowSum> exp2_row_sum(const StmtP &loop, const std::function<bo
     return out;
 }
 
+std::optional<RowExtreme> row_extreme(const StmtP &loop, const std::function<bool(const std::string &)> &is_row) {
+    StmtP only;
+    for (const StmtP &s : loop->body) {
+        if (s->kind == StmtKind::Comment) continue;
+        if (only) return std::nullopt;
+        only = s;
+    }
+    if (!only || only->kind != StmtKind::Accum || (only->op != ReduceOp::Max && only->op != ReduceOp::Min)) return std::nullopt;
+    RowExtreme out{only->value, nullptr, only->target, only->op == ReduceOp::Max};
+    if (out.source->kind == Kind::Mul && !(out.source = variant_of_two(only->value, loop->var, out.scale))) return std::nullopt;
+    if (only->target->kind != Kind::Var || !row_element(out.source, loop->var, is_row) || mentions(only->value, only->target->name))
+        return std::nullopt;
+    if (out.scale && any_of(out.scale, [](Expr n) { return n->kind == Kind::Reduce; })) return std::nullopt;
+    return out;
+}
+
 }  // namespace rf::cpu_exp2

@@ -66,4 +66,17 @@ struct Exp2RowSum {
 std::optional<Exp2RowSum> exp2_row_sum(const tile::StmtP &loop, const std::function<bool(const std::string &)> &is_float_tile,
                                        const std::function<bool(const std::string &)> &is_row);
 
+/** A float vector loop whose only statement is `t = max(t, S[k(j)] · c)` or the min (an Accum of a
+ *  scalar local t; c free of j and of t, binary product, or absent), S[k(j)] a row element as for
+ *  Exp2RowSum. The printer calls rfk::row_max / row_min for it: the reduction without a per-element
+ *  NaN flag (softmax's max pass over a bf16 row, 32 elements per integer max; attention's over its
+ *  scaled score tile; see redfuse_cpu.h). Same file as the exp2 rows: the same row test. */
+struct RowExtreme {
+    Expr source;  ///< the Load S[k(j)]
+    Expr scale;   ///< c, or null for 1
+    Expr target;  ///< t
+    bool max;     ///< max, else min
+};
+std::optional<RowExtreme> row_extreme(const tile::StmtP &loop, const std::function<bool(const std::string &)> &is_row);
+
 }  // namespace rf::cpu_exp2

@@ -494,6 +494,88 @@ static inline float exp2_row_sum(float *dst, const T *src, int64_t n, float c, f
     return sum;
 }
 
+// max(init, x_0 c, .., x_{n-1} c) (row_max) or the min, NaN when init or any product is NaN (rfk::max's
+// rule), for a float or bf16 row x: what the code generator calls for `t = max(t, S[k(j)] * c)` (c = 1
+// when absent; CodeGen_CPU.cpp print_row_extreme) in place of an `omp simd` reduction with a NaN flag
+// per element (a compare and two blends per 16 values). For a finite c > 0, max_i(x_i c) = (max_i x_i) c
+// exactly (rounding is monotonic) and x_i c is NaN iff x_i is; for a finite c < 0 it is the min times
+// c; other c (0, inf, NaN) go element by element. bf16 rows are reduced on their 16-bit patterns, 32 per
+// instruction, unwidened: key(u) = u ^ ((u >>s 15) & 0x7FFF) orders them as signed integers as their
+// values are ordered (-NaN < -inf < .. < -0 < +0 < .. < +inf < +NaN) and is its own inverse; the row
+// has a NaN iff its largest key is above key(+inf) = 0x7F80 or its smallest below key(-inf) = -0x7F81,
+// so one vpmaxsw and one vpminsw per 32 values give both. Float rows: vmaxps/vminps and an unordered
+// compare. -0 orders below +0 in bf16 rows (max(-0, +0) = +0).
+static inline RFK_ALWAYS_INLINE int bf16_order_key(uint16_t u) { return static_cast<int16_t>(u ^ ((u & 0x8000u) ? 0x7FFFu : 0u)); }
+template <bool kMax>
+static inline float row_extreme(const uint16_t *p, int64_t n) {
+    int hi = -32768, lo = 32767;
+    int64_t i = 0;
+#if defined(__AVX512BW__)
+    const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+    __m512i vhi = _mm512_set1_epi16(-32768), vlo = _mm512_set1_epi16(32767);
+    for (; i + 32 <= n; i += 32) {
+        const __m512i u = _mm512_loadu_si512(p + i);
+        const __m512i key = _mm512_xor_si512(u, _mm512_and_si512(_mm512_srai_epi16(u, 15), magnitude));
+        vhi = _mm512_max_epi16(vhi, key);
+        vlo = _mm512_min_epi16(vlo, key);
+    }
+    // Down to 8 lanes, then phminposuw: as unsigned, s ^ 0x8000 keeps the order of s, s ^ 0x7FFF reverses it.
+    const __m256i h8 = _mm256_max_epi16(_mm512_maskz_extracti64x4_epi64(0xF, vhi, 0), _mm512_maskz_extracti64x4_epi64(0xF, vhi, 1));
+    const __m256i l8 = _mm256_min_epi16(_mm512_maskz_extracti64x4_epi64(0xF, vlo, 0), _mm512_maskz_extracti64x4_epi64(0xF, vlo, 1));
+    const __m128i h4 = _mm_max_epi16(_mm256_castsi256_si128(h8), _mm256_extracti128_si256(h8, 1));
+    const __m128i l4 = _mm_min_epi16(_mm256_castsi256_si128(l8), _mm256_extracti128_si256(l8, 1));
+    hi = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(h4, _mm_set1_epi16(0x7FFF)))) ^ 0x7FFF);
+    lo = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(l4, _mm_set1_epi16(-32768)))) ^ 0x8000);
+#endif
+    for (; i < n; ++i) hi = std::max(hi, bf16_order_key(p[i])), lo = std::min(lo, bf16_order_key(p[i]));
+    if (n <= 0) return kMax ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+    if (hi > 0x7F80 || lo < -0x7F81) return std::numeric_limits<float>::quiet_NaN();
+    return bf16_to_float(static_cast<uint16_t>(bf16_order_key(static_cast<uint16_t>(kMax ? hi : lo))));
+}
+template <bool kMax>
+static inline float row_extreme(const float *p, int64_t n) {
+    float r = kMax ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+    bool nan = false;
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    __m512 a0 = _mm512_set1_ps(r), a1 = a0;
+    __mmask16 unordered = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 x0 = _mm512_loadu_ps(p + i), x1 = _mm512_loadu_ps(p + i + 16);
+        a0 = kMax ? _mm512_maskz_max_ps(0xFFFF, a0, x0) : _mm512_maskz_min_ps(0xFFFF, a0, x0);
+        a1 = kMax ? _mm512_maskz_max_ps(0xFFFF, a1, x1) : _mm512_maskz_min_ps(0xFFFF, a1, x1);
+        unordered = _kor_mask16(unordered, _mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q));
+    }
+    // Down to one lane. The zero-masking forms: GCC 12's plain ones pass undefined vectors (see exp2_row_sum).
+    const __m512 a = kMax ? _mm512_maskz_max_ps(0xFFFF, a0, a1) : _mm512_maskz_min_ps(0xFFFF, a0, a1);
+    const __m256 a8 = _mm512_maskz_extractf32x8_ps(0xFF, a, 0), b8 = _mm512_maskz_extractf32x8_ps(0xFF, a, 1);
+    __m128 q = _mm256_castps256_ps128(kMax ? _mm256_max_ps(a8, b8) : _mm256_min_ps(a8, b8));
+    const __m128 q1 = _mm256_extractf128_ps(kMax ? _mm256_max_ps(a8, b8) : _mm256_min_ps(a8, b8), 1);
+    q = kMax ? _mm_max_ps(q, q1) : _mm_min_ps(q, q1);
+    q = kMax ? _mm_max_ps(q, _mm_movehl_ps(q, q)) : _mm_min_ps(q, _mm_movehl_ps(q, q));
+    r = _mm_cvtss_f32(kMax ? _mm_max_ss(q, _mm_movehdup_ps(q)) : _mm_min_ss(q, _mm_movehdup_ps(q)));
+    nan = unordered != 0;
+#endif
+    for (; i < n; ++i) nan = nan || p[i] != p[i], r = kMax ? (p[i] > r ? p[i] : r) : (p[i] < r ? p[i] : r);
+    return nan ? std::numeric_limits<float>::quiet_NaN() : r;
+}
+template <bool kMax, typename T>
+static inline float row_extreme_scaled(const T *p, int64_t n, float c, float init) {
+    float r = init;
+    bool nan = init != init;
+    if (c != 0.0f && std::fabs(c) < std::numeric_limits<float>::infinity()) {
+        const float v = (kMax == (c > 0.0f) ? row_extreme<true>(p, n) : row_extreme<false>(p, n)) * c;
+        return nan || v != v ? std::numeric_limits<float>::quiet_NaN() : kMax ? (v > r ? v : r) : (v < r ? v : r);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = row_value(p, i) * c;
+        nan = nan || v != v, r = kMax ? (v > r ? v : r) : (v < r ? v : r);
+    }
+    return nan ? std::numeric_limits<float>::quiet_NaN() : r;
+}
+template <typename T> static inline float row_max(const T *p, int64_t n, float c, float init) { return row_extreme_scaled<true>(p, n, c, init); }
+template <typename T> static inline float row_min(const T *p, int64_t n, float c, float init) { return row_extreme_scaled<false>(p, n, c, init); }
+
 // A row of float results into a bf16 output, each rounded as store_bf16(float) rounds it, bit for bit.
 // With AVX512_BF16: one vcvtneps2bf16 per 16 values (round to nearest even on the bits, like
 // store_bf16), except that the instruction flushes denormals to zero, gives inf where a finite value

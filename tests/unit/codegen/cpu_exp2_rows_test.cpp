@@ -44,6 +44,16 @@ std::string cpp_for(const std::string &src, std::map<std::string, int64_t> sizes
     return generate(*c).source;
 }
 
+/** The CPU source of m with one kernel: body in a parallel loop over r in [0, R). */
+std::string generate_row_kernel(tile::Module &m, Expr r, const std::vector<tile::StmtP> &body) {
+    tile::Kernel k;
+    k.name = "k0";
+    k.body = tile::for_loop(r, tile::int_c(0), make_size("R"), body, tile::LoopKind::Parallel);
+    m.kernels.push_back(k);
+    tile::verify(m);
+    return generate_cpu(m);
+}
+
 }  // namespace
 
 TEST(CpuExp2Rows, LoopsIntoLocalsAreStagedLoopsIntoOutputsAreNot) {
@@ -157,12 +167,7 @@ TEST(CpuExp2Rows, InPlaceElementWiseRewritesAreOneRowCallOtherReadsAreNot) {
     exp_loop("$d", int_c(0), make_sub(make_mul(at("$d", j), h), mx));
     exp_loop("$e", int_c(0), make_mul(at("$e", j), at("$e", int_c(0))));
     body.push_back(store(make_load("Y", {make_index("$r")}, DType::f32, SType::Real), sum));
-    tile::Kernel k;
-    k.name = "k0";
-    k.body = for_loop(make_index("$r"), int_c(0), make_size("R"), body, LoopKind::Parallel);
-    m.kernels.push_back(k);
-    verify(m);
-    std::string src = generate_cpu(m);
+    std::string src = generate_row_kernel(m, make_index("$r"), body);
     EXPECT_NE(src.find("rfk::exp2_affine_row(&l_a[(int64_t)0], &l_a[(int64_t)0], ((int64_t)64) - ((int64_t)0), 1.0f, 0.0f);"), std::string::npos) << src;
     EXPECT_NE(src.find("rfk::exp2_affine_row(&l_c[(int64_t)0], &l_c[(int64_t)0], ((int64_t)64) - ((int64_t)0), (float)((float)l_h), (float)((float)l_mx));"), std::string::npos) << src;
     EXPECT_NE(src.find("rfk::exp2_row(&l_d[(int64_t)0], ((int64_t)64) - ((int64_t)0));"), std::string::npos) << src;
@@ -205,12 +210,7 @@ TEST(CpuExp2Rows, SumsOfARowsExp2AreOneRowCallOthersAreNot) {
     simd({accum(ReduceOp::Sum, local_var("$s5"), make_add(e2(make_mul(x(j), a)), local_at("$t", int_c(0)))),
           assign(local_at("$t", j), e2(make_mul(x(j), a)))});
     body.push_back(store(make_load("Y", {r}, DType::f32, SType::Real), make_add(sum, local_at("$t", int_c(3)))));
-    tile::Kernel k;
-    k.name = "k0";
-    k.body = for_loop(r, int_c(0), make_size("R"), body, LoopKind::Parallel);
-    m.kernels.push_back(k);
-    verify(m);
-    std::string src = generate_cpu(m);
+    std::string src = generate_row_kernel(m, r, body);
     EXPECT_NE(src.find("l_s += rfk::exp2_row_sum(&l_t[(int64_t)0], &l_x[(int64_t)0], ((int64_t)64) - ((int64_t)0), (float)(((float)l_c)), "
                        "(float)(((float)l_a)), (float)((float)-0.25));"), std::string::npos) << src;
     EXPECT_NE(src.find("l_s2 += rfk::exp2_row_sum((float *)nullptr, &rf_b0["), std::string::npos) << src;
@@ -220,4 +220,44 @@ TEST(CpuExp2Rows, SumsOfARowsExp2AreOneRowCallOthersAreNot) {
         EXPECT_EQ(src.find(std::string(staged) + " += rfk::exp2_row_sum"), std::string::npos) << staged << "\n" << src;
         EXPECT_NE(src.find(std::string(staged) + " += "), std::string::npos) << staged << "\n" << src;
     }
+}
+
+TEST(CpuExp2Rows, MaxAndMinOfARowAreOneRowCallOthersAreNot) {
+    // By hand, over a float tile row $x (and one bf16 buffer X), j in [0, 64):
+    //   $m = max($m, $x[j] · $c)   -> rfk::row_max over $x, scale $c
+    //   $n = min($n, X[r, j])      -> rfk::row_min over the bf16 row, scale 1
+    //   $p = max($p, $x[2j])       (not contiguous)     -> the flagged omp simd reduction
+    //   $q = max($q, $x[j] + $c)   (not a product)      -> the flagged omp simd reduction
+    ArenaScope arena;
+    using namespace rf::tile;
+    Expr j = make_index("$j"), r = make_index("$r"), c = local_var("$c");
+    Module m;
+    m.sizes = {"R"};
+    m.buffers.push_back({"X", Buffer::Role::Input, DType::bf16, {make_size("R"), int_c(64)}});
+    m.buffers.push_back({"Y", Buffer::Role::Output, DType::f32, {make_size("R")}});
+    std::vector<StmtP> body{decl(c->name, LocalClass::Tile, {}, real_c(-1.5)), decl("$x", LocalClass::Tile, {int_c(128)}, real_c(0.5))};
+    Expr sum = real_c(0);
+    for (const char *n : {"$m", "$n", "$p", "$q"}) {
+        body.push_back(decl(n, LocalClass::Tile, {}, real_c(0)));
+        sum = make_add(sum, local_var(n));
+    }
+    auto x = [&](Expr i) { return local_at("$x", i); };
+    auto simd = [&](ReduceOp op, const char *t, Expr v) {
+        body.push_back(for_loop(j, int_c(0), int_c(64), {accum(op, local_var(t), v)}, LoopKind::Simd));
+    };
+    simd(ReduceOp::Max, "$m", make_mul(x(j), c));
+    simd(ReduceOp::Min, "$n", make_load("X", {r, j}, DType::bf16, SType::Real));
+    simd(ReduceOp::Max, "$p", x(make_mul(j, int_c(2))));
+    simd(ReduceOp::Max, "$q", make_add(x(j), c));
+    body.push_back(store(make_load("Y", {r}, DType::f32, SType::Real), sum));
+    std::string src = generate_row_kernel(m, r, body);
+    EXPECT_NE(src.find("l_m = rfk::row_max(&l_x[(int64_t)0], ((int64_t)64) - ((int64_t)0), (float)(((float)l_c)), l_m);"), std::string::npos) << src;
+    EXPECT_NE(src.find("l_n = rfk::row_min(&rf_b0["), std::string::npos) << src;
+    EXPECT_NE(src.find(", 1.0f, l_n);"), std::string::npos) << src;
+    for (const char *flagged : {"l_p", "l_q"}) {
+        EXPECT_EQ(src.find(std::string(flagged) + " = rfk::row_"), std::string::npos) << flagged << "\n" << src;
+        EXPECT_NE(src.find("int " + std::string(flagged) + "_nan = 0;"), std::string::npos) << flagged << "\n" << src;
+    }
+    // The generated bf16 softmax's max pass is one call over its input row.
+    EXPECT_NE(cpp_for(softmax_with("bf16", "bf16")).find(" = rfk::row_max(&rf_b0["), std::string::npos);
 }

@@ -5,7 +5,8 @@
  * every length up to a few vectors without touching the element past the end; rfk::exp2_affine_row
  * (2^(x·a + b), into another row or in place) likewise; rfk::exp2_row_sum (Σ 2^((x + c)·a) + d over a
  * float or bf16 row, the terms stored or not, in place) to 1 ulp per term and a sum within float
- * rounding of the float64 one, NaN and ±inf among the elements. The in-process test
+ * rounding of the float64 one, NaN and ±inf among the elements; rfk::row_max / row_min (the max or
+ * min of a scaled float or bf16 row, NaN-propagating) equal to a fold in float. The in-process test
  * runs the path of the default flags (scalar); the same checks are compiled again with AVX-512 and
  * AVX2 flags by the system compiler (this file with RFK_EXP2_ROW_DRIVER defined) and run as a child.
  */
@@ -80,6 +81,49 @@ void check_row_sum(const std::function<void(const std::string &)> &fail) {
     if (rfk::exp2_row_sum(out.data(), special.data(), n, 0.0f, 1.0f, 0.0f) != kInf) fail("exp2_row_sum: +inf element");
     special[20] = encode(std::numeric_limits<float>::quiet_NaN());
     if (!std::isnan(rfk::exp2_row_sum((float *)nullptr, special.data(), n, 0.0f, 1.0f, 0.0f))) fail("exp2_row_sum: NaN element");
+}
+
+/** rfk::row_max / row_min over rows of float or bf16 (T): max(init, x_i · c) with NaN propagating, every
+ *  length up to a few vectors, NaN and ±inf at every position, scales of both signs and the ones that
+ *  go element by element (0, ±inf, NaN), against a fold in float. Equal as values (±0 alike). */
+template <typename T>
+void check_row_extremes(const std::function<void(const std::string &)> &fail) {
+    const bool bf16 = std::is_same_v<T, uint16_t>;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    auto encode = [&](float f) -> T {
+        if constexpr (std::is_same_v<T, uint16_t>) return rfk::store_bf16(f);
+        else return f;
+    };
+    auto fold = [&](bool want_max, const std::vector<T> &x, int64_t n, float c, float init) {
+        float r = init;
+        for (int64_t i = 0; i < n; ++i) r = want_max ? rfk::max<float>(r, rfk::row_value(x.data(), i) * c) : rfk::min<float>(r, rfk::row_value(x.data(), i) * c);
+        return r;
+    };
+    const float scales[] = {1.0f, 0.125f, -3.0f, 0.0f, kInf, -kInf, nan}, inits[] = {-kInf, kInf, 2.5f, nan};
+    const float specials[] = {0.0f, nan, kInf, -kInf, -0.0f, 1e30f};
+    // NaNs next to ±inf (store_bf16 would give the canonical positive one): the key test's edges.
+    auto edge_nan = [&](bool negative) -> T {
+        if constexpr (std::is_same_v<T, uint16_t>) return uint16_t(negative ? 0xFF81 : 0x7F81);
+        else return negative ? -nan : nan;
+    };
+    for (int64_t n = 0; n <= 70; ++n)
+        for (int special = 0; special < 8; ++special)
+            for (int64_t at : {int64_t(0), n / 2, n - 1}) {
+                std::vector<T> x(size_t(n) + 1);
+                for (int64_t i = 0; i <= n; ++i) x[size_t(i)] = encode(std::sin(float(i) * 1.7f) * 40.0f);  // both signs, no order
+                x[size_t(n)] = encode(nan);  // past the end: never read
+                if (special > 0 && n > 0) x[size_t(at)] = special >= 6 ? edge_nan(special == 6) : encode(specials[special]);
+                for (float c : scales)
+                    for (float init : inits)
+                        for (bool want_max : {true, false}) {
+                            float got = want_max ? rfk::row_max(x.data(), n, c, init) : rfk::row_min(x.data(), n, c, init);
+                            float want = fold(want_max, x, n, c, init);
+                            if (got == want || (got != got && want != want)) continue;
+                            return fail(std::string("row_") + (want_max ? "max " : "min ") + (bf16 ? "bf16" : "f32") + " n=" + std::to_string(n) +
+                                        " special " + std::to_string(special) + " at " + std::to_string(at) + " c=" + std::to_string(c) +
+                                        " init=" + std::to_string(init) + ": " + std::to_string(got) + " want " + std::to_string(want));
+                        }
+            }
 }
 
 /** The failures as text ("" when none), at most a few lines. */
@@ -159,6 +203,8 @@ std::string check(bool thorough) {
                 }
     check_row_sum<float>(fail);
     check_row_sum<uint16_t>(fail);
+    check_row_extremes<float>(fail);
+    check_row_extremes<uint16_t>(fail);
     return out.str();
 }
 
