@@ -218,7 +218,7 @@ static inline void exp2_row_impl(float *dst, const float *src, int64_t n, float 
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
     const Exp2x16 e;
     const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
-    auto vexp2 = [&](__m512 v) { return e(kAffine ? _mm512_fmadd_ps(v, va, vb) : v); };
+    auto vexp2 = [&](__m512 v) RFK_ALWAYS_INLINE { return e(kAffine ? _mm512_fmadd_ps(v, va, vb) : v); };  // inlined: called, it is one exp2 at a time
     for (; i + 32 <= n; i += 32) {
         __m512 x0 = vexp2(_mm512_loadu_ps(src + i)), x1 = vexp2(_mm512_loadu_ps(src + i + 16));
         _mm512_storeu_ps(dst + i, x0);
