@@ -23,6 +23,11 @@ Module fold_exp2(const Module &m);
  *  independent loops around it, or the parallel loop's body (HoistInvariants.cpp). */
 Module hoist_invariants(const Module &m);
 
+/** A sum in a vector loop of a term the loop does not change becomes the trip count times the term
+ *  after the loop, and one of the same term as an earlier sum of the loop a copy of that sum
+ *  (InvariantSums.cpp). CPU only. */
+Module take_invariant_sums_out(const Module &m);
+
 /** A tile array takes over the storage of one declared in the same list that is dead by then, or
  *  that the statement writing it rewrites element by element (attention's exp tile overwrites its
  *  score tile) (CoalesceTileArrays.cpp). */
@@ -78,7 +83,7 @@ Module prefetch_next_rows(const Module &m);
 Module prefetch_next_tiles(const Module &m);
 
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, Prefetch, PrefetchTiles };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, Prefetch, PrefetchTiles };
 
 struct TilePassInfo {
     TilePass id;

@@ -163,25 +163,26 @@ TEST(StmtMutator, BottomUpRewriteSeesRebuiltChildren) {
 
 TEST(TilePasses, TableListsThePassesInOrder) {
     const auto &p = tile_passes();
-    ASSERT_EQ(p.size(), 15u);
-    const char *names[] = {"gemm", "exp2", "hoist", "fold-flags", "gemm-sums", "forward-temps", "localize-temps", "coalesce", "gemm-state", "skip-masked",
-                           "finite-invariants", "element-lanes", "row-copies", "prefetch", "prefetch-tiles"};
+    ASSERT_EQ(p.size(), 16u);
+    const char *names[] = {"gemm", "exp2", "hoist", "invariant-sums", "fold-flags", "gemm-sums", "forward-temps", "localize-temps", "coalesce",
+                           "gemm-state", "skip-masked", "finite-invariants", "element-lanes", "row-copies", "prefetch", "prefetch-tiles"};
     for (size_t i = 0; i < p.size(); i++) EXPECT_STREQ(p[i].name, names[i]);
     EXPECT_EQ(p[0].id, TilePass::Gemm);
     EXPECT_TRUE(p[0].always);
     EXPECT_EQ(p[1].id, TilePass::Exp2);
-    EXPECT_EQ(p[3].id, TilePass::FoldFlags);
-    EXPECT_EQ(p[4].id, TilePass::GemmSums);
-    EXPECT_EQ(p[5].id, TilePass::ForwardTemps);
-    EXPECT_EQ(p[6].id, TilePass::LocalizeTemps);
-    EXPECT_EQ(p[8].id, TilePass::GemmState);
-    EXPECT_EQ(p[9].id, TilePass::SkipMasked);
-    EXPECT_TRUE(p[8].float_states_only);
-    // The CPU-only passes: the flags, GEMM sums and temporaries of double states, the finite copies
-    // the row copies and the prefetches of the next rows and tiles.
+    EXPECT_EQ(p[3].id, TilePass::InvariantSums);
+    EXPECT_EQ(p[4].id, TilePass::FoldFlags);
+    EXPECT_EQ(p[5].id, TilePass::GemmSums);
+    EXPECT_EQ(p[6].id, TilePass::ForwardTemps);
+    EXPECT_EQ(p[7].id, TilePass::LocalizeTemps);
+    EXPECT_EQ(p[9].id, TilePass::GemmState);
+    EXPECT_EQ(p[10].id, TilePass::SkipMasked);
+    EXPECT_TRUE(p[9].float_states_only);
+    // The CPU-only passes: the invariant sums, the flags, GEMM sums and temporaries of double states,
+    // the finite copies, the row copies and the prefetches of the next rows and tiles.
     for (size_t i = 0; i < p.size(); i++)
-        EXPECT_EQ(p[i].cpu_only, i == 3 || i == 4 || i == 5 || i == 6 || i == 10 || i == 11 || i == 12 || i == 13 || i == 14) << p[i].name;
-    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].float_states_only, i == 8) << p[i].name;
+        EXPECT_EQ(p[i].cpu_only, i == 3 || i == 4 || i == 5 || i == 6 || i == 7 || i == 11 || i == 12 || i == 13 || i == 14 || i == 15) << p[i].name;
+    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].float_states_only, i == 9) << p[i].name;
     for (size_t i = 1; i < p.size(); i++) EXPECT_FALSE(p[i].always) << p[i].name;
     for (const TilePassInfo &i : p) EXPECT_NE(i.run, nullptr);
 }
