@@ -464,10 +464,12 @@ struct ScratchBuffer {
 // Tile panels packed from a kernel input, kept for the thread's next GEMM on the same operand (attention:
 // every row block of a head multiplies by the same K and V tiles). An entry is valid only for the
 // input_epoch it was packed in; entries are replaced round-robin.
+// What a kept packing holds: the same operand packed for different kernels must not be mistaken.
+enum class PanelKind : uint8_t { None, AmxBf16, AmxInt8, AmxPairedV, F32TransposedK, F32RowsV };
 struct PanelCacheEntry {
     const void *src = nullptr;
     int64_t ld = 0, cols = 0, K = 0;
-    int kind = 0;
+    PanelKind kind = PanelKind::None;
     uint64_t epoch = 0;
     ScratchBuffer panels;
 };
@@ -521,7 +523,7 @@ static inline void *scratch(int slot, size_t bytes) { return grow(thread_scratch
 
 // The panels of operand (src, ld, cols, K, kind) packed in this entry of the kernel, if this thread kept
 // them (hit = true), else an entry's buffer of `bytes` to pack them into (hit = false), then kept.
-static inline void *cached_panels(const void *src, int64_t ld, int64_t cols, int64_t K, int kind, size_t bytes, bool &hit) {
+static inline void *cached_panels(const void *src, int64_t ld, int64_t cols, int64_t K, PanelKind kind, size_t bytes, bool &hit) {
     PanelCache *cache = thread_panel_cache();
     const uint64_t epoch = input_epoch.load(std::memory_order_relaxed);
     for (PanelCacheEntry &e : cache->entries)

@@ -492,7 +492,7 @@ static inline void amx_nt(int64_t M, int64_t N, int64_t K, float alpha, const TA
             });
     } else {
         bool packed = false;  // B's panels kept from an earlier call in this kernel entry
-        uint32_t *panels = static_cast<uint32_t *>(b_input ? cached_panels(B, ldb, N, K, kInt8 ? 2 : 1, panel_bytes, packed)
+        uint32_t *panels = static_cast<uint32_t *>(b_input ? cached_panels(B, ldb, N, K, kInt8 ? PanelKind::AmxInt8 : PanelKind::AmxBf16, panel_bytes, packed)
                                                            : scratch(4, panel_bytes));
         if (!packed) amx_pack_panels(B, ldb, N, K, steps, panels);
         amx_sweep<kInt8>(
@@ -530,7 +530,7 @@ static inline bool amx_gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, 
     const int64_t steps = round_up(K, 32) / 32;
     const size_t panel_bytes = size_t(round_up(N, 32) * steps * 64);
     bool packed = false;
-    uint32_t *panels = static_cast<uint32_t *>(v_input ? cached_panels(V, ldv, N, K, 3, panel_bytes, packed) : scratch(4, panel_bytes));
+    uint32_t *panels = static_cast<uint32_t *>(v_input ? cached_panels(V, ldv, N, K, PanelKind::AmxPairedV, panel_bytes, packed) : scratch(4, panel_bytes));
     uint8_t *copy = static_cast<uint8_t *>(scratch(5, size_t(32 * steps * 64)));
     if (!packed) amx_pack_row_pairs(V, ldv, N, K, steps, panels);
     amx_sweep<false>(

@@ -468,7 +468,7 @@ static inline bool nt_kept_panels(int64_t M, int64_t N, int64_t K, float alpha, 
     constexpr int W = kNV * VW;
     const int64_t npanels = (N + W - 1) / W, panel = K * W;
     bool hit = false;
-    float *panels = static_cast<float *>(cached_panels(B, ldb, N, K, 4, size_t(npanels * panel) * sizeof(float), hit));
+    float *panels = static_cast<float *>(cached_panels(B, ldb, N, K, PanelKind::F32TransposedK, size_t(npanels * panel) * sizeof(float), hit));
     if (!hit)
         for (int64_t p = 0; p < npanels; ++p) pack_transposed<kNV>(B + p * W * ldb, ldb, min64(W, N - p * W), K, panels + p * panel);
     for (int64_t ic = 0; ic < M; ic += kMC)
@@ -608,7 +608,7 @@ static inline bool nn_kept_panels(int64_t M, int64_t N, int64_t K, const float *
     constexpr int W = kNV * VW;
     const int64_t npan = (N + W - 1) / W;
     bool hit = false;
-    float *panels = static_cast<float *>(cached_panels(V, ldv, N, K, 5, size_t(npan * W * K) * sizeof(float), hit));
+    float *panels = static_cast<float *>(cached_panels(V, ldv, N, K, PanelKind::F32RowsV, size_t(npan * W * K) * sizeof(float), hit));
     for (int64_t pc = 0; pc < K; pc += kKC) {
         const int64_t kc = min64(kKC, K - pc);
         for (int64_t j = 0; j < N; j += W) {
