@@ -498,33 +498,25 @@ static inline void *grow(ScratchBuffer &b, size_t bytes) {
     }
     return b.data;
 }
-// This thread's entries of the pool, looked up once per thread: the thread-local pointers have no
-// destructor, so nothing is registered at thread exit (the map above still owns the buffers). The
-// lock and the map lookup on every call were 1% of bf16 attention (AMD Zen 4, [1, 8, 512, 512, 64]).
-static inline ScratchBuffer *thread_scratch() {
-    static thread_local ScratchBuffer *mine = nullptr;
-    if (!mine) {
-        ScratchPool &pool = scratch_pool();
+static inline void *scratch(int slot, size_t bytes) {
+    ScratchPool &pool = scratch_pool();
+    ScratchBuffer *buffers;
+    {
         std::lock_guard<std::mutex> guard(pool.lock);
-        mine = pool.per_thread[std::this_thread::get_id()].data();
+        buffers = pool.per_thread[std::this_thread::get_id()].data();
     }
-    return mine;
+    return grow(buffers[slot], bytes);
 }
-static inline PanelCache *thread_panel_cache() {
-    static thread_local PanelCache *mine = nullptr;
-    if (!mine) {
-        ScratchPool &pool = scratch_pool();
-        std::lock_guard<std::mutex> guard(pool.lock);
-        mine = &pool.panel_caches[std::this_thread::get_id()];
-    }
-    return mine;
-}
-static inline void *scratch(int slot, size_t bytes) { return grow(thread_scratch()[slot], bytes); }
 
 // The panels of operand (src, ld, cols, K, kind) packed in this entry of the kernel, if this thread kept
 // them (hit = true), else an entry's buffer of `bytes` to pack them into (hit = false), then kept.
 static inline void *cached_panels(const void *src, int64_t ld, int64_t cols, int64_t K, PanelKind kind, size_t bytes, bool &hit) {
-    PanelCache *cache = thread_panel_cache();
+    ScratchPool &pool = scratch_pool();
+    PanelCache *cache;
+    {
+        std::lock_guard<std::mutex> guard(pool.lock);
+        cache = &pool.panel_caches[std::this_thread::get_id()];
+    }
     const uint64_t epoch = input_epoch.load(std::memory_order_relaxed);
     for (PanelCacheEntry &e : cache->entries)
         if (e.src == src && e.ld == ld && e.cols == cols && e.K == K && e.kind == kind && e.epoch == epoch && e.panels.bytes >= bytes) {
