@@ -281,8 +281,8 @@ void check_s8_gemm(Failures &f) {
     // {20, 40, 4100}: the outer-product form past its 4096-byte K blocks.
     shapes.insert(shapes.end(), {{2, 5, 4096}, {16, 9, 1000}, {3, 3, 63}, {3, 3, 64}, {3, 3, 65}, {20, 40, 4100}});
     // The B-in-place form: a K with 3 bytes in its last quad; past its 8192-byte K blocks at 128 rows. The shapes
-    // that would take 16-row panels (M = 15, 16, 48) run the dot form over a shifted copy of A, with 1-3 bytes in
-    // the last quad; {16, 9, 1000} (N < 16) the dot form that shifts A as it loads it.
+    // that would take 16-row panels (M = 15, 16, 48) run the dot form, which shifts B as it loads it and corrects
+    // by the row sums of A, with 1-3 bytes in the last quad (masked loads); {16, 9, 1000} (N < 16) too.
     shapes.insert(shapes.end(), {{64, 130, 1027}, {16, 77, 1025}, {15, 40, 518}, {48, 100, 701}});
     if (kThorough) shapes.insert(shapes.end(), {{128, 256, 8195}});
     int case_index = 0;
@@ -290,8 +290,8 @@ void check_s8_gemm(Failures &f) {
         for (int variant = 0; variant < 2; ++variant) {
             int64_t M = s.M, N = s.N, K = s.K;
             bool accumulate = variant == 1;
-            // Every third case uses only the extremes, where the unsigned shift of A and its correction
-            // are largest.
+            // Every third case uses only the extremes, where the unsigned shifts (of A or of B) and their
+            // corrections are largest.
             bool extremes = case_index++ % 3 == 2;
             auto draw = [&]() { return extremes ? int8_t(rng.below(2) ? 127 : -128) : int8_t(rng.below(256) - 128); };
             int64_t lda = K + rng.below(5), ldb = K + rng.below(5), ldc = N + rng.below(3);
