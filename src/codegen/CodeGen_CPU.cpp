@@ -18,7 +18,7 @@
 
 namespace rf {
 
-extern const char *const kEmbeddedCpuHeader;   // generated from src/runtime/kernels/redfuse_cpu.h
+extern const char *const kEmbeddedCpuHeader;   // generated from src/runtime/kernels/redfuse_cpu{,_rows}.h
 extern const char *const kEmbeddedSimdHeader;  // generated from src/runtime/kernels/redfuse_simd{,_gemm,_bf16,_amx,_fp8}.h
 
 const std::string &cpu_runtime_header() {

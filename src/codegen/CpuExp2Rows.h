@@ -1,6 +1,6 @@
 /** \file CpuExp2Rows.h
  * Which exp2 calls of a float vector loop the CPU printer computes a row at a time through
- * rfk::exp2_row / rfk::exp2_affine_row (redfuse_cpu.h) instead of inline.
+ * rfk::exp2_row / rfk::exp2_affine_row (redfuse_cpu_rows.h) instead of inline.
  */
 #pragma once
 
@@ -70,7 +70,7 @@ std::optional<Exp2RowSum> exp2_row_sum(const tile::StmtP &loop, const std::funct
  *  scalar local t; c free of j and of t, binary product, or absent), S[k(j)] a row element as for
  *  Exp2RowSum. The printer calls rfk::row_max / row_min for it: the reduction without a per-element
  *  NaN flag (softmax's max pass over a bf16 row, 32 elements per integer max; attention's over its
- *  scaled score tile; see redfuse_cpu.h). Same file as the exp2 rows: the same row test. */
+ *  scaled score tile; see redfuse_cpu_rows.h). Same file as the exp2 rows: the same row test. */
 struct RowExtreme {
     Expr source;  ///< the Load S[k(j)]
     Expr scale;   ///< c, or null for 1

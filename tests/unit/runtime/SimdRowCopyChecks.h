@@ -16,7 +16,7 @@
 
 namespace simd_check {
 
-/** rfk::RowStream (redfuse_cpu.h): rows copied in chunks — shorter than a line, a few lines, not a
+/** rfk::RowStream (redfuse_cpu_rows.h): rows copied in chunks — shorter than a line, a few lines, not a
  *  multiple of a line — starting at every 4-byte offset of a line, streamed or not, contiguous rows (a
  *  held line continues into the next row) and a copy elsewhere in between (the held line is stored
  *  plainly): after flush() every value is the row copy's (store_bf16's bits for bf16) and nothing
@@ -68,7 +68,7 @@ void check_row_stream(const std::vector<float> &src, Failures &f) {
     }
 }
 
-/** rfk::copy_row_bf16 (redfuse_cpu.h: vcvtneps2bf16 where the build has AVX512_BF16, element by element
+/** rfk::copy_row_bf16 (redfuse_cpu_rows.h: vcvtneps2bf16 where the build has AVX512_BF16, element by element
  *  for vectors with denormals, finite overflow, inf or NaN) gives store_bf16's bits for every value, at
  *  every row length and offset (vector body and tails), streamed or not. */
 void check_bf16_rows(const std::vector<uint32_t> &patterns, Failures &f) {

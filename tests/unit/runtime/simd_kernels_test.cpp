@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "runtime/kernels/redfuse_cpu.h"
+#include "runtime/kernels/redfuse_cpu_rows.h"
 #include "UlpError.h"
 #include "runtime/kernels/redfuse_simd.h"
 #include "runtime/kernels/redfuse_simd_gemm.h"
