@@ -16,6 +16,7 @@
 #include "tile/LowerPass.h"
 #include "tile/Passes.h"
 #include "tile/TileIR.h"
+#include "RowKernelModule.h"
 
 using namespace rf;
 using namespace rf::tile;
@@ -36,17 +37,11 @@ StmtP out(Expr j, Expr v) { return store(Y(j), v); }
 
 /** for $r in [0, R) parallel: body — over X[R, C] (input), Y[R, C] (output), m[R] (a temporary). */
 Module kernel(std::vector<StmtP> body) {
-    Module m;
-    m.sizes = {"R", "C"};
     Expr R = make_size("R"), C = make_size("C");
-    m.buffers.push_back({"X", Buffer::Role::Input, DType::f32, {R, C}});
-    m.buffers.push_back({"Y", Buffer::Role::Output, DType::f32, {R, C}});
-    m.buffers.push_back({"m", Buffer::Role::Temp, DType::f64, {R}});
-    Kernel k;
-    k.name = "k0";
-    k.body = for_loop(r(), int_c(0), R, std::move(body), LoopKind::Parallel);
-    m.kernels.push_back(k);
-    return m;
+    return row_kernel_module({{"X", Buffer::Role::Input, DType::f32, {R, C}},
+                                       {"Y", Buffer::Role::Output, DType::f32, {R, C}},
+                                       {"m", Buffer::Role::Temp, DType::f64, {R}}},
+                                      std::move(body));
 }
 
 struct Case {

@@ -12,6 +12,7 @@
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
+#include "RowKernelModule.h"
 #include "driver/Compiler.h"
 #include "tile/LowerPass.h"
 #include "tile/Passes.h"
@@ -30,19 +31,12 @@ StmtP tile_scalar(const char *n, double v) { return decl(n, LocalClass::Tile, {}
 
 /** for $r in [0, R) parallel: body, then Y[$r] = the sum of `results` — over X[R, C] (input), Y[R]. */
 Module kernel(std::vector<StmtP> body, const std::vector<const char *> &results) {
-    Module m;
-    m.sizes = {"R", "C"};
     Expr R = make_size("R"), C = make_size("C");
-    m.buffers.push_back({"X", Buffer::Role::Input, DType::f32, {R, C}});
-    m.buffers.push_back({"Y", Buffer::Role::Output, DType::f32, {R}});
     Expr sum = real_c(0);
     for (const char *n : results) sum = make_add(sum, var(n));
     body.push_back(store(make_load("Y", {r()}, DType::f32, SType::Real), sum));
-    tile::Kernel k;
-    k.name = "k0";
-    k.body = for_loop(r(), int_c(0), R, std::move(body), LoopKind::Parallel);
-    m.kernels.push_back(k);
-    return m;
+    return row_kernel_module({{"X", Buffer::Role::Input, DType::f32, {R, C}}, {"Y", Buffer::Role::Output, DType::f32, {R}}},
+                                      std::move(body));
 }
 
 struct Case {
