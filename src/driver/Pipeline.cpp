@@ -46,9 +46,15 @@ SizeBinding planning_sizes(const Program &p, const Options &o) {
 
 /** A pass runs when it completes the lowering (GEMM recognition), or when Options::tile_passes
  *  lists it (all when unset), and for float states only where states are float (the GPU lowering). */
-bool pass_selected(const Options &o, const tile::TilePassInfo &p, bool float_states) {
+bool pass_selected(const Options &o, const tile::TilePassInfo &p, bool float_states, TargetKind target) {
     if (p.float_states_only && !float_states) return false;
     if (p.cpu_only && float_states) return false;
+    // OpenCL keeps one masked body for every tile: skip-masked's `if (full) unmasked else masked`
+    // puts work-group barriers inside a branch that the whole work-group takes (legal OpenCL), and
+    // PoCL, the OpenCL this project runs on, miscompiled that branch: a top-k over a causal mask
+    // inserted nothing on row 0 (scripts/fuzz_specs.py seed 1205 #91; the same source with the
+    // condition folded to a constant was right). CUDA keeps the pass.
+    if (p.id == tile::TilePass::SkipMasked && target == TargetKind::OpenCL) return false;
     if (p.always || !o.tile_passes) return true;
     return std::find(o.tile_passes->begin(), o.tile_passes->end(), p.name) != o.tile_passes->end();
 }
@@ -106,7 +112,7 @@ tile::Module lower_and_optimize(const Compilation &c, const Options &o) {
     verify_if_asked(m, o);
     dump(o, {Stage::TileLower, ""}, [&] { return tile::to_string(m); });
     for (const tile::TilePassInfo &p : tile::tile_passes()) {                       // each tile pass
-        if (!pass_selected(o, p, lo.float_states)) continue;
+        if (!pass_selected(o, p, lo.float_states, c.target.kind)) continue;
         m = p.run(m);
         verify_if_asked(m, o);
         dump(o, {Stage::TilePass, p.name}, [&] { return tile::to_string(m); });

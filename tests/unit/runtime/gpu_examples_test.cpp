@@ -119,6 +119,23 @@ TEST(OpenCLFuzzFindings, PerRowScalarsStoredInTurn) {
         }
 }
 
+TEST(OpenCLFuzzFindings, MaskedTopKRunsOneBodyPerTile) {
+    // scripts/fuzz_specs.py seed 1205 #91: a top-k over a causal mask. With skip-masked's branch per
+    // tile (unmasked / masked, work-group barriers inside both) PoCL inserted nothing into row 0's
+    // list (TV[0] = 0, fused and unfused); OpenCL now runs the masked body on every tile.
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    std::string src = "size R = 5, C = 2, K\ninput X[R, C] : f32\n"
+                      "TV[r,k], TI[r,k] = topk(c, K: select(c <= r, X[r,c], -inf))\n"
+                      "output TI : i64\noutput TV\n";
+    for (int64_t C : {2, 9})
+        for (bool unfused : {false, true}) {
+            RunOptions o;
+            o.sizes = {{"R", 5}, {"C", C}, {"K", 1}};
+            o.unfused = unfused;
+            run_case("fuzz1205_91.rf", src, o);
+        }
+}
+
 TEST(OpenCLBackend, PlannerChosenStrategiesCoverTheExamples) {
     if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     test::expect_planned_sizes_cover_the_examples(TargetKind::OpenCL, kGpuPlannedElements);
