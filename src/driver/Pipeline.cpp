@@ -45,7 +45,8 @@ SizeBinding planning_sizes(const Program &p, const Options &o) {
 }
 
 /** A pass runs when it completes the lowering (GEMM recognition), or when Options::tile_passes
- *  lists it (all when unset), and for float states only where states are float (the GPU lowering). */
+ *  lists it (all when unset), and for float states only where states are float (the GPU lowering);
+ *  never skip-masked on OpenCL (below). */
 bool pass_selected(const Options &o, const tile::TilePassInfo &p, bool float_states, TargetKind target) {
     if (p.float_states_only && !float_states) return false;
     if (p.cpu_only && float_states) return false;
