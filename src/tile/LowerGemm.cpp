@@ -112,7 +112,8 @@ Expr PassLowering::shared_term(const std::string &P, const MemberInfo &m) {
 }
 
 Expr PassLowering::shared_at(Expr F) {
-    return local_at(shared_.at(F).first, add_i(mul_i(rr(), int_c(row_stride())), make_sub(jh(), local_var("$tb", SType::Int))));
+    const std::string &name = shared_.at(F).first;
+    return local_at(name, add_i(mul_i(rr(), int_c(shared_stride(name))), make_sub(jh(), local_var("$tb", SType::Int))));
 }
 
 bool PassLowering::materialize(Expr F, std::vector<StmtP> &out) {
@@ -336,8 +337,9 @@ std::vector<StmtP> PassLowering::member_gemm(const std::string &P, const MemberI
     gi.M = g.per_row ? int_c(1) : local_var("$nbv", SType::Int);
     gi.N = m.X;
     gi.K = make_sub(local_var("$te", SType::Int), local_var("$tb", SType::Int));
-    gi.a_base = local_at(shared_.at(g.F).first, g.per_row ? mul_i(rr(), int_c(row_stride())) : int_c(0));
-    gi.a_si = int_c(row_stride());
+    const std::string &a_name = shared_.at(g.F).first;
+    gi.a_base = local_at(a_name, g.per_row ? mul_i(rr(), int_c(shared_stride(a_name))) : int_c(0));
+    gi.a_si = int_c(shared_stride(a_name));
     gi.a_sk = int_c(1);
     gi.b_base = g.per_row ? substitute(substitute(g.W, xg(), int_c(0)), jh(), local_var("$tb", SType::Int))
                           : at_origin(g.W, {{xg(), int_c(0)}, {jh(), local_var("$tb", SType::Int)}});

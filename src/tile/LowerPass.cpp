@@ -556,7 +556,7 @@ StmtP PassLowering::tiles(const std::string &P, Expr lo, Expr hi) {
     for (const auto &[def, local] : prologue_ids_) body.push_back(decl(local, LocalClass::Tile, {int_c(nb_ * row_stride())}, nullptr));
     for (const auto &[F, arr] : shared_)
         body.push_back(decl(arr.first, int8_arrays_.count(arr.first) ? LocalClass::Int8 : LocalClass::Tile,
-                            {int_c(nb_ * row_stride())}, nullptr));
+                            {int_c(nb_ * shared_stride(arr.first))}, nullptr));
     for (const StmtP &s : upd) body.push_back(s);
     Expr ntiles = make_idiv(add_i(make_sub(hi, lo), int_c(ctx_.schedule.tile - 1)), T);
     return for_loop(t, int_c(0), ntiles, body);

@@ -234,7 +234,7 @@ std::vector<StmtP> PassLowering::row_reduced_updates() {
         gi.K = local_var("$nbv", SType::Int);
         gi.a_base = local_at(shared_.at(g.F).first, int_c(0));
         gi.a_si = int_c(1);
-        gi.a_sk = int_c(row_stride());
+        gi.a_sk = int_c(shared_stride(shared_.at(g.F).first));
         gi.b_base = at_origin(g.W, {{xg(), int_c(0)}, {rr(), int_c(0)}});
         gi.b_sj = int_c(1);
         gi.b_sk = stride(g.W, g.w_k);
