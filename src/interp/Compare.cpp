@@ -32,6 +32,7 @@ CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exa
         bool bad;
         if (std::isnan(x)) {
             bad = !std::isnan(o);
+            if (bad) r.numbers_for_nan++;
         } else if (std::isinf(x)) {
             bad = o != x;
             if (std::isnan(o)) r.nans++;
@@ -93,7 +94,7 @@ std::string to_string(const CompareResult &r) {
     std::ostringstream os;
     os.precision(3);
     os << "max_abs_err=" << r.max_abs_err << " max_rel_err=" << r.max_rel_err << " mismatches=" << r.mismatches
-       << " nans=" << r.nans << (r.ok ? " ok" : " FAIL");
+       << " nans=" << r.nans << " numbers_for_nan=" << r.numbers_for_nan << (r.ok ? " ok" : " FAIL");
     if (!r.ok && r.worst >= 0) os << " (first at flat index " << r.worst << ")";
     return os.str();
 }

@@ -18,6 +18,7 @@ struct CompareResult {
     double cancellation = 1; ///< max over elements of scale_i / max|ref|: how far a magnitude widened it
     int64_t mismatches = 0;  ///< elements beyond tolerance, plus every non-finite disagreement
     int64_t nans = 0;        ///< NaNs in out where ref is not NaN
+    int64_t numbers_for_nan = 0;  ///< numbers or infinities in out where ref is NaN
     int64_t worst = -1;      ///< flat index of the first mismatch (or of the largest error), -1 if none
     bool widening_capped = false;  ///< some element's widening reached kMaxCancellationWidening
     bool ok = true;
