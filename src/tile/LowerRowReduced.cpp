@@ -232,9 +232,10 @@ std::vector<StmtP> PassLowering::row_reduced_updates() {
         gi.M = make_sub(te, tb);
         gi.N = d->extents.back();
         gi.K = local_var("$nbv", SType::Int);
-        gi.a_base = local_at(shared_.at(g.F).first, int_c(0));
+        const std::string &a_name = shared_.at(g.F).first;
+        gi.a_base = local_at(a_name, int_c(0));
         gi.a_si = int_c(1);
-        gi.a_sk = int_c(shared_stride(shared_.at(g.F).first));
+        gi.a_sk = int_c(shared_stride(a_name));
         gi.b_base = at_origin(g.W, {{xg(), int_c(0)}, {rr(), int_c(0)}});
         gi.b_sj = int_c(1);
         gi.b_sk = stride(g.W, g.w_k);

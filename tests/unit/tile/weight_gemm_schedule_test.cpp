@@ -113,15 +113,16 @@ TEST(WeightGemmSchedule, Int8OperandRowsStartOnCacheLinesAndAvoidFourKiBStrides)
     // M = 16, K = 4096: 305-362 GOP/s; rows a line apart, 4160 bytes: 425). Unpadded 4 KiB rows would meet
     // in L1's sets. The float tile arrays keep their 16-float (64-byte) pad.
     ArenaScope arena;
-    const std::regex decl(R"(int8 (\$\w+)\[(\d+)\])");
+    const std::regex decl(R"(int8 (\$\w+)\[(\d+)\])"), row(R"((\$\w+)\[\$\w+_rr \* (\d+) \+)");
     for (int64_t K : {4096, 2048, 96}) {
         std::string t = tile_text("quant_gemm_int8.rf", {{"M", 16}, {"N", 4096}, {"K", K}});
         std::smatch d;
         ASSERT_TRUE(std::regex_search(t, d, decl)) << t;
-        std::smatch s;
-        const std::regex row(std::regex_replace(d[1].str(), std::regex(R"(\$)"), R"(\$)") + R"(\[\$\w+_rr \* (\d+) \+)");
-        ASSERT_TRUE(std::regex_search(t, s, row)) << d[1] << "\n" << t;
-        int64_t stride = std::stoll(s[1]);
+        // The stride of the int8 array's row index (array[$..._rr * stride + ...]).
+        int64_t stride = -1;
+        for (auto it = std::sregex_iterator(t.begin(), t.end(), row); it != std::sregex_iterator(); ++it)
+            if ((*it)[1] == d[1]) stride = std::stoll((*it)[2]);
+        ASSERT_GE(stride, 0) << d[1] << " is not indexed by rows\n" << t;
         EXPECT_GE(stride, K) << t;
         EXPECT_EQ(stride % 64, 0) << "K = " << K << ": rows " << stride << " bytes apart";
         EXPECT_NE(stride % 4096, 0) << "K = " << K << ": rows " << stride << " bytes apart";
