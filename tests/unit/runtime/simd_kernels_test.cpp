@@ -285,6 +285,9 @@ void check_s8_gemm(Failures &f) {
     // that would take 16-row panels (M = 15, 16, 48) run the dot form, which shifts B as it loads it and corrects
     // by the row sums of A, with 1-3 bytes in the last quad (masked loads); {16, 9, 1000} (N < 16) too.
     shapes.insert(shapes.end(), {{64, 130, 1027}, {16, 77, 1025}, {15, 40, 518}, {48, 100, 701}});
+    // The dot form's strips: M <= 6 in one strip of up to 6 rows, then strips of 4 and a shorter last one
+    // (N < 16 keeps M = 14 on the dot form at a short K).
+    shapes.insert(shapes.end(), {{5, 21, 1030}, {6, 19, 1024}, {7, 30, 1029}, {13, 17, 1101}, {14, 6, 200}});
     if (kThorough) shapes.insert(shapes.end(), {{128, 256, 8195}});
     int case_index = 0;
     for (const Shape &s : shapes) {
