@@ -154,7 +154,21 @@ private:
         if (gpu() || (e->dtype != DType::f32 && e->dtype != DType::f64)) return std::nullopt;
         Expr q = e->args[0];
         if (q->kind != Kind::Cast || q->dtype != DType::i8 || q->args[0]->stype != SType::Real) return std::nullopt;
-        return "(" + helper("round_i8") + "(" + as_real(q->args[0]) + "))";
+        return "(" + helper("round_i8") + "(" + int8_argument(q->args[0]) + "))";
+    }
+
+    /** The argument of round_i8, with a division in it (directly or under round) printed as a plain
+     *  `/`: div's rule 0/0 = 0 only replaces the NaN of a / b, which round_i8 maps to 0 as well
+     *  (round_even(NaN) = NaN -> 0; round_even(0) = 0 -> 0). Without div's select GCC keeps the
+     *  quantization loop's selects in vector masks instead of moving them through general
+     *  registers: 16 x 4096 values of the int8 quantizer (i8(round(x * 127 / a))) 28 -> 11 us on
+     *  one core of an AMD Zen 4, with round_i8 clamping before it rounds. */
+    std::string int8_argument(Expr x) {
+        auto plain = [&](Expr d) { return "(" + as_real(d->args[0]) + " / " + as_real(d->args[1]) + ")"; };
+        if (x->kind == Kind::Div) return plain(x);
+        if (x->kind == Kind::Call && x->func == Func::round && x->args[0]->kind == Kind::Div)
+            return helper("round_even") + "(" + plain(x->args[0]) + ")";
+        return as_real(x);
     }
 
     /** The argument of a rounding cast: double on the CPU, the compute type on the GPU. */

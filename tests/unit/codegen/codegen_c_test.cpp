@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -71,9 +72,13 @@ CEmitContext context(const std::string &real) {
     return ctx;
 }
 
+// The helpers' text pasted, not #included: the JIT cache is keyed by the source text, so an edit of
+// redfuse_cpu.h must change it (an #include line kept serving the code compiled before the edit).
 std::string header() {
-    return "#include \"" + std::string(REDFUSE_SOURCE_DIR) + "/src/runtime/kernels/redfuse_cpu.h\"\n"
-           "#include <algorithm>\n#include <cstdint>\n#include <limits>\n";
+    std::ifstream in(std::string(REDFUSE_SOURCE_DIR) + "/src/runtime/kernels/redfuse_cpu.h");
+    std::stringstream text;
+    text << in.rdbuf();
+    return "#include <algorithm>\n#include <cstdint>\n#include <limits>\n" + text.str() + "\n";
 }
 
 JitOptions jit_options() {
@@ -182,6 +187,38 @@ TEST(CodeGenC, Int8CastsStayInTheRealTypeAndRoundLikeTheReference) {
         EXPECT_EQ(out[0], want) << "float f32(i8(" << v << "))";
         EXPECT_EQ(out[1], want) << "double f32(i8(" << v << "))";
     }
+}
+
+TEST(CodeGenC, Int8CastOfAQuotientDividesPlainlyWithTheSameInteger) {
+    // i8(round(a / b)) and i8(a / b) (the int8 quantizer) print the division as a plain `/`, not
+    // through div's 0/0 = 0 select: the NaN of 0/0 becomes 0 in round_i8 all the same. Every pair
+    // of these operands, zeros of both signs, infinities and NaN included, gives the reference's
+    // integer (exact quotients, so float and double agree).
+    ArenaScope arena;
+    Expr quotient = make_div(make_symbol("a0"), make_symbol("a1"));
+    std::ostringstream src;
+    src << header() << "extern \"C\" void q(const double *atoms, double *out) {\n";
+    int slot = 0;
+    for (Expr arg : {make_call(Func::round, quotient), quotient})
+        for (const char *real : {"float", "double"}) {
+            std::string text = emit_c(make_cast(DType::f32, make_cast(DType::i8, arg)), context(real));
+            EXPECT_EQ(text.find("rfk::div"), std::string::npos) << text;
+            EXPECT_NE(text.find("rfk::round_i8<" + std::string(real) + ">"), std::string::npos) << text;
+            src << "  out[" << slot++ << "] = " << text << ";\n";
+        }
+    src << "}\n";
+    auto so = jit_compile(src.str(), jit_options());
+    auto fn = reinterpret_cast<void (*)(const double *, double *)>(so->symbol("q"));
+    const std::vector<double> numerators = {0.0, -0.0, 3.0, -5.0, 254.0, 1e9, INFINITY, -INFINITY, NAN};
+    const std::vector<double> denominators = {0.0, -0.0, 2.0, -4.0, 1.0, INFINITY, NAN};
+    for (double a : numerators)
+        for (double b : denominators) {
+            double atoms[2] = {a, b}, out[4];
+            fn(atoms, out);
+            double quotient_value = a == 0 && b == 0 ? 0.0 : a / b;  // the spec's division: 0/0 = 0
+            double want = round_to_dtype(round_to_dtype(quotient_value, DType::i8), DType::f32);
+            for (int i = 0; i < 4; i++) EXPECT_EQ(out[i], want) << "slot " << i << ": i8(" << a << " / " << b << ")";
+        }
 }
 
 TEST(CodeGenC, IndexArithmeticAndNestedArgmax) {
