@@ -429,7 +429,8 @@ private:
             return;
         }
         if (s->loop == LoopKind::Simd && !staging_ &&
-            (print_exp2_row_in_place(s, ind) || print_exp2_row_sum(s, ind) || print_row_extreme(s, ind) || print_staged_exp2(s, ind)))
+            (print_exp2_row_in_place(s, ind) || print_exp2_row_sum(s, ind) || print_row_extreme(s, ind) || print_row_sum(s, ind) ||
+             print_staged_exp2(s, ind)))
             return;
         if (s->loop == LoopKind::Simd) {
             std::vector<std::string> reds, flags;
@@ -533,6 +534,16 @@ private:
         const std::string c = row->scale ? "(float)(" + expr(row->scale, "float") + ")" : "1.0f";
         pad(ind) << t << " = rfk::row_" << (row->max ? "max" : "min") << "(" << row_start(row->source, s) << ", (" << int_expr(s->end)
                  << ") - (" << int_expr(s->begin) << "), " << c << ", " << t << ");\n";
+        return true;
+    }
+
+    /** A float vector loop `t += S[k(j)]` over a row (cpu_exp2::row_sum): one rfk::row_sum call. */
+    bool print_row_sum(const StmtP &s, int ind) {
+        if (compute_type() != "float") return false;
+        std::optional<cpu_exp2::RowSum> row = cpu_exp2::row_sum(s, [&](const std::string &n) { return is_float_row(n); });
+        if (!row || target_type(row->target) != "float") return false;
+        pad(ind) << lvalue(row->target) << " += rfk::row_sum(" << row_start(row->source, s) << ", (" << int_expr(s->end) << ") - ("
+                 << int_expr(s->begin) << "));\n";
         return true;
     }
 

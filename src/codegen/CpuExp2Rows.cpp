@@ -231,4 +231,17 @@ std::optional<RowExtreme> row_extreme(const StmtP &loop, const std::function<boo
     return out;
 }
 
+std::optional<RowSum> row_sum(const StmtP &loop, const std::function<bool(const std::string &)> &is_row) {
+    StmtP only;
+    for (const StmtP &s : loop->body) {
+        if (s->kind == StmtKind::Comment) continue;
+        if (only) return std::nullopt;
+        only = s;
+    }
+    if (!only || only->kind != StmtKind::Accum || only->op != ReduceOp::Sum) return std::nullopt;
+    if (only->target->kind != Kind::Var || !row_element(only->value, loop->var, is_row) || mentions(only->value, only->target->name))
+        return std::nullopt;
+    return RowSum{only->value, only->target};
+}
+
 }  // namespace rf::cpu_exp2

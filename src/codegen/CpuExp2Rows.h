@@ -79,4 +79,15 @@ struct RowExtreme {
 };
 std::optional<RowExtreme> row_extreme(const tile::StmtP &loop, const std::function<bool(const std::string &)> &is_row);
 
+/** A float vector loop whose only statement is `t += S[k(j)]` (an Accum of a scalar local t, S[k(j)] a
+ *  row element as for Exp2RowSum, unscaled). The printer calls rfk::row_sum for it: the `omp simd`
+ *  reduction's partial sums combine in a tree instead of GCC's 16 dependent scalar adds from the stack
+ *  (attention's row sum over each exp tile: 16 of them per 256 columns of vector adds). A reduction's
+ *  order is the implementation's choice either way. */
+struct RowSum {
+    Expr source;  ///< the Load S[k(j)]
+    Expr target;  ///< t
+};
+std::optional<RowSum> row_sum(const tile::StmtP &loop, const std::function<bool(const std::string &)> &is_row);
+
 }  // namespace rf::cpu_exp2

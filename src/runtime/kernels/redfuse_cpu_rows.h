@@ -306,6 +306,50 @@ static inline float row_extreme_scaled(const T *p, int64_t n, float c, float ini
 template <typename T> static inline float row_max(const T *p, int64_t n, float c, float init) { return row_extreme_scaled<true>(p, n, c, init); }
 template <typename T> static inline float row_min(const T *p, int64_t n, float c, float init) { return row_extreme_scaled<false>(p, n, c, init); }
 
+// x_0 + .. + x_{n-1} for a float or bf16 row, summed in float: what the code generator calls for an
+// `omp simd` loop `t += S[k(j)]` (CodeGen_CPU.cpp print_row_sum). Four vector partial sums, combined
+// in a tree; GCC's own ending of that reduction added its 16 lanes one after another from the stack
+// (16 dependent scalar adds per row of a 256-wide tile in attention's row sums). Any order is a valid
+// order for the reduction; this one is fixed, so results repeat run to run.
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+static inline RFK_ALWAYS_INLINE __m512 row_load16(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+static inline RFK_ALWAYS_INLINE __m512 row_load16(const uint16_t *p, __mmask16 m) {
+    // The zero-masking forms: GCC 12's plain ones pass undefined vectors (see exp2_row_sum).
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, p)), 16));
+}
+#endif
+template <typename T>
+static inline float row_sum(const T *p, int64_t n) {
+    int64_t i = 0;
+    float r = 0.0f;
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_add_ps(a0, row_load16(p + i, 0xFFFF));
+        a1 = _mm512_add_ps(a1, row_load16(p + i + 16, 0xFFFF));
+        a2 = _mm512_add_ps(a2, row_load16(p + i + 32, 0xFFFF));
+        a3 = _mm512_add_ps(a3, row_load16(p + i + 48, 0xFFFF));
+    }
+    for (; i < n; i += 16) {
+        const int64_t left = n - i;
+        a0 = _mm512_add_ps(a0, row_load16(p + i, left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u)));
+    }
+    const __m512 a = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+    const __m256 h = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, a, 0), _mm512_maskz_extractf32x8_ps(0xFF, a, 1));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    r = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+#else
+#if defined(_OPENMP)
+#pragma omp simd reduction(+ : r)
+#endif
+    for (int64_t j = 0; j < n; ++j) r += row_value(p, j);
+    i = n;
+#endif
+    (void)i;
+    return r;
+}
+
 // A row of float results into a bf16 output, each rounded as store_bf16(float) rounds it, bit for bit.
 // With AVX512_BF16: one vcvtneps2bf16 per 16 values (round to nearest even on the bits, like
 // store_bf16), except that the instruction flushes denormals to zero, gives inf where a finite value

@@ -222,6 +222,41 @@ TEST(CpuExp2Rows, SumsOfARowsExp2AreOneRowCallOthersAreNot) {
     }
 }
 
+TEST(CpuExp2Rows, ASumOfARowIsOneRowCallOthersAreNot) {
+    // By hand, j in [0, 64):
+    //   $s += $x[j]        -> rfk::row_sum over the float tile row $x
+    //   $t += X[r, j]      -> rfk::row_sum over the bf16 buffer's row
+    //   $u += $x[2j]       (not contiguous)   -> the omp simd reduction
+    //   $v += $x[j] · $c   (scaled)           -> the omp simd reduction
+    ArenaScope arena;
+    using namespace rf::tile;
+    Expr j = make_index("$j"), r = make_index("$r"), c = local_var("$c");
+    Module m;
+    m.sizes = {"R"};
+    m.buffers.push_back({"X", Buffer::Role::Input, DType::bf16, {make_size("R"), int_c(64)}});
+    m.buffers.push_back({"Y", Buffer::Role::Output, DType::f32, {make_size("R")}});
+    std::vector<StmtP> body{decl(c->name, LocalClass::Tile, {}, real_c(-1.5)), decl("$x", LocalClass::Tile, {int_c(128)}, real_c(0.5))};
+    Expr total = real_c(0);
+    for (const char *n : {"$s", "$t", "$u", "$v"}) {
+        body.push_back(decl(n, LocalClass::Tile, {}, real_c(0)));
+        total = make_add(total, local_var(n));
+    }
+    auto x = [&](Expr i) { return local_at("$x", i); };
+    auto simd = [&](const char *t, Expr v) { body.push_back(for_loop(j, int_c(0), int_c(64), {accum(ReduceOp::Sum, local_var(t), v)}, LoopKind::Simd)); };
+    simd("$s", x(j));
+    simd("$t", make_load("X", {r, j}, DType::bf16, SType::Real));
+    simd("$u", x(make_mul(j, int_c(2))));
+    simd("$v", make_mul(x(j), c));
+    body.push_back(store(make_load("Y", {r}, DType::f32, SType::Real), total));
+    std::string src = generate_row_kernel(m, r, body);
+    EXPECT_NE(src.find("l_s += rfk::row_sum(&l_x[(int64_t)0], ((int64_t)64) - ((int64_t)0));"), std::string::npos) << src;
+    EXPECT_NE(src.find("l_t += rfk::row_sum(&rf_b0["), std::string::npos) << src;
+    for (const char *plain : {"l_u", "l_v"}) {
+        EXPECT_EQ(src.find(std::string(plain) + " += rfk::row_sum"), std::string::npos) << plain << "\n" << src;
+        EXPECT_NE(src.find("reduction(+:" + std::string(plain) + ")"), std::string::npos) << plain << "\n" << src;
+    }
+}
+
 TEST(CpuExp2Rows, MaxAndMinOfARowAreOneRowCallOthersAreNot) {
     // By hand, over a float tile row $x (and one bf16 buffer X), j in [0, 64):
     //   $m = max($m, $x[j] · $c)   -> rfk::row_max over $x, scale $c

@@ -127,6 +127,35 @@ void check_row_extremes(const std::function<void(const std::string &)> &fail) {
             }
 }
 
+/** rfk::row_sum over rows of float or bf16 (T): whole numbers (exact sums in any order) of every length
+ *  through the 64-wide loop and its tail, a NaN or an infinity at several positions, and a NaN just past
+ *  the row that must not be read. */
+template <typename T>
+void check_plain_row_sums(const std::function<void(const std::string &)> &fail) {
+    const bool bf16 = std::is_same_v<T, uint16_t>;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    auto encode = [&](float f) -> T {
+        if constexpr (std::is_same_v<T, uint16_t>) return rfk::store_bf16(f);
+        else return f;
+    };
+    const float specials[] = {0.0f, nan, kInf, -kInf};
+    for (int64_t n = 0; n <= 150; ++n)
+        for (int special = 0; special < 5; ++special)
+            for (int64_t at : {int64_t(0), n / 2, n - 1}) {
+                std::vector<T> x(size_t(n) + 1);
+                for (int64_t i = 0; i < n; ++i) x[size_t(i)] = encode(float(int(i * 7 % 23) - 11));
+                x[size_t(n)] = encode(nan);  // past the end: never read
+                if (special > 0 && n > 0) x[size_t(at)] = encode(specials[special < 4 ? special : 2]);
+                if (special == 4 && n > 1) x[size_t(n - 1 - at)] = encode(-kInf);  // inf + -inf: NaN (or -inf alone when at = n - 1 - at)
+                double want = 0;
+                for (int64_t i = 0; i < n; ++i) want += double(rfk::row_value(x.data(), i));
+                const float got = rfk::row_sum(x.data(), n);
+                if (double(got) == want || (got != got && want != want)) continue;
+                return fail(std::string("row_sum ") + (bf16 ? "bf16" : "f32") + " n=" + std::to_string(n) + " special " + std::to_string(special) +
+                            " at " + std::to_string(at) + ": " + std::to_string(got) + " want " + std::to_string(want));
+            }
+}
+
 /** The failures as text ("" when none), at most a few lines. */
 std::string check(bool thorough) {
     std::ostringstream out;
@@ -206,6 +235,8 @@ std::string check(bool thorough) {
     check_row_sum<uint16_t>(fail);
     check_row_extremes<float>(fail);
     check_row_extremes<uint16_t>(fail);
+    check_plain_row_sums<float>(fail);
+    check_plain_row_sums<uint16_t>(fail);
     return out.str();
 }
 
