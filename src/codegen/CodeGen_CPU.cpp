@@ -634,12 +634,15 @@ private:
         bool f32a = ta == DType::f32, f32b = tb == DType::f32, bfa = ta == DType::bf16, bfb = tb == DType::bf16;
         // B read straight from an input of the kernel: constant while it runs, so the GEMMs that pack it
         // (AMX tile panels) may keep the packing for the thread's next call on the same B (input_epoch).
-        bool b_input = !g.b_base->name.empty() && g.b_base->name[0] != '$' && bufs_.at(g.b_base->name)->role == Buffer::Role::Input;
+        auto is_input = [&](Expr base) { return !base->name.empty() && base->name[0] != '$' && bufs_.at(base->name)->role == Buffer::Role::Input; };
+        bool b_input = is_input(g.b_base);
         std::string call;
         if (g.trans_b && !g.a_transposed()) {
             std::string ldb = int_expr(g.b_sj), tail = ", " + C + ", " + ldc + ", " + (g.accumulate ? "true" : "false") + ");";
             std::string args = "(" + M + ", " + N + ", " + K + ", " + alpha + ", " + A + ", " + lda + ", " + B + ", " + ldb + tail;
             if (f32a && f32b) call = (b_input ? "rfk::gemm_nt_f32_input_b" : "rfk::gemm_nt_f32") + args;
+            else if (bfa && bfb && is_input(g.a_base))  // A read from an input as well: its packing may be kept too
+                call = std::string(b_input ? "rfk::gemm_nt_bf16_input_b" : "rfk::gemm_nt_bf16") + args.substr(0, args.size() - 2) + ", true);";
             else if (bfa && bfb) call = (b_input ? "rfk::gemm_nt_bf16_input_b" : "rfk::gemm_nt_bf16") + args;
             else if (f32a && bfb) call = (round_tile_products_ ? "rfk::gemm_nt_f32_as_bf16" : "rfk::gemm_nt_f32_bf16") + args;
             else if (f32a && tb == DType::f8e4m3) call = "rfk::gemm_nt_f32_f8e4m3" + args;

@@ -465,7 +465,7 @@ struct ScratchBuffer {
 // every row block of a head multiplies by the same K and V tiles). An entry is valid only for the
 // input_epoch it was packed in; entries are replaced round-robin.
 // What a kept packing holds: the same operand packed for different kernels must not be mistaken.
-enum class PanelKind : uint8_t { None, AmxBf16, AmxInt8, AmxPairedV, F32TransposedK, F32RowsV };
+enum class PanelKind : uint8_t { None, AmxBf16, AmxInt8, AmxPairedV, F32TransposedK, F32RowsV, Bf16PairsA1, Bf16PairsA2 };
 struct PanelCacheEntry {
     const void *src = nullptr;
     int64_t ld = 0, cols = 0, K = 0;

@@ -371,18 +371,25 @@ RFK_KERNEL static void bf16_b_in_place_kernel(int64_t kc, const float *apanel, c
 // over all A panels, so the group's rows are read from memory once and from cache by the other panels. Long
 // K blocks pay: each K block reads and writes the C block once more (M = 128, N = K = 4096, two AMD Zen 4
 // cores: 412-419 GFLOP/s with 512 KiB of A panels, 423-431 with 1 MiB, 413-427 with 2 MiB; B packed: 375-398).
+// With A an input of the kernel (`a_input`: constant while it runs) and one K block, A's panels are kept
+// for the thread's next call on the same rows (cached_panels): linear + cross-entropy multiplies one
+// 128-row block of H by each 256-row tile of W, 125 calls that packed the same 512 KiB of A each time (4%
+// of the kernel's time, T = 1024, D = 2048, V = 32000, AMD Zen 4).
 template <int H>
 static inline void nt_b_in_place(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
-                                 const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+                                 const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate, bool a_input = false) {
     constexpr int R = 16 * H, NR = kBInPlaceCols;
     for (int64_t ic = 0; ic < M; ic += kBInPlaceMC) {
         int64_t mc = min64(kBInPlaceMC, M - ic), panels = (mc + R - 1) / R;
         int64_t KC = min64(K, std::max<int64_t>(256, (int64_t(1) << 20) / (4 * panels * R) * 2));
-        float *apack = static_cast<float *>(scratch(0, size_t(panels * ((KC + 1) / 2) * R) * sizeof(float)));
+        const size_t apack_bytes = size_t(panels * ((KC + 1) / 2) * R) * sizeof(float);
+        bool kept = false;
+        float *apack = static_cast<float *>(a_input && KC == K ? cached_panels(A + ic * lda, lda, mc, K, H == 2 ? PanelKind::Bf16PairsA2 : PanelKind::Bf16PairsA1, apack_bytes, kept)
+                                                               : scratch(0, apack_bytes));
         for (int64_t pc = 0; pc < K; pc += KC) {
             int64_t kc = min64(KC, K - pc), np = (kc + 1) / 2;
             bool add = accumulate || pc > 0;
-            for (int64_t q = 0; q < panels; ++q)
+            for (int64_t q = 0; q < panels && !kept; ++q)
                 pack_pairs<H>(A + (ic + q * R) * lda + pc, lda, min64(R, mc - q * R), kc, apack + q * np * R);
             for (int64_t j = 0; j < N; j += NR)
                 with_rows<NR>(int(min64(NR, N - j)), [&](auto nr) {
@@ -552,14 +559,15 @@ static inline void dot_tiles(int64_t M, int64_t N, const T *B, int64_t ldb, Kern
 
 template <typename Ops, typename TA, typename TB>
 static inline void nt_gemm(int64_t M, int64_t N, int64_t K, float alpha, const TA *A, int64_t lda, const TB *B,
-                           int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+                           int64_t ldb, float *C, int64_t ldc, bool accumulate, bool a_input = false) {
 #if defined(RFK_SIMD_BF16)
     if constexpr (std::is_same_v<Ops, DotBf16> && std::is_same_v<TA, uint16_t> && std::is_same_v<TB, uint16_t>) {
         int halves = b_in_place_halves(M, N, K);
-        if (halves == 2) return nt_b_in_place<2>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
-        if (halves == 1) return nt_b_in_place<1>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+        if (halves == 2) return nt_b_in_place<2>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate, a_input);
+        if (halves == 1) return nt_b_in_place<1>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate, a_input);
     }
 #endif
+    (void)a_input;
     if (K == 0) {
         if (!accumulate) clear_rows(M, N, C, ldc);
     } else if (M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
@@ -686,17 +694,20 @@ static inline void gemm_nt_f32_bf16(int64_t M, int64_t N, int64_t K, float alpha
 }
 
 // With AVX512_BF16 the products go through vdpbf16ps, which treats bf16 subnormal inputs as zero.
+// `a_input`: A is an input of the generated kernel, constant while it runs (its packed panels may be kept
+// for the thread's next call on the same rows; nt_b_in_place).
 static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
-                                const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+                                const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate, bool a_input = false) {
     if (simd_detail::split_columns(M, N, K, [&](int64_t j0, int64_t n) {
-            gemm_nt_bf16(M, n, K, alpha, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate);
+            gemm_nt_bf16(M, n, K, alpha, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate, a_input);
         }))
         return;
 #if defined(RFK_SIMD_AMX)
     if (simd_detail::amx_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate)) return;
 #endif
+    (void)a_input;
 #if defined(RFK_SIMD_BF16)
-    simd_detail::nt_gemm<simd_detail::DotBf16>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+    simd_detail::nt_gemm<simd_detail::DotBf16>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate, a_input);
 #elif defined(RFK_SIMD_VECTOR)
     simd_detail::nt_gemm<simd_detail::DotFma>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
 #else
@@ -712,12 +723,12 @@ static inline void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha, co
 // gemm_nt_bf16 with B an input of the generated kernel, constant while the kernel runs: the AMX path
 // keeps B's packed panels for the thread's later calls on the same B within this kernel entry.
 static inline void gemm_nt_bf16_input_b(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
-                                        const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+                                        const uint16_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate, bool a_input = false) {
 #if defined(RFK_SIMD_AMX)
     if (!simd_detail::splits_columns(M, N, K) && simd_detail::amx_gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate, true))
         return;
 #endif
-    gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+    gemm_nt_bf16(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate, a_input);
 }
 
 static inline void gemm_nn_acc_f32(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const float *V,

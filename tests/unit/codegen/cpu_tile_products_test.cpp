@@ -42,6 +42,8 @@ TEST(CpuTileProducts, BfloatOutputsRoundPToBf16) {
     EXPECT_TRUE(calls(cpp, "gemm_nt_bf16")) << "Q·Kᵀ reads two bf16 inputs";
     // K and V are inputs of the kernel: their GEMMs may keep packed panels within one kernel entry.
     EXPECT_NE(cpp.find("rfk::gemm_nt_bf16_input_b("), std::string::npos);
+    // Q, the A operand of Q·Kᵀ, is an input too: the call says so (its trailing a_input argument).
+    EXPECT_TRUE(std::regex_search(cpp, std::regex(R"(rfk::gemm_nt_bf16_input_b\([^;]*, (true|false), true\);)"))) << cpp;
     EXPECT_NE(cpp.find("rfk::gemm_nn_acc_f32_as_bf16_input_v("), std::string::npos);
     EXPECT_NE(cpp.find("rfk::input_epoch.fetch_add(1"), std::string::npos) << "each kernel entry expires kept panels";
 }

@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <array>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -87,6 +88,38 @@ void check_input_panels(Failures &f) {
     fill_b();
     rfk::input_epoch.fetch_add(1);
     compare("after B changed in place and the epoch moved on");
+}
+
+/** gemm_nt_bf16 with A a kernel input (`a_input`: the B-in-place form keeps A's pair panels within one
+ *  input_epoch) equals the plain call: first call, a second call on the same A with another B (panels
+ *  reused), the same input at another row offset (another operand), and A changed in place after the
+ *  epoch moved on. Shapes of that form: 32-row panels (M = 64, odd K) and 16-row ones over two row blocks
+ *  (M = 130 > kBInPlaceMC). */
+void check_input_a_panels(Failures &f) {
+    Rng rng(93);
+    for (auto [M, N, K] : {std::array<int64_t, 3>{64, 160, 515}, std::array<int64_t, 3>{130, 272, 515}}) {
+        const int64_t rows = M + 3;
+        std::vector<uint16_t> A(size_t(rows * K)), B(size_t(N * K)), B2(size_t(N * K));
+        auto fill = [&](std::vector<uint16_t> &v) {
+            for (uint16_t &x : v) x = rfk::f32_to_bf16(rng.uniform(-1, 1));
+        };
+        auto compare = [&](const std::string &what, const uint16_t *a, const std::vector<uint16_t> &b, bool input_b) {
+            std::vector<float> want(size_t(M * N), 0.5f), got(size_t(M * N), 0.5f);
+            rfk::gemm_nt_bf16(M, N, K, 0.75f, a, K, b.data(), K, want.data(), N, true);
+            if (input_b) rfk::gemm_nt_bf16_input_b(M, N, K, 0.75f, a, K, b.data(), K, got.data(), N, true, true);
+            else rfk::gemm_nt_bf16(M, N, K, 0.75f, a, K, b.data(), K, got.data(), N, true, true);
+            if (std::memcmp(want.data(), got.data(), want.size() * 4) != 0)
+                f.add("gemm_nt_bf16 with A an input differs " + what + " (M=" + std::to_string(M) + ")");
+        };
+        fill(A), fill(B), fill(B2);
+        rfk::input_epoch.fetch_add(1);
+        compare("on the first call", A.data(), B, false);
+        compare("on a call with another B", A.data(), B2, true);
+        compare("on the same input 3 rows on", A.data() + 3 * K, B, false);
+        fill(A);
+        rfk::input_epoch.fetch_add(1);
+        compare("after A changed in place and the epoch moved on", A.data(), B, true);
+    }
 }
 
 }  // namespace simd_check

@@ -597,6 +597,7 @@ void check_all(Failures &f) {
     check_topk(f);
     check_threads(f);
     check_input_panels(f);
+    check_input_a_panels(f);
 }
 
 }  // namespace simd_check
