@@ -215,14 +215,24 @@ std::optional<Exp2RowSum> exp2_row_sum(const StmtP &loop, const std::function<bo
     return out;
 }
 
-std::optional<RowExtreme> row_extreme(const StmtP &loop, const std::function<bool(const std::string &)> &is_row) {
+namespace {
+
+/** The loop's one statement besides comments, if it has exactly one and it is an Accum; else null. */
+StmtP only_accum(const StmtP &loop) {
     StmtP only;
     for (const StmtP &s : loop->body) {
         if (s->kind == StmtKind::Comment) continue;
-        if (only) return std::nullopt;
+        if (only) return nullptr;
         only = s;
     }
-    if (!only || only->kind != StmtKind::Accum || (only->op != ReduceOp::Max && only->op != ReduceOp::Min)) return std::nullopt;
+    return only && only->kind == StmtKind::Accum ? only : nullptr;
+}
+
+}  // namespace
+
+std::optional<RowExtreme> row_extreme(const StmtP &loop, const std::function<bool(const std::string &)> &is_row) {
+    StmtP only = only_accum(loop);
+    if (!only || (only->op != ReduceOp::Max && only->op != ReduceOp::Min)) return std::nullopt;
     RowExtreme out{only->value, nullptr, only->target, only->op == ReduceOp::Max};
     if (out.source->kind == Kind::Mul && !(out.source = variant_of_two(only->value, loop->var, out.scale))) return std::nullopt;
     if (only->target->kind != Kind::Var || !row_element(out.source, loop->var, is_row) || mentions(only->value, only->target->name))
@@ -232,13 +242,8 @@ std::optional<RowExtreme> row_extreme(const StmtP &loop, const std::function<boo
 }
 
 std::optional<RowSum> row_sum(const StmtP &loop, const std::function<bool(const std::string &)> &is_row) {
-    StmtP only;
-    for (const StmtP &s : loop->body) {
-        if (s->kind == StmtKind::Comment) continue;
-        if (only) return std::nullopt;
-        only = s;
-    }
-    if (!only || only->kind != StmtKind::Accum || only->op != ReduceOp::Sum) return std::nullopt;
+    StmtP only = only_accum(loop);
+    if (!only || only->op != ReduceOp::Sum) return std::nullopt;
     if (only->target->kind != Kind::Var || !row_element(only->value, loop->var, is_row) || mentions(only->value, only->target->name))
         return std::nullopt;
     return RowSum{only->value, only->target};

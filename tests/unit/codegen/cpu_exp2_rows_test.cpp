@@ -54,6 +54,35 @@ std::string generate_row_kernel(tile::Module &m, Expr r, const std::vector<tile:
     return generate_cpu(m);
 }
 
+/** One vector loop over j in [0, 64) whose only statement is `target op= value`. */
+struct RowLoop {
+    ReduceOp op;
+    const char *target;
+    Expr value;
+};
+
+/** The CPU source of a row kernel over r in [0, R) with a bf16 input X[R, 64], a float tile row $x[128]
+ *  and a scalar $c: the scalar targets of `loops` declared 0, the loops in order, and the targets' sum
+ *  stored to Y[r]. */
+std::string row_loops_source(const std::vector<RowLoop> &loops) {
+    using namespace rf::tile;
+    Expr j = make_index("$j"), r = make_index("$r");
+    Module m;
+    m.sizes = {"R"};
+    m.buffers.push_back({"X", Buffer::Role::Input, DType::bf16, {make_size("R"), int_c(64)}});
+    m.buffers.push_back({"Y", Buffer::Role::Output, DType::f32, {make_size("R")}});
+    std::vector<StmtP> body{decl("$c", LocalClass::Tile, {}, real_c(-1.5)), decl("$x", LocalClass::Tile, {int_c(128)}, real_c(0.5))};
+    Expr total = real_c(0);
+    for (const RowLoop &l : loops) {
+        body.push_back(decl(l.target, LocalClass::Tile, {}, real_c(0)));
+        total = make_add(total, local_var(l.target));
+    }
+    for (const RowLoop &l : loops)
+        body.push_back(for_loop(j, int_c(0), int_c(64), {accum(l.op, local_var(l.target), l.value)}, LoopKind::Simd));
+    body.push_back(store(make_load("Y", {r}, DType::f32, SType::Real), total));
+    return generate_row_kernel(m, r, body);
+}
+
 }  // namespace
 
 TEST(CpuExp2Rows, LoopsIntoLocalsAreStagedLoopsIntoOutputsAreNot) {
@@ -231,24 +260,11 @@ TEST(CpuExp2Rows, ASumOfARowIsOneRowCallOthersAreNot) {
     ArenaScope arena;
     using namespace rf::tile;
     Expr j = make_index("$j"), r = make_index("$r"), c = local_var("$c");
-    Module m;
-    m.sizes = {"R"};
-    m.buffers.push_back({"X", Buffer::Role::Input, DType::bf16, {make_size("R"), int_c(64)}});
-    m.buffers.push_back({"Y", Buffer::Role::Output, DType::f32, {make_size("R")}});
-    std::vector<StmtP> body{decl(c->name, LocalClass::Tile, {}, real_c(-1.5)), decl("$x", LocalClass::Tile, {int_c(128)}, real_c(0.5))};
-    Expr total = real_c(0);
-    for (const char *n : {"$s", "$t", "$u", "$v"}) {
-        body.push_back(decl(n, LocalClass::Tile, {}, real_c(0)));
-        total = make_add(total, local_var(n));
-    }
     auto x = [&](Expr i) { return local_at("$x", i); };
-    auto simd = [&](const char *t, Expr v) { body.push_back(for_loop(j, int_c(0), int_c(64), {accum(ReduceOp::Sum, local_var(t), v)}, LoopKind::Simd)); };
-    simd("$s", x(j));
-    simd("$t", make_load("X", {r, j}, DType::bf16, SType::Real));
-    simd("$u", x(make_mul(j, int_c(2))));
-    simd("$v", make_mul(x(j), c));
-    body.push_back(store(make_load("Y", {r}, DType::f32, SType::Real), total));
-    std::string src = generate_row_kernel(m, r, body);
+    std::string src = row_loops_source({{ReduceOp::Sum, "$s", x(j)},
+                                        {ReduceOp::Sum, "$t", make_load("X", {r, j}, DType::bf16, SType::Real)},
+                                        {ReduceOp::Sum, "$u", x(make_mul(j, int_c(2)))},
+                                        {ReduceOp::Sum, "$v", make_mul(x(j), c)}});
     EXPECT_NE(src.find("l_s += rfk::row_sum(&l_x[(int64_t)0], ((int64_t)64) - ((int64_t)0));"), std::string::npos) << src;
     EXPECT_NE(src.find("l_t += rfk::row_sum(&rf_b0["), std::string::npos) << src;
     for (const char *plain : {"l_u", "l_v"}) {
@@ -266,26 +282,11 @@ TEST(CpuExp2Rows, MaxAndMinOfARowAreOneRowCallOthersAreNot) {
     ArenaScope arena;
     using namespace rf::tile;
     Expr j = make_index("$j"), r = make_index("$r"), c = local_var("$c");
-    Module m;
-    m.sizes = {"R"};
-    m.buffers.push_back({"X", Buffer::Role::Input, DType::bf16, {make_size("R"), int_c(64)}});
-    m.buffers.push_back({"Y", Buffer::Role::Output, DType::f32, {make_size("R")}});
-    std::vector<StmtP> body{decl(c->name, LocalClass::Tile, {}, real_c(-1.5)), decl("$x", LocalClass::Tile, {int_c(128)}, real_c(0.5))};
-    Expr sum = real_c(0);
-    for (const char *n : {"$m", "$n", "$p", "$q"}) {
-        body.push_back(decl(n, LocalClass::Tile, {}, real_c(0)));
-        sum = make_add(sum, local_var(n));
-    }
     auto x = [&](Expr i) { return local_at("$x", i); };
-    auto simd = [&](ReduceOp op, const char *t, Expr v) {
-        body.push_back(for_loop(j, int_c(0), int_c(64), {accum(op, local_var(t), v)}, LoopKind::Simd));
-    };
-    simd(ReduceOp::Max, "$m", make_mul(x(j), c));
-    simd(ReduceOp::Min, "$n", make_load("X", {r, j}, DType::bf16, SType::Real));
-    simd(ReduceOp::Max, "$p", x(make_mul(j, int_c(2))));
-    simd(ReduceOp::Max, "$q", make_add(x(j), c));
-    body.push_back(store(make_load("Y", {r}, DType::f32, SType::Real), sum));
-    std::string src = generate_row_kernel(m, r, body);
+    std::string src = row_loops_source({{ReduceOp::Max, "$m", make_mul(x(j), c)},
+                                        {ReduceOp::Min, "$n", make_load("X", {r, j}, DType::bf16, SType::Real)},
+                                        {ReduceOp::Max, "$p", x(make_mul(j, int_c(2)))},
+                                        {ReduceOp::Max, "$q", make_add(x(j), c)}});
     EXPECT_NE(src.find("l_m = rfk::row_max(&l_x[(int64_t)0], ((int64_t)64) - ((int64_t)0), (float)(((float)l_c)), l_m);"), std::string::npos) << src;
     EXPECT_NE(src.find("l_n = rfk::row_min(&rf_b0["), std::string::npos) << src;
     EXPECT_NE(src.find(", 1.0f, l_n);"), std::string::npos) << src;
