@@ -638,12 +638,13 @@ private:
         bool b_input = is_input(g.b_base);
         std::string call;
         if (g.trans_b && !g.a_transposed()) {
-            std::string ldb = int_expr(g.b_sj), tail = ", " + C + ", " + ldc + ", " + (g.accumulate ? "true" : "false") + ");";
-            std::string args = "(" + M + ", " + N + ", " + K + ", " + alpha + ", " + A + ", " + lda + ", " + B + ", " + ldb + tail;
+            std::string ldb = int_expr(g.b_sj);
+            std::string head = "(" + M + ", " + N + ", " + K + ", " + alpha + ", " + A + ", " + lda + ", " + B + ", " + ldb + ", " + C +
+                               ", " + ldc + ", " + (g.accumulate ? "true" : "false");
+            std::string args = head + ");";
             if (f32a && f32b) call = (b_input ? "rfk::gemm_nt_f32_input_b" : "rfk::gemm_nt_f32") + args;
-            else if (bfa && bfb && is_input(g.a_base))  // A read from an input as well: its packing may be kept too
-                call = std::string(b_input ? "rfk::gemm_nt_bf16_input_b" : "rfk::gemm_nt_bf16") + args.substr(0, args.size() - 2) + ", true);";
-            else if (bfa && bfb) call = (b_input ? "rfk::gemm_nt_bf16_input_b" : "rfk::gemm_nt_bf16") + args;
+            else if (bfa && bfb)  // a_input: A read from an input as well, whose packing may be kept too
+                call = (b_input ? "rfk::gemm_nt_bf16_input_b" : "rfk::gemm_nt_bf16") + head + (is_input(g.a_base) ? ", true);" : ");");
             else if (f32a && bfb) call = (round_tile_products_ ? "rfk::gemm_nt_f32_as_bf16" : "rfk::gemm_nt_f32_bf16") + args;
             else if (f32a && tb == DType::f8e4m3) call = "rfk::gemm_nt_f32_f8e4m3" + args;
             else if (f32a && tb == DType::f8e5m2) call = "rfk::gemm_nt_f32_f8e5m2" + args;

@@ -33,14 +33,18 @@ namespace exp2_row_check {
 const float kInf = std::numeric_limits<float>::infinity();
 
 
+/** f as a row element of type T: itself, or bf16 rounded as the kernels store it. */
+template <typename T>
+T encode_as(float f) {
+    if constexpr (std::is_same_v<T, uint16_t>) return rfk::store_bf16(f);
+    else return f;
+}
+
 /** rfk::exp2_row_sum over rows of float or bf16 (T), every length up to a few vectors. */
 template <typename T>
 void check_row_sum(const std::function<void(const std::string &)> &fail) {
     const bool bf16 = std::is_same_v<T, uint16_t>;
-    auto encode = [&](float f) -> T {
-        if constexpr (std::is_same_v<T, uint16_t>) return rfk::store_bf16(f);
-        else return f;
-    };
+    auto encode = [](float f) { return encode_as<T>(f); };
     const float shifts[] = {0.0f, -3.5f, 10.0f}, scales[] = {1.0f, 1.4426950408889634f}, offsets[] = {0.0f, -0.25f};
     for (float c : shifts)
         for (float a : scales)
@@ -91,10 +95,7 @@ template <typename T>
 void check_row_extremes(const std::function<void(const std::string &)> &fail) {
     const bool bf16 = std::is_same_v<T, uint16_t>;
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    auto encode = [&](float f) -> T {
-        if constexpr (std::is_same_v<T, uint16_t>) return rfk::store_bf16(f);
-        else return f;
-    };
+    auto encode = [](float f) { return encode_as<T>(f); };
     auto fold = [&](bool want_max, const std::vector<T> &x, int64_t n, float c, float init) {
         float r = init;
         for (int64_t i = 0; i < n; ++i) r = want_max ? rfk::max<float>(r, rfk::row_value(x.data(), i) * c) : rfk::min<float>(r, rfk::row_value(x.data(), i) * c);
@@ -134,10 +135,7 @@ template <typename T>
 void check_plain_row_sums(const std::function<void(const std::string &)> &fail) {
     const bool bf16 = std::is_same_v<T, uint16_t>;
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    auto encode = [&](float f) -> T {
-        if constexpr (std::is_same_v<T, uint16_t>) return rfk::store_bf16(f);
-        else return f;
-    };
+    auto encode = [](float f) { return encode_as<T>(f); };
     const float specials[] = {0.0f, nan, kInf, -kInf};
     for (int64_t n = 0; n <= 150; ++n)
         for (int special = 0; special < 5; ++special)
