@@ -17,11 +17,14 @@
 namespace rf {
 
 std::vector<std::string> cpu_jit_flags(const CpuFeatures &f, const std::vector<std::string> &extra) {
-    // -freciprocal-math turns a division by a row's loop-invariant sum into a multiply (<= 1 ulp);
-    // nothing that changes infinities or NaNs (no -ffinite-math-only, no -ffast-math).
+    // Nothing that changes a value: no -ffinite-math-only or -ffast-math (infinities and NaNs), and
+    // no -freciprocal-math, which turned the int8 quantizer's round(x · 127 / a) into a product with
+    // 1/a, one ulp off and so one integer off when the quotient is a tie (a = 1.1015625, x = a/2:
+    // 63.5 -> 64, the product 63.499996 -> 63; tests/unit/runtime/cpu_exact_division_test.cpp). The
+    // code generator writes the reciprocals it may use itself (src/tile/FiniteInvariants.cpp).
     // -O1 with the sanitizers (below).
     std::vector<std::string> flags{kernel_sanitizer_flags().empty() ? "-O3" : "-O1", "-fopenmp", "-fno-math-errno",
-                                   "-fno-trapping-math", "-freciprocal-math", "-fno-semantic-interposition"};
+                                   "-fno-trapping-math", "-fno-semantic-interposition"};
     for (const std::string &m : march_flags(f)) flags.push_back(m);
     if (best_isa(f) == IsaLevel::Avx512) flags.push_back("-mprefer-vector-width=512");
     // A library built with the sanitizers (REDFUSE_SANITIZE) compiles what it generates with them
