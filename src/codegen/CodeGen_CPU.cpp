@@ -315,10 +315,12 @@ private:
         std::string bytes = bytes_of(*b);
         for (const Buffer &x : m_.buffers)
             if (x.role == Buffer::Role::Input) bytes += " + " + bytes_of(x);
-        // Through the worker's copier (rfk::RowStream): a chunked row's streamed lines stay whole.
+        // Through the worker's copier (rfk::RowStream): a chunked row's streamed lines stay whole. A
+        // scaled copy multiplies each float by the scale before rounding (ScaleRowCopies.cpp).
+        std::string scale = s->scale ? ", (" + compute_type() + ")(" + expr(s->scale, compute_type()) + ")" : "";
         pad(ind) << "rs_." << (bf16 ? "bf16" : "f32") << "(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], "
                  << operand_addr(s->value) << ", " << int_expr(s->end) << ", " << bytes << " > (int64_t)" << k_.schedule.stream_bytes
-                 << ");\n";
+                 << scale << ");\n";
     }
 
     /** The bytes of a buffer, as an expression of the kernel's sizes. */

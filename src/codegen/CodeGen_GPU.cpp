@@ -344,6 +344,7 @@ void GpuKernelPrinter::coop_stmt(const StmtP &s, int ind) {
         pending_.clear();  // the GEMM ends with a barrier
         return;
     case StmtKind::CopyRow: {
+        RF_INTERNAL_ASSERT(!s->scale) << "GPU printer: scaled row copies are made for the CPU only";
         guard({s}, ind);
         std::vector<std::string> idx;
         for (Expr a : s->target->args) idx.push_back(int_expr(a));

@@ -79,6 +79,22 @@ bool reads_memory(Expr e) {
     return any_of(e, [](Expr n) { return n->kind == Kind::Load; });
 }
 
+Expr offset_beside(Expr index, Expr x) {
+    if (index == x) return make_int(0);
+    if (index->kind != Kind::Add) return nullptr;
+    std::vector<Expr> rest;
+    int found = 0;
+    for (Expr a : index->args) {
+        if (a == x) found++;
+        else if (mentions(a, x->name)) return nullptr;
+        else rest.push_back(a);
+    }
+    if (found != 1 || rest.empty()) return nullptr;
+    Expr b = rest[0];
+    for (size_t i = 1; i < rest.size(); i++) b = make_add(b, rest[i]);
+    return b;
+}
+
 namespace {
 
 bool positive_const(Expr e, double &v) {

@@ -63,6 +63,10 @@ struct Facts {
  *  or the rows of a block, [0, nbv) with nbv = min(B, E − rbase), rbase = row·B, row < (E + B − 1) / B. */
 bool runs_at_least_once(Expr begin, Expr end, const Facts &facts);
 
+/** b when index = b + x (x alone: 0) with b not reading x: the first element of a run that x walks
+ *  one element at a time; null otherwise. */
+Expr offset_beside(Expr index, Expr x);
+
 /** A loop around a statement: its variable and range. */
 struct LoopRange {
     Expr var, begin, end;

@@ -21,6 +21,7 @@ const std::vector<TilePassInfo> &tile_passes() {
         {TilePass::FiniteInvariants, "finite-invariants", version_on_finite_invariants, false, true, false},
         {TilePass::ElementLanes, "element-lanes", run_element_loops_as_lanes, false, true, false},
         {TilePass::RowCopies, "row-copies", copy_rows_out, false, true, false},
+        {TilePass::ScaleCopies, "scale-copies", scale_row_copies, false, true, false},
         {TilePass::Prefetch, "prefetch", prefetch_next_rows, false, true, false},
         {TilePass::PrefetchTiles, "prefetch-tiles", prefetch_next_tiles, false, true, false},
     };

@@ -74,6 +74,10 @@ Module run_element_loops_as_lanes(const Module &m);
  *  becomes one row copy (RowCopies.cpp). CPU only. */
 Module copy_rows_out(const Module &m);
 
+/** An epilogue chunk's loop multiplying a float tile array by one scalar, followed by the row copy
+ *  of its products, becomes one scaled row copy from that array (ScaleRowCopies.cpp). CPU only. */
+Module scale_row_copies(const Module &m);
+
 /** The last pass over the rows of a multi-pass chain of one-row blocks asks for the next row's
  *  inputs (PrefetchNextRows.cpp). CPU only. */
 Module prefetch_next_rows(const Module &m);
@@ -83,7 +87,7 @@ Module prefetch_next_rows(const Module &m);
 Module prefetch_next_tiles(const Module &m);
 
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, Prefetch, PrefetchTiles };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, ScaleCopies, Prefetch, PrefetchTiles };
 
 struct TilePassInfo {
     TilePass id;

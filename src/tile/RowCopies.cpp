@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "tile/LoopFacts.h"
 #include "tile/LowerPass.h"
 #include "tile/Passes.h"
 #include "tile/StmtVisitor.h"
@@ -45,28 +46,11 @@ private:
         for (size_t i = 0; i + 1 < t->args.size(); i++)
             if (mentions(t->args[i], x->name)) return nullptr;
         if (v->kind != Kind::Load || v->name.empty() || v->args.size() != 1 || !float_source(v->name)) return nullptr;
-        Expr base = base_of(v->args[0], x);
+        Expr base = loop_facts::offset_beside(v->args[0], x);
         if (!base) return nullptr;
         std::vector<Expr> at(t->args.begin(), t->args.end() - 1);
         at.push_back(int_c(0));
         return copy_row(make_load(t->name, at, t->dtype, t->stype), make_load(v->name, {base}, v->dtype, v->stype), s->end);
-    }
-
-    /** b when index = b + x (or x alone: 0) with b not reading x; null otherwise. */
-    static Expr base_of(Expr index, Expr x) {
-        if (index == x) return int_c(0);
-        if (index->kind != Kind::Add) return nullptr;
-        std::vector<Expr> rest;
-        int found = 0;
-        for (Expr a : index->args) {
-            if (a == x) found++;
-            else if (mentions(a, x->name)) return nullptr;
-            else rest.push_back(a);
-        }
-        if (found != 1 || rest.empty()) return nullptr;
-        Expr b = rest[0];
-        for (size_t i = 1; i < rest.size(); i++) b = make_add(b, rest[i]);
-        return b;
     }
 
     /** A float tile array, or a float temporary of one dimension (row-reduced partial sums). */

@@ -8,7 +8,7 @@
 namespace rf::tile {
 
 void for_each_own_expr(const Stmt &s, const std::function<void(const Expr &)> &f) {
-    for (const Expr *e : {&s.var, &s.begin, &s.end, &s.cond, &s.target, &s.target2, &s.value, &s.index, &s.k})
+    for (const Expr *e : {&s.var, &s.begin, &s.end, &s.cond, &s.target, &s.target2, &s.value, &s.index, &s.scale, &s.k})
         if (*e) f(*e);
     for (const auto *list : {&s.dims, &s.args, &s.args2})
         for (const Expr &e : *list)
@@ -101,7 +101,7 @@ StmtP StmtMutator::mutate_own(const StmtP &s) {
         changed = changed || n != e;
         e = n;
     };
-    for (Expr *e : {&c.var, &c.begin, &c.end, &c.cond, &c.target, &c.target2, &c.value, &c.index, &c.k}) E(*e);
+    for (Expr *e : {&c.var, &c.begin, &c.end, &c.cond, &c.target, &c.target2, &c.value, &c.index, &c.scale, &c.k}) E(*e);
     for (auto *list : {&c.dims, &c.args, &c.args2})
         for (Expr &e : *list) E(e);
     if (s->gemm) {

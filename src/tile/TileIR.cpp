@@ -118,12 +118,13 @@ StmtP store(Expr target, Expr value) {
     return s;
 }
 
-StmtP copy_row(Expr target, Expr source, Expr count) {
+StmtP copy_row(Expr target, Expr source, Expr count, Expr scale) {
     RF_INTERNAL_ASSERT(target && target->kind == Kind::Load && source && source->kind == Kind::Load) << "copy of loads";
     auto s = make(StmtKind::CopyRow);
     s->target = target;
     s->value = source;
     s->end = count;
+    s->scale = scale;
     return s;
 }
 
@@ -288,7 +289,8 @@ public:
     }
     void visit_store(const StmtP &s) override { pad() << "store " << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; }
     void visit_copy_row(const StmtP &s) override {
-        pad() << "copy " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ") = " << rf::to_string(s->value) << "...\n";
+        pad() << "copy " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ") = " << rf::to_string(s->value) << "..."
+              << (s->scale ? " * " + rf::to_string(s->scale) : "") << "\n";
     }
     void visit_prefetch(const StmtP &s) override {
         pad() << "prefetch " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ")\n";

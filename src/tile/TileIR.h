@@ -75,7 +75,7 @@ enum class StmtKind : uint8_t {
     PolyShift,   ///< move the shift-form state `name`[α] from reference `args` to reference `args2`
     Gemm,        ///< C (+)= alpha · A · B or A · Bᵀ over tiles (see GemmInfo)
     Store,       ///< global tensor element target = value, rounded to the tensor's dtype
-    CopyRow,     ///< f32 or bf16 output elements target[0..end) = value[0..end) (a float local or a 1-D f32 temporary; rounded); streamed past the caches
+    CopyRow,     ///< f32 or bf16 output elements target[0..end) = value[0..end) (· scale when set) (a float local or a 1-D f32 temporary; rounded); streamed past the caches
                  ///< (non-temporal stores) when the whole output is larger than the caches
     Prefetch,    ///< a hint: input elements target[0..end) are read soon (CPU: into L2); no effect on values
     Comment,     ///< text (already sanitized) kept in dumps and generated code
@@ -108,6 +108,7 @@ struct Stmt {
     Expr cond = nullptr;            ///< If
     Expr target = nullptr, target2 = nullptr;  ///< Assign / Accum / ArgSelect / Store
     Expr value = nullptr, index = nullptr;     ///< right-hand sides
+    Expr scale = nullptr;           ///< CopyRow: each value times this (compute type) before rounding; null: none
     Expr k = nullptr;               ///< TopKInsert capacity
     std::vector<Expr> dims;         ///< Decl
     std::vector<Expr> args, args2;  ///< PolyShift: old and new reference points
@@ -129,8 +130,9 @@ StmtP topk_insert(const std::string &list, Expr offset, Expr count_index, Expr k
 StmtP poly_shift(const std::string &state, std::vector<std::vector<int>> alphas, std::vector<Expr> from, std::vector<Expr> to);
 StmtP gemm(GemmInfo info);
 StmtP store(Expr target, Expr value);
-/** target: a Load of an f32 output at the row's first element; source: a Load of a local array. */
-StmtP copy_row(Expr target, Expr source, Expr count);
+/** target: a Load of an f32 output at the row's first element; source: a Load of a local array;
+ *  scale (optional): a scalar each value is multiplied by, in the compute type, before rounding. */
+StmtP copy_row(Expr target, Expr source, Expr count, Expr scale = nullptr);
 /** at: a Load of an input at the first element of a run of `count` consecutive elements. */
 StmtP prefetch(Expr at, Expr count);
 StmtP comment(const std::string &text);

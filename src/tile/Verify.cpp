@@ -198,6 +198,10 @@ private:
         expr(s, s->target);
         expr(s, s->value);
         expr(s, s->end);
+        if (s->scale) {
+            if (s->scale->stype != SType::Real) fail(s, "row copy scaled by a non-real value");
+            expr(s, s->scale);
+        }
     }
 
     void visit_store(const StmtP &s) override {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <type_traits>
 #if defined(__AVX__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif

@@ -118,9 +118,33 @@ static inline void prefetch_l2(const void *p, int64_t bytes) {
     for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);
 }
 
+// What a row copy stores of each float: the value (Unscaled), or the value times one float, rounded
+// to float as the product of a vector loop is (Scaled: a row output y = t · r whose terms t were
+// kept, multiplied while they are stored instead of in a pass of their own; ScaleRowCopies.cpp).
+struct Unscaled {
+    float operator()(float x) const { return x; }
+#if defined(__AVX512F__)
+    __m512 operator()(__m512 x) const { return x; }
+#endif
+#if defined(__AVX__)
+    __m256 operator()(__m256 x) const { return x; }
+#endif
+};
+struct Scaled {
+    float by;
+    float operator()(float x) const { return x * by; }
+#if defined(__AVX512F__)
+    __m512 operator()(__m512 x) const { return _mm512_mul_ps(x, _mm512_set1_ps(by)); }
+#endif
+#if defined(__AVX__)
+    __m256 operator()(__m256 x) const { return _mm256_mul_ps(x, _mm256_set1_ps(by)); }
+#endif
+};
+
 // A row of float results into an f32 output. `stream`: non-temporal stores (no read-for-ownership,
 // no cache pollution) for outputs larger than the caches; plain copies otherwise.
-static inline void copy_row_f32(float *dst, const float *src, int64_t n, bool stream) {
+template <typename Scale = Unscaled>
+static inline void copy_row_f32(float *dst, const float *src, int64_t n, bool stream, Scale scale = Scale{}) {
 #if defined(__AVX512F__) || defined(__AVX__)
     if (stream && n >= 64) {
 #if defined(__AVX512F__)
@@ -130,23 +154,30 @@ static inline void copy_row_f32(float *dst, const float *src, int64_t n, bool st
 #endif
         int64_t i = 0;
         while (i < n && (reinterpret_cast<uintptr_t>(dst + i) % (4 * w)) != 0) {
-            dst[i] = src[i];
+            dst[i] = scale(src[i]);
             i++;
         }
         for (; i + w <= n; i += w) {
 #if defined(__AVX512F__)
-            _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+            _mm512_stream_ps(dst + i, scale(_mm512_loadu_ps(src + i)));
 #else
-            _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+            _mm256_stream_ps(dst + i, scale(_mm256_loadu_ps(src + i)));
 #endif
         }
-        for (; i < n; i++) dst[i] = src[i];
+        for (; i < n; i++) dst[i] = scale(src[i]);
         _mm_sfence();
         return;
     }
 #endif
     (void)stream;
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    if constexpr (std::is_same_v<Scale, Unscaled>) {
+        std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    } else {
+#if defined(_OPENMP)
+#pragma omp simd
+#endif
+        for (int64_t i = 0; i < n; i++) dst[i] = scale(src[i]);
+    }
 }
 
 // Σ_i (2^((x_i + c) · a) + d) for the n elements x_i of a float or bf16 row, each 2^((x_i + c) · a)
@@ -388,23 +419,24 @@ static inline bool bf16_rare_pair(__m512 lo, __m512 hi) {
 }
 #endif
 
-static inline void copy_row_bf16(uint16_t *dst, const float *src, int64_t n, bool stream) {
+template <typename Scale = Unscaled>
+static inline void copy_row_bf16(uint16_t *dst, const float *src, int64_t n, bool stream, Scale scale = Scale{}) {
     int64_t i = 0;
 #if defined(__AVX512BF16__) && defined(__AVX512VL__)
     if (stream)
         while (i < n && (reinterpret_cast<uintptr_t>(dst + i) % 32) != 0) {
-            dst[i] = store_bf16(src[i]);
+            dst[i] = store_bf16(scale(src[i]));
             i++;
         }
     for (; i + 16 <= n; i += 16) {
-        __m512 x = _mm512_loadu_ps(src + i);
+        __m512 x = scale(_mm512_loadu_ps(src + i));
         __mmask16 odd = bf16_rare_lanes(x);
         __m256i b;
         if (odd == 0) {
             b = (__m256i)_mm512_cvtneps_pbh(x);
         } else {
             alignas(32) uint16_t tmp[16];
-            for (int q = 0; q < 16; q++) tmp[q] = store_bf16(src[i + q]);
+            for (int q = 0; q < 16; q++) tmp[q] = store_bf16(scale(src[i + q]));
             b = _mm256_load_si256(reinterpret_cast<const __m256i *>(tmp));
         }
         if (stream) _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i), b);
@@ -413,7 +445,7 @@ static inline void copy_row_bf16(uint16_t *dst, const float *src, int64_t n, boo
     if (stream) _mm_sfence();
 #endif
     (void)stream;
-    for (int64_t q = i; q < n; q++) dst[q] = store_bf16(src[q]);
+    for (int64_t q = i; q < n; q++) dst[q] = store_bf16(scale(src[q]));
 }
 
 // Row copies of a worker, chunk after chunk (the CPU epilogue computes a row output a chunk at a time
@@ -430,8 +462,11 @@ static inline void copy_row_bf16(uint16_t *dst, const float *src, int64_t n, boo
 // temporary, which is what readers load).
 class RowStream {
   public:
-    void f32(float *dst, const float *src, int64_t n, bool stream) { copy(dst, src, n, stream); }
-    void bf16(uint16_t *dst, const float *src, int64_t n, bool stream) { copy(dst, src, n, stream); }
+    void f32(float *dst, const float *src, int64_t n, bool stream) { copy(dst, src, n, stream, Unscaled{}); }
+    void bf16(uint16_t *dst, const float *src, int64_t n, bool stream) { copy(dst, src, n, stream, Unscaled{}); }
+    // dst[i] = src[i] · scale, rounded to the output's type (a scaled row copy).
+    void f32(float *dst, const float *src, int64_t n, bool stream, float scale) { copy(dst, src, n, stream, Scaled{scale}); }
+    void bf16(uint16_t *dst, const float *src, int64_t n, bool stream, float scale) { copy(dst, src, n, stream, Scaled{scale}); }
     void flush() {
         put_held();
 #if defined(__AVX512F__)
@@ -444,21 +479,29 @@ class RowStream {
     int64_t held_bytes_ = 0;            // bytes of it held, from its start
     alignas(64) unsigned char line_[64];
 
-    static void plain(float *dst, const float *src, int64_t n) { copy_row_f32(dst, src, n, false); }
-    static void plain(uint16_t *dst, const float *src, int64_t n) { copy_row_bf16(dst, src, n, false); }
-    static void convert(float *out, const float *src, int64_t n) { std::memcpy(out, src, static_cast<size_t>(n) * 4); }
-    static void convert(uint16_t *out, const float *src, int64_t n) {
-        for (int64_t i = 0; i < n; i++) out[i] = store_bf16(src[i]);
+    template <typename Scale>
+    static void plain(float *dst, const float *src, int64_t n, Scale scale) { copy_row_f32(dst, src, n, false, scale); }
+    template <typename Scale>
+    static void plain(uint16_t *dst, const float *src, int64_t n, Scale scale) { copy_row_bf16(dst, src, n, false, scale); }
+    template <typename Scale>
+    static void convert(float *out, const float *src, int64_t n, Scale scale) {
+        for (int64_t i = 0; i < n; i++) out[i] = scale(src[i]);
+    }
+    template <typename Scale>
+    static void convert(uint16_t *out, const float *src, int64_t n, Scale scale) {
+        for (int64_t i = 0; i < n; i++) out[i] = store_bf16(scale(src[i]));
     }
     void put_held() {
         if (held_at_) std::memcpy(held_at_, line_, static_cast<size_t>(held_bytes_));
         held_at_ = nullptr;
     }
 #if defined(__AVX512F__)
-    static void stream_line(float *dst, const float *src) { _mm512_stream_ps(dst, _mm512_loadu_ps(src)); }
-    static void stream_line(uint16_t *dst, const float *src) {
+    template <typename Scale>
+    static void stream_line(float *dst, const float *src, Scale scale) { _mm512_stream_ps(dst, scale(_mm512_loadu_ps(src))); }
+    template <typename Scale>
+    static void stream_line(uint16_t *dst, const float *src, Scale scale) {
 #if defined(__AVX512BF16__) && defined(__AVX512VL__)
-        const __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + 16);
+        const __m512 lo = scale(_mm512_loadu_ps(src)), hi = scale(_mm512_loadu_ps(src + 16));
         if (!bf16_rare_pair(lo, hi)) {
             // vcvtne2ps2bf16: the 32 values of both vectors in one (the second operand's go first).
             _mm512_stream_si512(reinterpret_cast<__m512i *>(dst), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
@@ -466,24 +509,24 @@ class RowStream {
         }
 #endif
         alignas(64) uint16_t t[32];
-        convert(t, src, 32);
+        convert(t, src, 32, scale);
         _mm512_stream_si512(reinterpret_cast<__m512i *>(dst), _mm512_load_si512(t));
     }
 #endif
 
-    template <typename T>
-    void copy(T *dst, const float *src, int64_t n, bool stream) {
+    template <typename T, typename Scale>
+    void copy(T *dst, const float *src, int64_t n, bool stream, Scale scale) {
 #if defined(__AVX512F__)
         constexpr int64_t E = 64 / static_cast<int64_t>(sizeof(T));  // elements per line
         if (!stream || n <= 0) {
-            plain(dst, src, n);
+            plain(dst, src, n, scale);
             return;
         }
         int64_t i = 0;
         if (held_at_ && reinterpret_cast<unsigned char *>(dst) == held_at_ + held_bytes_) {
             // The held line continues here: complete it, then stream it.
             i = std::min<int64_t>(n, (64 - held_bytes_) / static_cast<int64_t>(sizeof(T)));
-            convert(reinterpret_cast<T *>(line_ + held_bytes_), src, i);
+            convert(reinterpret_cast<T *>(line_ + held_bytes_), src, i, scale);
             held_bytes_ += i * static_cast<int64_t>(sizeof(T));
             if (held_bytes_ < 64) return;
             _mm512_stream_si512(reinterpret_cast<__m512i *>(held_at_), _mm512_load_si512(line_));
@@ -493,21 +536,23 @@ class RowStream {
             put_held();
             const uintptr_t to_line = (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64;
             i = std::min<int64_t>(n, static_cast<int64_t>(to_line / sizeof(T)));
-            plain(dst, src, i);
+            plain(dst, src, i, scale);
         }
-        for (; i + E <= n; i += E) stream_line(dst + i, src + i);
+        for (; i + E <= n; i += E) stream_line(dst + i, src + i, scale);
         if (i < n) {
             held_at_ = reinterpret_cast<unsigned char *>(dst + i);
             held_bytes_ = (n - i) * static_cast<int64_t>(sizeof(T));
-            convert(reinterpret_cast<T *>(line_), src + i, n - i);
+            convert(reinterpret_cast<T *>(line_), src + i, n - i, scale);
         }
 #else
-        copy_row(dst, src, n, stream);
+        copy_row(dst, src, n, stream, scale);
 #endif
     }
 #if !defined(__AVX512F__)
-    static void copy_row(float *dst, const float *src, int64_t n, bool stream) { copy_row_f32(dst, src, n, stream); }
-    static void copy_row(uint16_t *dst, const float *src, int64_t n, bool stream) { copy_row_bf16(dst, src, n, stream); }
+    template <typename Scale>
+    static void copy_row(float *dst, const float *src, int64_t n, bool stream, Scale scale) { copy_row_f32(dst, src, n, stream, scale); }
+    template <typename Scale>
+    static void copy_row(uint16_t *dst, const float *src, int64_t n, bool stream, Scale scale) { copy_row_bf16(dst, src, n, stream, scale); }
 #endif
 };
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,13 +21,24 @@ namespace simd_check {
  *  multiple of a line — starting at every 4-byte offset of a line, streamed or not, contiguous rows (a
  *  held line continues into the next row) and a copy elsewhere in between (the held line is stored
  *  plainly): after flush() every value is the row copy's (store_bf16's bits for bf16) and nothing
- *  outside the rows changed. */
+ *  outside the rows changed. With `scale` (a scaled copy, ScaleRowCopies.cpp): each value is the
+ *  float product src · scale, rounded as above. */
 template <typename T>
-void check_row_stream(const std::vector<float> &src, Failures &f) {
+void check_row_stream(const std::vector<float> &src, Failures &f, const float *scale = nullptr) {
     const T guard = sizeof(T) == 2 ? T(0xABCD) : T(-7.25f);
-    auto want = [](float v) -> T {
+    auto want = [&](float v) -> T {
+        if (scale) v = v * *scale;
         if constexpr (sizeof(T) == 2) return rfk::store_bf16(v);
         else return v;
+    };
+    auto copy = [&](rfk::RowStream &rs, T *dst, const float *from, int64_t k, bool stream) {
+        if constexpr (sizeof(T) == 2) {
+            if (scale) rs.bf16(dst, from, k, stream, *scale);
+            else rs.bf16(dst, from, k, stream);
+        } else {
+            if (scale) rs.f32(dst, from, k, stream, *scale);
+            else rs.f32(dst, from, k, stream);
+        }
     };
     std::vector<T> out(4000 + 64), other(100);
     for (bool stream : {false, true}) {
@@ -40,16 +52,12 @@ void check_row_stream(const std::vector<float> &src, Failures &f) {
                 for (int64_t r = 0; r < rows; r++) {
                     for (int64_t e0 = 0; e0 < n; e0 += chunk) {
                         const int64_t k = std::min(chunk, n - e0);
-                        if constexpr (sizeof(T) == 2) rs.bf16(base + r * n + e0, src.data() + r * n + e0, k, stream);
-                        else rs.f32(base + r * n + e0, src.data() + r * n + e0, k, stream);
+                        copy(rs, base + r * n + e0, src.data() + r * n + e0, k, stream);
                     }
-                    if (r == 1) {  // somewhere else between two rows
-                        if constexpr (sizeof(T) == 2) rs.bf16(other.data() + 1, src.data(), 50, stream);
-                        else rs.f32(other.data() + 1, src.data(), 50, stream);
-                    }
+                    if (r == 1) copy(rs, other.data() + 1, src.data(), 50, stream);  // somewhere else between two rows
                 }
                 rs.flush();
-                const std::string what = std::string(sizeof(T) == 2 ? "bf16" : "f32") + " RowStream (stream " + std::to_string(stream) +
+                const std::string what = std::string(sizeof(T) == 2 ? "bf16" : "f32") + (scale ? " scaled" : "") + " RowStream (stream " + std::to_string(stream) +
                                          ", chunk " + std::to_string(chunk) + ", offset " + std::to_string(off) + ")";
                 for (int64_t i = 0; i < rows * n; i++)
                     if (!(base[i] == want(src[size_t(i)]))) {
@@ -98,6 +106,23 @@ void check_bf16_rows(const std::vector<uint32_t> &patterns, Failures &f) {
             for (int64_t i = 0; i < n; i++)
                 if (got[size_t(i)] != rfk::store_bf16(src[size_t(4000 + i)])) f.add("copy_row_bf16 n=" + std::to_string(n));
             if (got[size_t(n)] != 0xABCD) f.add("copy_row_bf16 n=" + std::to_string(n) + " wrote past the row");
+        }
+        // Scaled copies: the bits of store_bf16(v · s), s taking products into the subnormals, past
+        // the largest bf16 and to inf (the rare lanes are those of the product, not of v), and a
+        // plain scale.
+        for (float by : {0.37f, 0x1p-100f, 0x1p+100f, -3.0f, std::numeric_limits<float>::infinity()}) {
+            std::vector<uint16_t> got(src.size() + 1, 0xABCD);
+            rfk::copy_row_bf16(got.data(), src.data(), int64_t(src.size()), stream, rfk::Scaled{by});
+            for (size_t i = 0; i < src.size(); i++) {
+                const uint16_t want = rfk::store_bf16(src[i] * by);
+                if (got[i] == want) continue;
+                std::ostringstream m;
+                m << std::hex << "copy_row_bf16 scaled by " << by << " (stream " << stream << ") of " << src[i] << " gave 0x" << got[i]
+                  << ", store_bf16 0x" << want;
+                f.add(m.str());
+                break;
+            }
+            if (got[src.size()] != 0xABCD) f.add("scaled copy_row_bf16 wrote past the row");
         }
     }
 }

@@ -551,6 +551,10 @@ void check_bf16_casts(Failures &f) {
     for (int i = 0; i < 3400; ++i) rows.push_back(rng2.uniform(-3.0f, 3.0f));
     check_row_stream<uint16_t>(rows, f);
     check_row_stream<float>(rows, f);
+    for (float by : {0.37f, 0x1p-130f, 0x1p+127f}) {  // a plain scale, products in the subnormals, past the largest bf16
+        check_row_stream<uint16_t>(rows, f, &by);
+        check_row_stream<float>(rows, f, &by);
+    }
 }
 
 /** rfk::topk_insert (redfuse_cpu.h: the strict-compare fast path, `better` for ties and NaNs) against a

@@ -163,9 +163,9 @@ TEST(StmtMutator, BottomUpRewriteSeesRebuiltChildren) {
 
 TEST(TilePasses, TableListsThePassesInOrder) {
     const auto &p = tile_passes();
-    ASSERT_EQ(p.size(), 16u);
+    ASSERT_EQ(p.size(), 17u);
     const char *names[] = {"gemm", "exp2", "hoist", "invariant-sums", "fold-flags", "gemm-sums", "forward-temps", "localize-temps", "coalesce",
-                           "gemm-state", "skip-masked", "finite-invariants", "element-lanes", "row-copies", "prefetch", "prefetch-tiles"};
+                           "gemm-state", "skip-masked", "finite-invariants", "element-lanes", "row-copies", "scale-copies", "prefetch", "prefetch-tiles"};
     for (size_t i = 0; i < p.size(); i++) EXPECT_STREQ(p[i].name, names[i]);
     EXPECT_EQ(p[0].id, TilePass::Gemm);
     EXPECT_TRUE(p[0].always);
@@ -177,11 +177,12 @@ TEST(TilePasses, TableListsThePassesInOrder) {
     EXPECT_EQ(p[7].id, TilePass::LocalizeTemps);
     EXPECT_EQ(p[9].id, TilePass::GemmState);
     EXPECT_EQ(p[10].id, TilePass::SkipMasked);
+    EXPECT_EQ(p[14].id, TilePass::ScaleCopies);
     EXPECT_TRUE(p[9].float_states_only);
     // The CPU-only passes: the invariant sums, the flags, GEMM sums and temporaries of double states,
-    // the finite copies, the row copies and the prefetches of the next rows and tiles.
+    // the finite copies, the row copies (plain and scaled) and the prefetches of the next rows and tiles.
     for (size_t i = 0; i < p.size(); i++)
-        EXPECT_EQ(p[i].cpu_only, i == 3 || i == 4 || i == 5 || i == 6 || i == 7 || i == 11 || i == 12 || i == 13 || i == 14 || i == 15) << p[i].name;
+        EXPECT_EQ(p[i].cpu_only, i == 3 || i == 4 || i == 5 || i == 6 || i == 7 || (i >= 11 && i <= 16)) << p[i].name;
     for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].float_states_only, i == 9) << p[i].name;
     for (size_t i = 1; i < p.size(); i++) EXPECT_FALSE(p[i].always) << p[i].name;
     for (const TilePassInfo &i : p) EXPECT_NE(i.run, nullptr);
