@@ -19,7 +19,8 @@ namespace {
 /* Rule: for x in [lo, hi) simd: $ep[x - lo] = $t[b + x] · r
  *       copy Out[i, lo][0, hi - lo) = $ep[0]...
  *   ⇒  copy Out[i, lo][0, hi - lo) = $t[b + lo]... · r
- * Preconditions: the loop's body is that one assignment; $t is a float tile array other than $ep and
+ * Preconditions: the loop's body is that one assignment; nothing but row copies reads $ep anywhere in
+ * the kernel (the fused path no longer fills it); $t is a float tile array other than $ep and
  * b does not read x; r is a scalar tile local (a float: the product is the float product the
  * assignment computes, and the copy rounds it to the output's type as it rounded $ep's value). The
  * copy then reads $t where it read $ep, which the loop filled with exactly these products.
@@ -32,8 +33,9 @@ namespace {
 
 class ScaleRowCopies : public StmtMutator {
 public:
-    ScaleRowCopies(const std::map<std::string, LocalClass> &arrays, const std::set<std::string> &tile_scalars)
-        : arrays_(arrays), tile_scalars_(tile_scalars) {}
+    ScaleRowCopies(const std::map<std::string, LocalClass> &arrays, const std::set<std::string> &tile_scalars,
+                   const std::set<std::string> &read_elsewhere)
+        : arrays_(arrays), tile_scalars_(tile_scalars), read_elsewhere_(read_elsewhere) {}
 
     std::vector<StmtP> mutate_list(const std::vector<StmtP> &list) override {
         std::vector<StmtP> in = StmtMutator::mutate_list(list), out;
@@ -53,10 +55,11 @@ public:
     }
 
 private:
-    /** An unscaled row copy from the start of a float tile array (an epilogue chunk's buffer). */
+    /** An unscaled row copy from the start of a float tile array (an epilogue chunk's buffer) that
+     *  only row copies read. */
     bool copy_of_local(const StmtP &s) const {
-        return s->kind == StmtKind::CopyRow && !s->scale && tile_array(s->value->name) && s->value->args.size() == 1 &&
-               s->value->args[0]->is_const(0);
+        return s->kind == StmtKind::CopyRow && !s->scale && tile_array(s->value->name) && !read_elsewhere_.count(s->value->name) &&
+               s->value->args.size() == 1 && s->value->args[0]->is_const(0);
     }
 
     bool tile_array(const std::string &name) const {
@@ -115,7 +118,31 @@ private:
 
     const std::map<std::string, LocalClass> &arrays_;
     const std::set<std::string> &tile_scalars_;
+    const std::set<std::string> &read_elsewhere_;
 };
+
+/** Names of locals that a statement other than a row copy of them reads (an assignment's target is
+ *  written, its indices read). */
+std::set<std::string> read_outside_row_copies(const StmtP &body) {
+    std::set<std::string> out;
+    auto loads = [&](Expr e) {
+        visit(e, [&](Expr n) {
+            if (n->kind == Kind::Load) out.insert(n->name);
+        });
+    };
+    for_each_stmt(body, [&](const StmtP &s) {
+        for_each_own_expr(*s, [&](const Expr &e) {
+            if (s->kind == StmtKind::CopyRow && e == s->value) {
+                for (Expr a : e->args) loads(a);
+            } else if ((s->kind == StmtKind::Assign || s->kind == StmtKind::Accum) && e == s->target && e->kind == Kind::Load) {
+                for (Expr a : e->args) loads(a);
+            } else {
+                loads(e);
+            }
+        });
+    });
+    return out;
+}
 
 }  // namespace
 
@@ -137,7 +164,7 @@ Module scale_row_copies(const Module &in) {
             if (!kind.second) arrays.emplace(name, kind.first);
             else if (kind.first == LocalClass::Tile) tile_scalars.insert(name);
         }
-        k.body = ScaleRowCopies(arrays, tile_scalars).mutate(k.body);
+        k.body = ScaleRowCopies(arrays, tile_scalars, read_outside_row_copies(k.body)).mutate(k.body);
     }
     return m;
 }

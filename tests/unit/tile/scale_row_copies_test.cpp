@@ -41,14 +41,16 @@ StmtP row_copy() {
     return copy_row(make_load("Y", {int_c(0), lo()}, DType::f64, SType::Real), local_at("$ep", int_c(0)), make_sub(hi(), lo()));
 }
 
-/** A kernel declaring $t, $ep, $r (of class r_cls) and $lo, $hi, then `before` and the row copy. */
-Module kernel(StmtP before, LocalClass r_cls = LocalClass::Tile) {
+/** A kernel declaring $t, $ep, $r (of class r_cls) and $lo, $hi, then `before`, the row copy and
+ *  `after` (when given). */
+Module kernel(StmtP before, LocalClass r_cls = LocalClass::Tile, StmtP after = nullptr) {
     Module m;
     m.sizes = {"C"};
     m.buffers.push_back({"Y", Buffer::Role::Output, DType::bf16, {int_c(1), make_size("C")}});
     std::vector<StmtP> body{decl("$t", LocalClass::Tile, {int_c(4096)}, real_c(1)), decl("$ep", LocalClass::Tile, {int_c(2048)}, nullptr),
                             decl("$lo", LocalClass::Index, {}, int_c(0)), decl("$hi", LocalClass::Index, {}, make_min(int_c(2048), make_size("C"))),
                             decl("$r", r_cls, {}, real_c(0.5)), std::move(before), row_copy()};
+    if (after) body.push_back(after);
     tile::Kernel k;
     k.name = "k0";
     k.body = for_loop(make_index("$row"), int_c(0), int_c(1), body, LoopKind::Parallel);
@@ -80,6 +82,11 @@ TEST(ScaleRowCopies, TableOfEpilogues) {
         {"a sum, not a product: kept", [] { return kernel(chunk_loop(make_add(term(x()), r()))); }, 0, 1},
         {"three factors: kept", [] { return kernel(chunk_loop(make_mul(make_mul(term(x()), r()), r()))); }, 0, 1},
         {"the term not walked by x: kept", [] { return kernel(chunk_loop(make_mul(term(int_c(3)), r()))); }, 0, 1},
+        {"$ep read after its copy: kept (the fused path would leave it unfilled)",
+         [] {
+             return kernel(chunk_loop(make_mul(term(x()), r())), LocalClass::Tile, assign(local_at("$t", int_c(0)), local_at("$ep", int_c(1))));
+         },
+         0, 1},
         {"a second statement in the loop: kept",
          [] {
              return kernel(for_loop(x(), lo(), hi(),
