@@ -17,11 +17,14 @@
 namespace rf {
 
 std::vector<std::string> cpu_jit_flags(const CpuFeatures &f, const std::vector<std::string> &extra) {
-    // Nothing that changes a value: no -ffinite-math-only or -ffast-math (infinities and NaNs), and
-    // no -freciprocal-math, which turned the int8 quantizer's round(x · 127 / a) into a product with
-    // 1/a, one ulp off and so one integer off when the quotient is a tie (a = 1.1015625, x = a/2:
-    // 63.5 -> 64, the product 63.499996 -> 63; tests/unit/runtime/cpu_exact_division_test.cpp). The
-    // code generator writes the reciprocals it may use itself (src/tile/FiniteInvariants.cpp).
+    // Nothing that moves a value away from the float64 reference: no -ffinite-math-only or -ffast-math
+    // (infinities and NaNs), and no -freciprocal-math, which turned the int8 quantizer's round(x ·
+    // 127 / a) into a product with 1/a, one ulp off and so one integer off when the quotient is a tie
+    // (a = 1.1015625, x = a/2: 63.5 -> 64, the product 63.499996 -> 63;
+    // tests/unit/runtime/cpu_exact_division_test.cpp). The code generator writes the reciprocals it
+    // may use itself (src/tile/FiniteInvariants.cpp). GCC's contraction of a·b + c into one FMA stays
+    // on (its default, -std=c++17 included): one rounding instead of two, the exact product as the
+    // reference has it.
     // -O1 with the sanitizers (below).
     std::vector<std::string> flags{kernel_sanitizer_flags().empty() ? "-O3" : "-O1", "-fopenmp", "-fno-math-errno",
                                    "-fno-trapping-math", "-fno-semantic-interposition"};
