@@ -79,6 +79,23 @@ bool reads_memory(Expr e) {
     return any_of(e, [](Expr n) { return n->kind == Kind::Load; });
 }
 
+DeclaredLocals declared_locals(const StmtP &body) {
+    std::map<std::string, std::pair<LocalClass, bool>> seen;  // name -> (class, scalar)
+    std::set<std::string> mixed;
+    for_each_stmt(body, [&](const StmtP &s) {
+        if (s->kind != StmtKind::Decl) return;
+        auto [it, fresh] = seen.emplace(s->name, std::make_pair(s->cls, s->dims.empty()));
+        if (!fresh && it->second != std::make_pair(s->cls, s->dims.empty())) mixed.insert(s->name);
+    });
+    DeclaredLocals out;
+    for (const auto &[name, kind] : seen) {
+        if (mixed.count(name)) continue;
+        if (!kind.second) out.arrays.emplace(name, kind.first);
+        else if (kind.first == LocalClass::Tile) out.tile_scalars.insert(name);
+    }
+    return out;
+}
+
 Expr offset_beside(Expr index, Expr x) {
     if (index == x) return make_int(0);
     if (index->kind != Kind::Add) return nullptr;

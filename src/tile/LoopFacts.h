@@ -67,6 +67,14 @@ bool runs_at_least_once(Expr begin, Expr end, const Facts &facts);
  *  one element at a time; null otherwise. */
 Expr offset_beside(Expr index, Expr x);
 
+/** The locals a kernel body declares, by name: arrays (declared with dimensions) by class, and
+ *  scalar tile locals. A name declared twice with different classes or shapes is in neither. */
+struct DeclaredLocals {
+    std::map<std::string, LocalClass> arrays;
+    std::set<std::string> tile_scalars;
+};
+DeclaredLocals declared_locals(const StmtP &body);
+
 /** A loop around a statement: its variable and range. */
 struct LoopRange {
     Expr var, begin, end;

@@ -83,15 +83,8 @@ Module copy_rows_out(const Module &in) {
     Module m = in;
     if (m.compute != DType::f32) return m;  // tile arrays are double: the copies take floats
     for (Kernel &k : m.kernels) {
-        // Local arrays by name; a name declared twice with different classes is left alone.
-        std::map<std::string, LocalClass> arrays;
-        std::map<std::string, int> mixed;
-        for_each_stmt(k.body, [&](const StmtP &s) {
-            if (s->kind != StmtKind::Decl || s->dims.empty()) return;
-            auto [it, fresh] = arrays.emplace(s->name, s->cls);
-            if (!fresh && it->second != s->cls) mixed[s->name] = 1;
-        });
-        for (auto &[name, _] : mixed) arrays.erase(name);
+        // Local arrays by name; a name declared twice with different classes or shapes is left alone.
+        const std::map<std::string, LocalClass> arrays = loop_facts::declared_locals(k.body).arrays;
         k.body = RowCopies(m, arrays).mutate(k.body);
     }
     return m;

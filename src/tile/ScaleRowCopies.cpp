@@ -115,7 +115,6 @@ private:
         return nullptr;
     }
 
-
     const std::map<std::string, LocalClass> &arrays_;
     const std::set<std::string> &tile_scalars_;
     const std::set<std::string> &read_elsewhere_;
@@ -151,20 +150,8 @@ Module scale_row_copies(const Module &in) {
     if (m.compute != DType::f32) return m;  // the copies take floats
     for (Kernel &k : m.kernels) {
         // Locals by name; a name declared twice with different classes or shapes is left alone.
-        std::map<std::string, LocalClass> arrays;
-        std::set<std::string> tile_scalars, mixed;
-        std::map<std::string, std::pair<LocalClass, bool>> seen;
-        for_each_stmt(k.body, [&](const StmtP &s) {
-            if (s->kind != StmtKind::Decl) return;
-            auto [it, fresh] = seen.emplace(s->name, std::make_pair(s->cls, s->dims.empty()));
-            if (!fresh && it->second != std::make_pair(s->cls, s->dims.empty())) mixed.insert(s->name);
-        });
-        for (const auto &[name, kind] : seen) {
-            if (mixed.count(name)) continue;
-            if (!kind.second) arrays.emplace(name, kind.first);
-            else if (kind.first == LocalClass::Tile) tile_scalars.insert(name);
-        }
-        k.body = ScaleRowCopies(arrays, tile_scalars, read_outside_row_copies(k.body)).mutate(k.body);
+        const loop_facts::DeclaredLocals locals = loop_facts::declared_locals(k.body);
+        k.body = ScaleRowCopies(locals.arrays, locals.tile_scalars, read_outside_row_copies(k.body)).mutate(k.body);
     }
     return m;
 }
