@@ -633,6 +633,8 @@ private:
         std::string M = int_expr(g.M), N = int_expr(g.N), K = int_expr(g.K), A = operand_addr(g.a_base),
                     B = operand_addr(g.b_base), C = operand_addr(g.c_base), alpha = "(float)(" + expr(g.alpha, "double") + ")";
         std::string lda = int_expr(g.a_si), ldc = int_expr(g.c_si);
+        // Whether it adds to C: always, never, or where accumulate_if holds (stores the first tile).
+        std::string accumulate = !g.accumulate ? "false" : g.accumulate_if ? "static_cast<bool>(" + condition(g.accumulate_if) + ")" : "true";
         bool f32a = ta == DType::f32, f32b = tb == DType::f32, bfa = ta == DType::bf16, bfb = tb == DType::bf16;
         // B read straight from an input of the kernel: constant while it runs, so the GEMMs that pack it
         // (AMX tile panels) may keep the packing for the thread's next call on the same B (input_epoch).
@@ -642,7 +644,7 @@ private:
         if (g.trans_b && !g.a_transposed()) {
             std::string ldb = int_expr(g.b_sj);
             std::string head = "(" + M + ", " + N + ", " + K + ", " + alpha + ", " + A + ", " + lda + ", " + B + ", " + ldb + ", " + C +
-                               ", " + ldc + ", " + (g.accumulate ? "true" : "false");
+                               ", " + ldc + ", " + accumulate;
             std::string args = head + ");";
             if (f32a && f32b) call = (b_input ? "rfk::gemm_nt_f32_input_b" : "rfk::gemm_nt_f32") + args;
             else if (bfa && bfb)  // a_input: A read from an input as well, whose packing may be kept too
@@ -676,8 +678,11 @@ private:
         pad(ind + 2) << "float s_ = 0; for (int64_t k_ = 0; k_ < " << K << "; ++k_) s_ += "
                      << element("A_", ta, "i_ * " + lda + " + k_ * " + a_sk) << " * " << element("B_", tb, "n_ * " + b_sj + " + k_ * " + b_sk)
                      << ";\n";
-        pad(ind + 2) << "C_[i_ * " << ldc << " + n_] = " << (g.accumulate ? "C_[i_ * " + ldc + " + n_] + " : std::string()) << alpha
-                     << " * s_;\n";
+        std::string c_elem = "C_[i_ * " + ldc + " + n_]";
+        if (g.accumulate_if)
+            pad(ind + 2) << c_elem << " = " << accumulate << " ? " << c_elem << " + " << alpha << " * s_ : " << alpha << " * s_;\n";
+        else
+            pad(ind + 2) << c_elem << " = " << (g.accumulate ? c_elem + " + " : std::string()) << alpha << " * s_;\n";
         pad(ind + 1) << "}\n";
         pad(ind) << "}\n";
     }

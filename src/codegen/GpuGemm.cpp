@@ -3,6 +3,7 @@
  */
 #include "codegen/GpuGemm.h"
 #include "codegen/GpuMapping.h"
+#include "support/Error.h"
 
 #include <sstream>
 
@@ -48,6 +49,7 @@ bool cuda_gemm_on_tensor_cores(DType a, DType b, const GpuCodegenOptions &o) {
 
 std::string gpu_gemm(const tile::GemmInfo &g, const GemmOperand &a, const GemmOperand &b, const GemmOperand &c,
                      const std::function<std::string(Expr)> &ints, const std::string &alpha, const GpuCodegenOptions &o, int indent) {
+    RF_INTERNAL_ASSERT(!g.accumulate_if) << "GPU printer: conditionally accumulating GEMMs are made for the CPU only";
     std::ostringstream os;
     std::string pad(static_cast<size_t>(indent) * 4, ' ');
     std::string M = ints(g.M), N = ints(g.N), K = ints(g.K), a_si = ints(g.a_si), a_sk = ints(g.a_sk), c_si = ints(g.c_si);

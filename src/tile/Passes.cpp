@@ -24,6 +24,7 @@ const std::vector<TilePassInfo> &tile_passes() {
         {TilePass::ScaleCopies, "scale-copies", scale_row_copies, false, true, false},
         {TilePass::Prefetch, "prefetch", prefetch_next_rows, false, true, false},
         {TilePass::PrefetchTiles, "prefetch-tiles", prefetch_next_tiles, false, true, false},
+        {TilePass::FirstGemmStores, "first-gemm-stores", store_first_gemm_tiles, false, true, false},
     };
     return passes;
 }

@@ -86,8 +86,12 @@ Module prefetch_next_rows(const Module &m);
  *  operand (PrefetchNextTiles.cpp). CPU only. */
 Module prefetch_next_tiles(const Module &m);
 
+/** A tile GEMM into a zeroed float tile, first to touch it in a serial loop, stores on the loop's
+ *  first iteration instead of adding (FirstGemmStores.cpp). CPU only. */
+Module store_first_gemm_tiles(const Module &m);
+
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, ScaleCopies, Prefetch, PrefetchTiles };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, ScaleCopies, Prefetch, PrefetchTiles, FirstGemmStores };
 
 struct TilePassInfo {
     TilePass id;
@@ -105,7 +109,8 @@ struct TilePassInfo {
  *  the freed tiles; the arrays are coalesced last but one, on the final
  *  statements; gemm-state next, on the GEMMs as they will be printed; skip-masked last, so the others
  *  see one copy of each tile's statements (it duplicates them for the unmasked tiles);
- *  finite-invariants after it, on every copy of the vector loops. */
+ *  finite-invariants after it, on every copy of the vector loops; first-gemm-stores last, on the
+ *  statements as they will be printed. */
 const std::vector<TilePassInfo> &tile_passes();
 
 }  // namespace rf::tile

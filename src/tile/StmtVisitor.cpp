@@ -15,7 +15,7 @@ void for_each_own_expr(const Stmt &s, const std::function<void(const Expr &)> &f
             if (e) f(e);
     if (s.gemm) {
         const GemmInfo &g = *s.gemm;
-        for (const Expr *e : {&g.M, &g.N, &g.K, &g.a_base, &g.b_base, &g.c_base, &g.a_si, &g.a_sk, &g.b_sj, &g.b_sk, &g.c_si, &g.alpha})
+        for (const Expr *e : {&g.M, &g.N, &g.K, &g.a_base, &g.b_base, &g.c_base, &g.a_si, &g.a_sk, &g.b_sj, &g.b_sk, &g.c_si, &g.alpha, &g.accumulate_if})
             if (*e) f(*e);
     }
 }
@@ -108,7 +108,7 @@ StmtP StmtMutator::mutate_own(const StmtP &s) {
         GemmInfo g = *s->gemm;
         bool before = changed;
         changed = false;
-        for (Expr *e : {&g.M, &g.N, &g.K, &g.a_base, &g.b_base, &g.c_base, &g.a_si, &g.a_sk, &g.b_sj, &g.b_sk, &g.c_si, &g.alpha}) E(*e);
+        for (Expr *e : {&g.M, &g.N, &g.K, &g.a_base, &g.b_base, &g.c_base, &g.a_si, &g.a_sk, &g.b_sj, &g.b_sk, &g.c_si, &g.alpha, &g.accumulate_if}) E(*e);
         if (changed) c.gemm = std::make_shared<GemmInfo>(std::move(g));
         changed = changed || before;
     }

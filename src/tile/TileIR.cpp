@@ -285,7 +285,8 @@ public:
         const GemmInfo &g = *s->gemm;
         pad() << "gemm " << rf::to_string(g.c_base) << " " << (g.accumulate ? "+=" : "=") << " " << rf::to_string(g.alpha) << " * "
               << rf::to_string(g.a_base) << (g.a_transposed() ? "^T" : "") << " x " << rf::to_string(g.b_base) << (g.trans_b ? "^T" : "") << "  [M=" << rf::to_string(g.M)
-              << " N=" << rf::to_string(g.N) << " K=" << rf::to_string(g.K) << "]\n";
+              << " N=" << rf::to_string(g.N) << " K=" << rf::to_string(g.K) << "]"
+              << (g.accumulate_if ? "  (+= if " + rf::to_string(g.accumulate_if) + ", else =)" : std::string()) << "\n";
     }
     void visit_store(const StmtP &s) override { pad() << "store " << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; }
     void visit_copy_row(const StmtP &s) override {

@@ -90,6 +90,9 @@ struct GemmInfo {
     Expr alpha;
     bool trans_b = true;
     bool accumulate = false;
+    /** When set (with accumulate): the GEMM accumulates only where this condition holds and stores
+     *  C = alpha A·Bᵀ elsewhere, C then being all zeros (FirstGemmStores.cpp; the CPU's NT form). */
+    Expr accumulate_if = nullptr;
     /** A is stored transposed (its k rows contiguous along i: a row-reduced member's tile, whose
      *  rows are the sum's terms); only the CPU's accumulating A·B form takes it. */
     bool a_transposed() const { return a_si->is_const(1) && !a_sk->is_const(1); }

@@ -178,6 +178,10 @@ private:
             if (!e) fail(s, "incomplete gemm");
             expr(s, e);
         }
+        if (g.accumulate_if) {
+            if (!g.accumulate) fail(s, "a gemm that stores has no accumulate condition");
+            expr(s, g.accumulate_if);
+        }
         if (in_simd_) fail(s, "gemm inside a simd loop");
     }
 

@@ -514,9 +514,12 @@ static inline bool amx_gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha
     return true;
 }
 
+static inline bool amx_takes_s8(int64_t M, int64_t N, int64_t K) {
+    return M >= kAmxMinRows && N >= kAmxMinRows && K >= 64 && amx_granted();
+}
 static inline bool amx_gemm_nt_s8(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B, int64_t ldb,
                                   int32_t *C, int64_t ldc, bool accumulate) {
-    if (M < kAmxMinRows || N < kAmxMinRows || K < 64 || !amx_granted()) return false;
+    if (!amx_takes_s8(M, N, K)) return false;
     amx_nt<true>(M, N, K, 1.0f, A, lda, B, ldb, C, ldc, accumulate, false);
     return true;
 }

@@ -102,6 +102,7 @@ static inline bool amx_gemm_nt_bf16(int64_t M, int64_t N, int64_t K, float alpha
                                     int64_t ldb, float *C, int64_t ldc, bool accumulate, bool b_input = false);
 static inline bool amx_gemm_nt_s8(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B, int64_t ldb,
                                   int32_t *C, int64_t ldc, bool accumulate);
+static inline bool amx_takes_s8(int64_t M, int64_t N, int64_t K);  // whether amx_gemm_nt_s8 runs this shape
 static inline bool amx_gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const uint16_t *V,
                                                int64_t ldv, float *C, int64_t ldc, bool v_input = false);
 #endif

@@ -179,6 +179,32 @@ static inline void s8_nt_packed(int64_t M, int64_t N, int64_t K, const int8_t *A
     }
 }
 
+// Where the B-in-place form puts a row of exact int32 results (its first NR lanes, `cols`): into int32 C,
+// added to it or not (Int32Rows), or, when the call's K is one block so that the lanes are whole sums,
+// stored into float C as gemm_nt_s8_to_f32's conversion would, c = alpha * float(v) (FloatRows: float(v)
+// rounds to nearest like the scalar conversion). Storing float C from the kernel spares a chain's row
+// block the int32 block's round trip (2 MiB at 128 x 4096); adding to float C there was slower than that
+// round trip (its loads of C, 2 MiB from L3, stall the kernel's stores), so FloatRows only stores.
+struct Int32Rows {
+    int32_t *c;
+    int64_t ldc;
+    bool add;
+    Int32Rows at(int64_t i, int64_t j, bool added) const { return {c + i * ldc + j, ldc, added}; }
+    void put(int64_t i, __mmask16 cols, __m512i v) const {
+        if (add) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(cols, c + i * ldc));
+        _mm512_mask_storeu_epi32(c + i * ldc, cols, v);
+    }
+};
+struct FloatRows {
+    float *c;
+    int64_t ldc;
+    float alpha;
+    FloatRows at(int64_t i, int64_t j, bool) const { return {c + i * ldc + j, ldc, alpha}; }
+    void put(int64_t i, __mmask16 cols, __m512i v) const {
+        _mm512_mask_storeu_ps(c + i * ldc, cols, _mm512_mul_ps(_mm512_set1_ps(alpha), _mm512_cvtepi32_ps(v)));
+    }
+};
+
 // B in place for int8 (as nt_b_in_place for bf16): A's panels hold quads of A as they are (signed), each
 // step broadcasts one quad of each of NR B rows shifted to unsigned (B ^ 0x80 = B + 128, a vector xor after
 // the broadcast from memory: the scalar xor and a broadcast from a general register cost 1.5x at M = 16), and
@@ -186,9 +212,9 @@ static inline void s8_nt_packed(int64_t M, int64_t N, int64_t K, const int8_t *A
 // puts the correction on the panel, computed once as it is packed, instead of on every group of B rows,
 // whose first reads from memory would then stall outside the kernel (12% of M = N = K = 4096, AMD Zen 4).
 // A short last quad of B is read through a mask; its missing bytes become 0x80 and meet A's zero padding.
-template <int H, int NR>
+template <int H, int NR, typename Rows>
 RFK_KERNEL static void s8_b_in_place_kernel(int64_t kc, const int32_t *apanel, const int8_t *b, int64_t ldb,
-                                            const int32_t *shift, int32_t *c, int64_t ldc, bool add, int64_t rows) {
+                                            const int32_t *shift, Rows out, int64_t rows) {
     constexpr int R = 16 * H;
     const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
     __m512i acc[NR][H];
@@ -216,23 +242,28 @@ RFK_KERNEL static void s8_b_in_place_kernel(int64_t kc, const int32_t *apanel, c
     RFK_UNROLL for (int j = 0; j < NR; ++j) RFK_UNROLL for (int h = 0; h < H; ++h) fl[j][h] = _mm512_castsi512_ps(acc[j][h]);
     const __mmask16 cols = __mmask16((1u << NR) - 1u);
     store_transposed<NR, H>(fl, rows, [&](vf row, int64_t i) {
-        __m512i v = _mm512_sub_epi32(_mm512_castps_si512(row), _mm512_set1_epi32(shift[i]));
-        if (add) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(cols, c + i * ldc));
-        _mm512_mask_storeu_epi32(c + i * ldc, cols, v);
+        out.put(i, cols, _mm512_sub_epi32(_mm512_castps_si512(row), _mm512_set1_epi32(shift[i])));
     });
+}
+
+// The K block of the int8 B-in-place form for a row block of mc rows in panels of R rows: the A panels fill
+// at most 1 MiB (L2), and a block is at least 1024 deep.
+static inline int64_t s8_b_in_place_kc(int64_t mc, int64_t R) {
+    return std::max<int64_t>(1024, (int64_t(1) << 20) / ((mc + R - 1) / R * R) / 4 * 4);
 }
 
 // C (+)= A B^T for int8, B in place, A in panels of H halves: row blocks of kBInPlaceMC, K blocks whose A
 // panels fill at most 1 MiB; per panel, shift[t] = 128 * sum_k A[t][k] (vpdpbusd of 0x80 bytes over the
-// panel's quads).
-template <int H>
+// panel's quads). `out` is where the results go (Int32Rows; FloatRows only when K is one block and C is not
+// added to).
+template <int H, typename Rows>
 static inline void s8_nt_b_in_place(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,
-                                    int64_t ldb, int32_t *C, int64_t ldc, bool accumulate) {
+                                    int64_t ldb, Rows out, bool accumulate) {
     constexpr int R = 16 * H, NR = kBInPlaceCols;
     const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
     for (int64_t ic = 0; ic < M; ic += kBInPlaceMC) {
         int64_t mc = min64(kBInPlaceMC, M - ic), panels = (mc + R - 1) / R;
-        int64_t KC = min64(K, std::max<int64_t>(1024, (int64_t(1) << 20) / (panels * R) / 4 * 4));
+        int64_t KC = min64(K, s8_b_in_place_kc(mc, R));
         int32_t *apack = static_cast<int32_t *>(scratch(0, size_t(panels * ((KC + 3) / 4) * R) * sizeof(int32_t)));
         alignas(64) int32_t shift[kBInPlaceMC];
         for (int64_t pc = 0; pc < K; pc += KC) {
@@ -252,11 +283,22 @@ static inline void s8_nt_b_in_place(int64_t M, int64_t N, int64_t K, const int8_
                 with_rows<NR>(int(min64(NR, N - j)), [&](auto nr) {
                     for (int64_t q = 0; q < panels; ++q)
                         s8_b_in_place_kernel<H, decltype(nr)::value>(kc, apack + q * nq * R, B + j * ldb + pc, ldb,
-                                                                     shift + q * R, C + (ic + q * R) * ldc + j, ldc,
-                                                                     add, min64(R, mc - q * R));
+                                                                     shift + q * R, out.at(ic + q * R, j, add),
+                                                                     min64(R, mc - q * R));
                 });
         }
     }
+}
+
+// Whether gemm_nt_s8s8_s32 would take the B-in-place form with 32-row panels and K in one block, on this
+// thread (no column split, no AMX): then every result leaves the kernel as a whole sum.
+static inline bool s8_whole_k_in_place(int64_t M, int64_t N, int64_t K) {
+    if (splits_columns(M, N, K) || b_in_place_halves(M, N, K) != 2 || K > s8_b_in_place_kc(min64(M, kBInPlaceMC), 32))
+        return false;
+#if defined(RFK_SIMD_AMX)
+    if (amx_takes_s8(M, N, K)) return false;
+#endif
+    return true;
 }
 
 // The int8 dot form's strips of A: one strip of up to 6 rows (24 accumulators) when M <= 6, else strips of
@@ -346,7 +388,7 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
     // end to end at M = 16, N = K = 4096); 32-row panels (H = 2) share each broadcast between two vpdpbusd
     // and stay ahead (M = 64: 95 / 82%).
     int halves = b_in_place_halves(M, N, K);
-    if (halves == 2) return s8_nt_b_in_place<2>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    if (halves == 2) return s8_nt_b_in_place<2>(M, N, K, A, lda, B, ldb, Int32Rows{C, ldc, false}, accumulate);
     if (halves == 0 && K > 0 && M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
         s8_nt_packed(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         return;
@@ -384,6 +426,15 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
 // alternated runs; why was not established.)
 static inline void gemm_nt_s8_to_f32(int64_t M, int64_t N, int64_t K, float alpha, const int8_t *A, int64_t lda,
                                      const int8_t *B, int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+#if defined(RFK_SIMD_VNNI)
+    // Storing (a chain's first tile, FirstGemmStores.cpp) through the B-in-place form with K in one block:
+    // the kernel's store converts (FloatRows). Int8 quant->GEMM M = N = K = 4096 with the pass, AMD Zen 4,
+    // alternated: 165.9 -> 163.6 ms (docs/tile-ir.md, "First GEMM tiles stored").
+    if (!accumulate && simd_detail::s8_whole_k_in_place(M, N, K)) {
+        simd_detail::s8_nt_b_in_place<2>(M, N, K, A, lda, B, ldb, simd_detail::FloatRows{C, ldc, alpha}, false);
+        return;
+    }
+#endif
     int32_t *acc = static_cast<int32_t *>(simd_detail::scratch(2, size_t(M * N) * sizeof(int32_t)));
     gemm_nt_s8s8_s32(M, N, K, A, lda, B, ldb, acc, N, false);
     for (int64_t i = 0; i < M; i++) {

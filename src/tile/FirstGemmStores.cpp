@@ -1,0 +1,103 @@
+/** \file FirstGemmStores.cpp
+ * The CPU tile pass that lets a tile GEMM store its first tile into a zeroed float tile instead of
+ * adding it: the micro-kernels then write C without reading it back (a 128-row block of N = 4096
+ * floats is 2 MiB, more than L2).
+ */
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tile/LoopFacts.h"
+#include "tile/Passes.h"
+#include "tile/StmtVisitor.h"
+
+namespace rf::tile {
+
+namespace {
+
+using namespace loop_facts;
+
+/* Rule:  tile C[n] = 0;  S...;  for t in [b, e) serial: { P...;  gemm C[c0] += alpha · A × Bᵀ;  Q... }
+ *   ⇒   the same, the GEMM accumulating only where t ≠ b: on the loop's first iteration it stores
+ *        C = alpha · A·Bᵀ.
+ * Preconditions: C is a tile array (the compute type, float) declared with the constant 0; no
+ * statement of S or P mentions C, and the GEMM's operands are not C, so C is all zeros when the GEMM
+ * first runs; the GEMM is a statement of the loop's own body (it runs on every iteration, t = b
+ * first: the loop is serial), b is invariant in the loop (t ≠ b means "not the first iteration" on
+ * every iteration); it is the NT form (trans_b, A not transposed), whose micro-kernels take
+ * `accumulate` as a run-time argument; alpha is a positive constant.
+ * Why the values are the same: each element the GEMM writes is 0 + alpha·p when accumulating, alpha·p
+ * when storing. The sum p starts at +0 in every micro-kernel (and in int32 for int8 operands) and
+ * round-to-nearest never turns +0 plus anything into −0, so p ≠ −0, hence alpha·p ≠ −0 for alpha > 0,
+ * and +0 + x = x for every other x (inf and NaN included); fused or not, the rounding of alpha·p is
+ * the only one. Elements the GEMM does not write keep their 0 either way; later iterations add.
+ * Where: the weight GEMM of RMSNorm→GEMM, int8 quant→GEMM and linear + cross-entropy (K in one tile:
+ * every call stores); measured in docs/tile-ir.md. */
+
+bool positive_constant(Expr e) { return e->is_const() && e->value > 0; }
+
+/** The GEMM into `acc` that the rule lets store on the loop's first iteration: the first statement of
+ *  the loop's body mentioning acc, when it is such a GEMM. */
+std::optional<size_t> first_gemm_into(const StmtP &loop, const std::string &acc) {
+    for (size_t i = 0; i < loop->body.size(); ++i) {
+        const StmtP &s = loop->body[i];
+        if (!mentions_anywhere(s, acc)) continue;
+        if (s->kind != StmtKind::Gemm) return std::nullopt;
+        const GemmInfo &g = *s->gemm;
+        bool fits = g.accumulate && !g.accumulate_if && g.trans_b && !g.a_transposed() && g.c_base->name == acc &&
+                    g.a_base->name != acc && g.b_base->name != acc && positive_constant(g.alpha);
+        return fits ? std::optional<size_t>(i) : std::nullopt;
+    }
+    return std::nullopt;
+}
+
+/** The loop of the list after `decl` (index d) that first mentions the declared array, rewritten
+ *  when its first GEMM into the array may store; null when nothing changes. */
+StmtP store_first_tile(const std::vector<StmtP> &list, size_t d) {
+    const StmtP &decl = list[d];
+    for (size_t i = d + 1; i < list.size(); ++i) {
+        const StmtP &s = list[i];
+        if (!mentions_anywhere(s, decl->name)) continue;
+        if (s->kind != StmtKind::For || s->loop != LoopKind::Serial) return nullptr;
+        std::set<std::string> written;
+        written_in(s, written);
+        if (!invariant(s->begin, written)) return nullptr;
+        auto g = first_gemm_into(s, decl->name);
+        if (!g) return nullptr;
+        GemmInfo info = *s->body[*g]->gemm;
+        info.accumulate_if = make_cmp(CmpOp::NE, s->var, s->begin);
+        std::vector<StmtP> body = s->body;
+        body[*g] = gemm(std::move(info));
+        return with_body(s, std::move(body), s->else_body);
+    }
+    return nullptr;
+}
+
+class FirstGemmStores : public StmtMutator {
+public:
+    std::vector<StmtP> mutate_list(const std::vector<StmtP> &list) override {
+        std::vector<StmtP> out = StmtMutator::mutate_list(list);
+        for (size_t d = 0; d < out.size(); ++d) {
+            const StmtP &s = out[d];
+            if (s->kind != StmtKind::Decl || s->cls != LocalClass::Tile || s->dims.empty() || !s->value || !s->value->is_const(0))
+                continue;
+            for (size_t i = d + 1; i < out.size(); ++i)
+                if (mentions_anywhere(out[i], s->name)) {
+                    if (StmtP loop = store_first_tile(out, d)) out[i] = loop;
+                    break;
+                }
+        }
+        return out;
+    }
+};
+
+}  // namespace
+
+Module store_first_gemm_tiles(const Module &in) {
+    Module m = in;
+    for (Kernel &k : m.kernels) k.body = FirstGemmStores().mutate(k.body);
+    return m;
+}
+
+}  // namespace rf::tile
