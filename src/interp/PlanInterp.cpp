@@ -6,6 +6,7 @@
  * machinery is interp/PlanInterpImpl.h.
  */
 #include "interp/PlanInterpImpl.h"
+#include "sym/Sign.h"
 
 namespace rf {
 
@@ -34,12 +35,14 @@ void Interp::update(State &st, const std::vector<MemberRt> &mem, int64_t from, i
                 if (op == ReduceOp::Sum) {
                     // A plain sum is kept relative to a reference point (its first finite term):
                     // Σ v = Σ (v - ref) + n ref. The partial sums stay small, so a float32 state keeps
-                    // the mean accurate (the shifted-data form of Welford's algorithm).
+                    // the mean accurate (the shifted-data form of Welford's algorithm). Terms of one
+                    // sign are summed as they are (ref = 0; src/tile/LowerPass.cpp, sum_shifts_terms, says why).
+                    const bool shifted = !has_one_sign(body);
                     for (int64_t j = from; j < to; j++) {
                         bind_axis(ev, m, j);
                         double v = ev.eval(body);
                         if (!e.seen) {
-                            e.tag = {std::isfinite(v) ? v : 0.0};
+                            e.tag = {shifted && std::isfinite(v) ? v : 0.0};
                             e.acc = 0;
                             e.seen = true;
                         }

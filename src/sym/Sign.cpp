@@ -242,5 +242,9 @@ bool is_positive(Expr e, const Facts &facts) { return interval_of(e, facts).is_p
 bool is_negative(Expr e, const Facts &facts) { return interval_of(e, facts).is_negative(); }
 bool is_nonnegative(Expr e, const Facts &facts) { return interval_of(e, facts).is_nonnegative(); }
 bool is_nonzero(Expr e, const Facts &facts) { return interval_of(e, facts).is_nonzero(); }
+bool has_one_sign(Expr e, const Facts &facts) {
+    Interval i = interval_of(e, facts);
+    return i.is_nonnegative() || i.is_nonpositive();
+}
 
 }  // namespace rf

@@ -64,5 +64,7 @@ bool is_positive(Expr e, const Facts &facts = {});
 bool is_negative(Expr e, const Facts &facts = {});
 bool is_nonnegative(Expr e, const Facts &facts = {});
 bool is_nonzero(Expr e, const Facts &facts = {});
+/** e >= 0 or e <= 0 for every valuation (neither may be NaN). */
+bool has_one_sign(Expr e, const Facts &facts = {});
 
 }  // namespace rf

@@ -87,8 +87,8 @@ std::vector<StmtP> PassLowering::lanes_update(const std::string &P, const Member
     Expr j = jvar();
     s.push_back(rows_of_block({shift_reference(P, m, x, body_expr, run)}));
     Expr v = bind(body_expr, m, x, j, run);
-    s.push_back(for_loop(j, j0, j1, {over_lanes({assign(acc(P, m, x), make_add(acc(P, m, x), make_sub(v, tag(P, m, x, 0))))})},
-                         LoopKind::Serial));
+    Expr term = sum_shifts_terms(body_expr) ? make_sub(v, tag(P, m, x, 0)) : v;
+    s.push_back(for_loop(j, j0, j1, {over_lanes({assign(acc(P, m, x), make_add(acc(P, m, x), term))})}, LoopKind::Serial));
     return s;
 }
 

@@ -16,6 +16,7 @@
 
 #include "ir/Eval.h"
 #include "support/Error.h"
+#include "sym/Sign.h"
 
 namespace rf::tile {
 
@@ -409,14 +410,25 @@ StmtP PassLowering::shift_at(const std::string &P, const MemberInfo &m, Expr x, 
     return block({s, decl(gn, LocalClass::State, {}, g), for_loop(q, int_c(0), nb, {assign(S, scaled)})});
 }
 
-StmtP PassLowering::shift_reference(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run) {
-    // Σ v = Σ (v - ref) + n·ref with ref the first term: small partial sums keep the mean exact.
-    // Not for a body with a select (a mask, an indicator): its terms are exactly 0 beside values,
-    // no single reference is close to both, and n·ref cancelled all but a few digits of the
+bool sum_shifts_terms(Expr body) {
+    // Σ v = Σ (v - ref) + n·ref with ref the first term: small partial sums keep a mean far from 0
+    // exact. Not for a body with a select (a mask, an indicator): its terms are exactly 0 beside
+    // values, no single reference is close to both, and n·ref cancelled all but a few digits of the
     // float tile sums (Σ exp(x - m)·[c < argmax] over a causal mask lost 3 digits on the CPU;
-    // fuzz_specs.py seed 14 #14). ref = 0 there: the plain sum, as accurate as its terms.
-    bool masked = any_of(body_expr, [](Expr n) { return n->kind == Kind::Select; });
-    Expr first = masked ? real_c(0) : bind(body_expr, m, x, local_var("$tb", SType::Int), run);
+    // fuzz_specs.py seed 14 #14). Nor for terms of one sign (exp, squares, abs): then |Σ v| = Σ |v|,
+    // so the plain sum is already as accurate as its terms, while the shifted terms v - v0 sum to up
+    // to Σ |v| + n·|v0| in magnitude and acc + n·v0 cancels it: softmax f32, C = 4096, with each row's
+    // max first (v0 = 1, every other term v - 1 ≈ -1) was 9.3e-5 off relative (1.5e-6 with the max
+    // elsewhere). ref = 0 there: the plain sum.
+    return !any_of(body, [](Expr n) { return n->kind == Kind::Select; }) && !has_one_sign(body);
+}
+
+StmtP PassLowering::shift_reference(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run) {
+    // The reference point of a shifted sum (sum_shifts_terms); 0 for the plain sum.
+    if (!sum_shifts_terms(body_expr))
+        return if_then(make_not(seen_b(P, m, x)), {assign(tag(P, m, x, 0), real_c(0)), assign(acc(P, m, x), real_c(0)),
+                                                   assign(seen(P, m, x), real_c(1))});
+    Expr first = bind(body_expr, m, x, local_var("$tb", SType::Int), run);
     // The identity holds for any ref, but the tile loop forms v - ref in the compute type (float32)
     // while ref is evaluated here in the state's type (float64 on the CPU). "ref finite" must hold
     // in float32: exp(186.7) is 1e81 in float64, inf as a float, and the loop's terms became
@@ -436,11 +448,13 @@ std::vector<StmtP> PassLowering::plain_update(const std::string &P, const Member
     Expr v = bind(body_expr, m, x, j, run);
     switch (m.form) {
     case Form::SumShift: {
-        // Σ v = Σ (v - ref) + n·ref with ref the first term (shift_reference).
+        // Σ v = Σ (v - ref) + n·ref with ref the first term (shift_reference), or 0: then the terms
+        // are summed as they are (the reference stays 0: acc + n·0 reads the same).
         s.push_back(shift_reference(P, m, x, body_expr, run));
         std::string t = "$t" + std::to_string(uid_++);
         s.push_back(decl(t, LocalClass::Tile, {}, real_c(0)));
-        std::vector<StmtP> loop{accum(ReduceOp::Sum, local_var(t), make_sub(v, tag(P, m, x, 0)))};
+        Expr term = sum_shifts_terms(body_expr) ? make_sub(v, tag(P, m, x, 0)) : v;
+        std::vector<StmtP> loop{accum(ReduceOp::Sum, local_var(t), term)};
         if (auto it = ctx_.term_store.find(m.def->name); it != ctx_.term_store.end()) {
             if (it->second[0] == '$') {
                 loop.push_back(assign(local_at(it->second, add_i(mul_i(rr(), L_), j)), v));

@@ -202,8 +202,8 @@ static inline RFK_ALWAYS_INLINE __m256 row_vector(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16));
 }
 #endif
-template <typename T>
-static inline float exp2_row_sum(float *dst, const T *src, int64_t n, float c, float a, float d) {
+template <bool kOffset, typename T>
+static inline float exp2_row_sum_impl(float *dst, const T *src, int64_t n, float c, float a, float d) {
     int64_t i = 0;
     float sum = 0.0f;
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -218,14 +218,14 @@ static inline float exp2_row_sum(float *dst, const T *src, int64_t n, float c, f
             _mm512_storeu_ps(dst + i, e0);
             _mm512_storeu_ps(dst + i + 16, e1);
         }
-        s0 = _mm512_add_ps(s0, _mm512_add_ps(e0, vd));
-        s1 = _mm512_add_ps(s1, _mm512_add_ps(e1, vd));
+        s0 = _mm512_add_ps(s0, kOffset ? _mm512_add_ps(e0, vd) : e0);
+        s1 = _mm512_add_ps(s1, kOffset ? _mm512_add_ps(e1, vd) : e1);
     }
     for (; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? all : __mmask16((1u << (n - i)) - 1u);
         __m512 e0 = e(_mm512_mul_ps(_mm512_add_ps(row_vector(src + i, m), vc), va));
         if (dst) _mm512_mask_storeu_ps(dst + i, m, e0);
-        s0 = _mm512_mask_add_ps(s0, m, s0, _mm512_add_ps(e0, vd));
+        s0 = _mm512_mask_add_ps(s0, m, s0, kOffset ? _mm512_add_ps(e0, vd) : e0);
     }
     // The halves added down to one lane (the zero-masking extracts: _mm512_reduce_add_ps and the casts
     // pass undefined vectors, which GCC 12 reports as maybe uninitialized).
@@ -241,7 +241,7 @@ static inline float exp2_row_sum(float *dst, const T *src, int64_t n, float c, f
     for (; i + 8 <= n; i += 8) {
         __m256 e0 = e(_mm256_mul_ps(_mm256_add_ps(row_vector(src + i), vc), va));
         if (dst) _mm256_storeu_ps(dst + i, e0);
-        s0 = _mm256_add_ps(s0, _mm256_add_ps(e0, vd));
+        s0 = _mm256_add_ps(s0, kOffset ? _mm256_add_ps(e0, vd) : e0);
     }
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, s0);
@@ -250,9 +250,15 @@ static inline float exp2_row_sum(float *dst, const T *src, int64_t n, float c, f
     for (int64_t k = i; k < n; ++k) {
         float v = exp2_f((row_value(src, k) + c) * a);
         if (dst) dst[k] = v;
-        sum += v + d;
+        sum += kOffset ? v + d : v;
     }
     return sum;
+}
+// Without the offset when it is 0 (a sum of terms of one sign, LowerPass.cpp sum_shifts_terms: softmax's
+// denominator): v + 0 = v for every v but -0, which exp2 never returns, so the sum is the same.
+template <typename T>
+static inline float exp2_row_sum(float *dst, const T *src, int64_t n, float c, float a, float d) {
+    return d == 0.0f ? exp2_row_sum_impl<false>(dst, src, n, c, a, d) : exp2_row_sum_impl<true>(dst, src, n, c, a, d);
 }
 
 // max(init, x_0 c, .., x_{n-1} c) (row_max) or the min, NaN when init or any product is NaN (rfk::max's
