@@ -32,8 +32,8 @@ using namespace loop_facts;
  * round-to-nearest never turns +0 plus anything into −0, so p ≠ −0, hence alpha·p ≠ −0 for alpha > 0,
  * and +0 + x = x for every other x (inf and NaN included); fused or not, the rounding of alpha·p is
  * the only one. Elements the GEMM does not write keep their 0 either way; later iterations add.
- * Where: the weight GEMM of RMSNorm→GEMM, int8 quant→GEMM and linear + cross-entropy (K in one tile:
- * every call stores); measured in docs/tile-ir.md. */
+ * Where: the weight GEMMs of RMSNorm→GEMM and the int8 / fp8 quantized GEMMs (K in one tile: every
+ * call stores; linear + cross-entropy's logits GEMM stores already); measured in docs/tile-ir.md. */
 
 bool positive_constant(Expr e) { return e->is_const() && e->value > 0; }
 
@@ -52,26 +52,20 @@ std::optional<size_t> first_gemm_into(const StmtP &loop, const std::string &acc)
     return std::nullopt;
 }
 
-/** The loop of the list after `decl` (index d) that first mentions the declared array, rewritten
- *  when its first GEMM into the array may store; null when nothing changes. */
-StmtP store_first_tile(const std::vector<StmtP> &list, size_t d) {
-    const StmtP &decl = list[d];
-    for (size_t i = d + 1; i < list.size(); ++i) {
-        const StmtP &s = list[i];
-        if (!mentions_anywhere(s, decl->name)) continue;
-        if (s->kind != StmtKind::For || s->loop != LoopKind::Serial) return nullptr;
-        std::set<std::string> written;
-        written_in(s, written);
-        if (!invariant(s->begin, written)) return nullptr;
-        auto g = first_gemm_into(s, decl->name);
-        if (!g) return nullptr;
-        GemmInfo info = *s->body[*g]->gemm;
-        info.accumulate_if = make_cmp(CmpOp::NE, s->var, s->begin);
-        std::vector<StmtP> body = s->body;
-        body[*g] = gemm(std::move(info));
-        return with_body(s, std::move(body), s->else_body);
-    }
-    return nullptr;
+/** `loop`, the first statement after the declaration of `acc` to mention it, rewritten when its first
+ *  GEMM into acc may store; null when nothing changes. */
+StmtP store_first_tile(const StmtP &loop, const std::string &acc) {
+    if (loop->kind != StmtKind::For || loop->loop != LoopKind::Serial) return nullptr;
+    std::set<std::string> written;
+    written_in(loop, written);
+    if (!invariant(loop->begin, written)) return nullptr;
+    auto g = first_gemm_into(loop, acc);
+    if (!g) return nullptr;
+    GemmInfo info = *loop->body[*g]->gemm;
+    info.accumulate_if = make_cmp(CmpOp::NE, loop->var, loop->begin);
+    std::vector<StmtP> body = loop->body;
+    body[*g] = gemm(std::move(info));
+    return with_body(loop, std::move(body), loop->else_body);
 }
 
 class FirstGemmStores : public StmtMutator {
@@ -84,7 +78,7 @@ public:
                 continue;
             for (size_t i = d + 1; i < out.size(); ++i)
                 if (mentions_anywhere(out[i], s->name)) {
-                    if (StmtP loop = store_first_tile(out, d)) out[i] = loop;
+                    if (StmtP loop = store_first_tile(out[i], s->name)) out[i] = loop;
                     break;
                 }
         }

@@ -87,7 +87,7 @@ std::vector<StmtP> PassLowering::lanes_update(const std::string &P, const Member
     Expr j = jvar();
     s.push_back(rows_of_block({shift_reference(P, m, x, body_expr, run)}));
     Expr v = bind(body_expr, m, x, j, run);
-    Expr term = sum_shifts_terms(body_expr) ? make_sub(v, tag(P, m, x, 0)) : v;
+    Expr term = shifted_term(P, m, x, body_expr, v);
     s.push_back(for_loop(j, j0, j1, {over_lanes({assign(acc(P, m, x), make_add(acc(P, m, x), term))})}, LoopKind::Serial));
     return s;
 }

@@ -425,20 +425,24 @@ bool sum_shifts_terms(Expr body) {
 
 StmtP PassLowering::shift_reference(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run) {
     // The reference point of a shifted sum (sum_shifts_terms); 0 for the plain sum.
-    if (!sum_shifts_terms(body_expr))
-        return if_then(make_not(seen_b(P, m, x)), {assign(tag(P, m, x, 0), real_c(0)), assign(acc(P, m, x), real_c(0)),
-                                                   assign(seen(P, m, x), real_c(1))});
-    Expr first = bind(body_expr, m, x, local_var("$tb", SType::Int), run);
-    // The identity holds for any ref, but the tile loop forms v - ref in the compute type (float32)
-    // while ref is evaluated here in the state's type (float64 on the CPU). "ref finite" must hold
-    // in float32: exp(186.7) is 1e81 in float64, inf as a float, and the loop's terms became
-    // inf - inf = inf, exp(16) - inf = -inf, whose sum is NaN where the plain float sum is inf
-    // (scripts/fuzz_specs.py seed 77 #93). Bounding |ref| by 2^64 also keeps L·|ref| (L <= 2^20
-    // terms per tile) far from float32's 2^128, so the shifted partial sums cannot overflow where
-    // the plain ones do not; a mean beyond 2^64 gains nothing from the shift. Otherwise ref = 0.
-    Expr usable = make_cmp(CmpOp::LE, make_call(Func::abs, first), real_c(0x1p64));
-    return if_then(make_not(seen_b(P, m, x)), {assign(tag(P, m, x, 0), make_select(usable, first, real_c(0))),
-                                               assign(acc(P, m, x), real_c(0)), assign(seen(P, m, x), real_c(1))});
+    Expr ref = real_c(0);
+    if (sum_shifts_terms(body_expr)) {
+        Expr first = bind(body_expr, m, x, local_var("$tb", SType::Int), run);
+        // The identity holds for any ref, but the tile loop forms v - ref in the compute type (float32)
+        // while ref is evaluated here in the state's type (float64 on the CPU). "ref finite" must hold
+        // in float32: exp(186.7) is 1e81 in float64, inf as a float, and the loop's terms became
+        // inf - inf = inf, exp(16) - inf = -inf, whose sum is NaN where the plain float sum is inf
+        // (scripts/fuzz_specs.py seed 77 #93). Bounding |ref| by 2^64 also keeps L·|ref| (L <= 2^20
+        // terms per tile) far from float32's 2^128, so the shifted partial sums cannot overflow where
+        // the plain ones do not; a mean beyond 2^64 gains nothing from the shift. Otherwise ref = 0.
+        ref = make_select(make_cmp(CmpOp::LE, make_call(Func::abs, first), real_c(0x1p64)), first, real_c(0));
+    }
+    return if_then(make_not(seen_b(P, m, x)), {assign(tag(P, m, x, 0), ref), assign(acc(P, m, x), real_c(0)),
+                                               assign(seen(P, m, x), real_c(1))});
+}
+
+Expr PassLowering::shifted_term(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, Expr v) {
+    return sum_shifts_terms(body_expr) ? make_sub(v, tag(P, m, x, 0)) : v;
 }
 
 std::vector<StmtP> PassLowering::plain_update(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run) {
@@ -453,8 +457,7 @@ std::vector<StmtP> PassLowering::plain_update(const std::string &P, const Member
         s.push_back(shift_reference(P, m, x, body_expr, run));
         std::string t = "$t" + std::to_string(uid_++);
         s.push_back(decl(t, LocalClass::Tile, {}, real_c(0)));
-        Expr term = sum_shifts_terms(body_expr) ? make_sub(v, tag(P, m, x, 0)) : v;
-        std::vector<StmtP> loop{accum(ReduceOp::Sum, local_var(t), term)};
+        std::vector<StmtP> loop{accum(ReduceOp::Sum, local_var(t), shifted_term(P, m, x, body_expr, v))};
         if (auto it = ctx_.term_store.find(m.def->name); it != ctx_.term_store.end()) {
             if (it->second[0] == '$') {
                 loop.push_back(assign(local_at(it->second, add_i(mul_i(rr(), L_), j)), v));

@@ -179,6 +179,8 @@ private:
     std::vector<StmtP> lanes_topk(const std::string &P, const MemberInfo &m, const Mode &run);
     /** A shifted sum's first tile: its reference (the first term, or 0 for a masked body), acc = 0. */
     StmtP shift_reference(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run);
+    /** A plain sum's term v as its loop adds it: v − ref when the sum shifts (sum_shifts_terms), else v. */
+    Expr shifted_term(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, Expr v);
 
     // ---- Member GEMMs (the operand helpers are GemmOperands.h's, over this pass's row block).
     gemm_operands::Rows block_rows() const;
