@@ -128,6 +128,12 @@ constexpr float kExpC5 = 0.008364380337297916f, kExpC6 = 0.0013927684631198645f;
 // Below -110 every result is 0 and above 90 every result is +inf, and clamping there keeps n in range.
 constexpr float kExpLo = -110.0f, kExpHi = 90.0f;
 
+// Asks for the line `bytes` past p into L2. The address may lie past the end of p's array (a hint never
+// faults), so it is formed as an integer: pointer arithmetic past an array's end is undefined.
+static inline void prefetch_l2_past(const void *p, int64_t bytes) {
+    __builtin_prefetch(reinterpret_cast<const char *>(reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes)), 0, 2);
+}
+
 #if defined(RFK_SIMD_VECTOR)
 // ---------------------------------------------------------------------------------------------------
 // One vector vocabulary per ISA, so the kernels below and those of redfuse_simd_gemm.h are written once.

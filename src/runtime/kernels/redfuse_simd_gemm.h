@@ -513,14 +513,14 @@ struct DotBf16 {
 
 template <int MR, typename Ops, typename TA, typename TB>
 RFK_KERNEL static void dot_kernel(int64_t K, const TA *a, int64_t lda, const TB *const *b, float *c, int64_t ldc,
-                                  float alpha, bool add, int64_t ncols, const TB *const *pf = nullptr, int npf = 0) {
+                                  float alpha, bool add, int64_t ncols, const int64_t *pf = nullptr, int npf = 0) {
     vf acc[MR][4];
     RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int j = 0; j < 4; ++j) acc[i][j] = vzero();
     const TB *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
     auto step = [&](int64_t k, int64_t n) {
         vf v0 = in_register(Ops::load(b0 + k, n)), v1 = in_register(Ops::load(b1 + k, n));
         vf v2 = in_register(Ops::load(b2 + k, n)), v3 = in_register(Ops::load(b3 + k, n));
-        for (int r = 0; r < npf; ++r) _mm_prefetch(reinterpret_cast<const char *>(pf[r] + k), _MM_HINT_T1);
+        for (int r = 0; r < npf; ++r) prefetch_l2_past(b0, (pf[r] + k) * int64_t(sizeof(TB)));
         RFK_UNROLL for (int i = 0; i < MR; ++i) {
             vf av = in_register(Ops::load(a + i * lda + k, n));
             acc[i][0] = Ops::madd(acc[i][0], av, v0);
@@ -575,12 +575,14 @@ static inline void nt_gemm(int64_t M, int64_t N, int64_t K, float alpha, const T
         nt_packed<!std::is_same_v<Ops, DotFma>>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
     } else {
         // The first strip of each group of 4 B rows asks for the rows `ahead` groups on, at least 4 KiB
-        // ahead, one line per row and step of the kernel (see dot_ahead).
+        // ahead, one line per row and step of the kernel (see dot_ahead). Past the last row too: a tile
+        // loop's next call reads the rows that follow (decode's next key tile), and a prefetch past B's
+        // end is dropped, never faults.
         const int64_t ahead = dot_ahead(K * int64_t(sizeof(TB)));
         dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const TB *const *rows, int64_t ncols) {
-            const TB *pf[4];
+            int64_t pf[4];  // element offsets from the group's first row
             int npf = 0;
-            for (int64_t r = j + 4 * ahead; i == 0 && npf < 4 && r < N; ++r) pf[npf++] = B + r * ldb;
+            for (int64_t r = j + 4 * ahead; i == 0 && npf < 4; ++r) pf[npf++] = (r - j) * ldb;
             dot_kernel<decltype(mr)::value, Ops>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, alpha, accumulate, ncols, pf, npf);
         });
     }
@@ -765,7 +767,8 @@ static inline void gemm_nn_acc_f32_bf16(int64_t M, int64_t N, int64_t K, const f
 
 }  // namespace rfk
 
-// RFK_UNROLL and RFK_KERNEL stay defined for redfuse_simd_int8.h, pasted next, which undefines them.
+// RFK_UNROLL and RFK_KERNEL stay defined for redfuse_simd_int8.h and redfuse_simd_bf16.h, pasted next; the
+// latter undefines them.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

@@ -2,7 +2,7 @@
  * Hot-loop primitives for generated CPU kernels, third of six texts: the int8 x int8 -> int32 tile GEMM
  * (vpdpbusd with AVX512_VNNI: the dot, outer-product and B-in-place forms; vpmaddwd on AVX2). Pasted after
  * redfuse_simd_gemm.h, whose blocking, scratch, packing and B-in-place choice it shares, and whose
- * RFK_UNROLL and RFK_KERNEL it uses and then undefines.
+ * RFK_UNROLL and RFK_KERNEL it uses (redfuse_simd_bf16.h, next, undefines them).
  */
 #ifndef REDFUSE_SIMD_INT8_H
 #define REDFUSE_SIMD_INT8_H
@@ -449,8 +449,7 @@ static inline void gemm_nt_s8_to_f32(int64_t M, int64_t N, int64_t K, float alph
 
 }  // namespace rfk
 
-#undef RFK_UNROLL
-#undef RFK_KERNEL
+// RFK_UNROLL and RFK_KERNEL stay defined for redfuse_simd_bf16.h, pasted next, which undefines them.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

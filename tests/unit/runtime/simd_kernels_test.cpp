@@ -66,7 +66,10 @@ std::vector<Shape> gemm_shapes() {
                                 // apart (copied slice by slice when the leading dimension draws no padding), and a
                                 // weight GEMM at M <= 32 whose 1 KiB-strided weight rows are read in place (one
                                 // column block reads each slice: no copy)
-                                {64, 96, 1024}, {96, 64, 512}, {40, 300, 1024}, {16, 200, 1024}, {32, 300, 512}};
+                                {64, 96, 1024}, {96, 64, 512}, {40, 300, 1024}, {16, 200, 1024}, {32, 300, 512},
+                                // few-row bf16 P·V (nn_acc_bf16_few_rows): decode's 4 rows x D = 128 over a key tile,
+                                // two strips with a 100-column tail and an odd K, one row past 64 columns
+                                {4, 128, 256}, {6, 100, 255}, {1, 130, 63}};
     // {20, 40, 2100}: past the 2048-long K blocks of the bf16 pair kernels.
     if (kThorough) extra.insert(extra.end(), {{140, 530, 300}, {1, 1000, 128}, {128, 256, 64}, {5, 64, 1100}, {8, 17, 1025}, {20, 40, 2100},
                                              // the B-in-place form's K blocks (4096 long at 128 rows), odd last block
@@ -187,8 +190,7 @@ void check_float_gemm(Gemm g, Failures &f) {
             case Gemm::NnF32AsBf16: rfk::gemm_nn_acc_f32_as_bf16(M, N, K, A.f32.data(), A.ld, B.b16.data(), B.ld, C.data(), ldc); break;
             }
             // The *_as_bf16 GEMMs multiply A rounded to bf16 where they use the bf16 unit.
-            bool rounds_a = (g == Gemm::NtF32AsBf16 && rfk::kTileProductsInBf16) ||
-                            (g == Gemm::NnF32AsBf16 && rfk::kTileProductsInBf16 && M >= rfk::kBf16NnMinRows);
+            bool rounds_a = (g == Gemm::NtF32AsBf16 || g == Gemm::NnF32AsBf16) && rfk::kTileProductsInBf16;
             auto a_at = [&](int64_t i, int64_t k) {
                 return rounds_a ? double(rfk::bf16_to_f32(rfk::f32_to_bf16(float(A.at(i, k))))) : A.at(i, k);
             };
