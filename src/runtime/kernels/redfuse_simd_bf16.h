@@ -94,10 +94,7 @@ RFK_KERNEL static void bf16_pair_rows_kernel(int64_t K, const uint16_t *p, int64
     __m512 acc[MR][2 * H];
     RFK_UNROLL for (int i = 0; i < MR; ++i) RFK_UNROLL for (int q = 0; q < 2 * H; ++q) acc[i][q] = _mm512_setzero_ps();
     __mmask32 mask[H];
-    RFK_UNROLL for (int h = 0; h < H; ++h) {
-        int64_t n = ncols - 32 * h;
-        mask[h] = __mmask32(first_n(clamp64(n, 0, 16))) | (__mmask32(first_n(clamp64(n - 16, 0, 16))) << 16);
-    }
+    RFK_UNROLL for (int h = 0; h < H; ++h) mask[h] = first_n16(clamp64(ncols - 32 * h, 0, 32));
     auto step = [&](int64_t k, bool odd) {
         const uint16_t *r0 = v + k * ldv, *r1 = r0 + ldv;
         if (ahead)
