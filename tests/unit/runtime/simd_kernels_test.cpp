@@ -69,7 +69,10 @@ std::vector<Shape> gemm_shapes() {
                                 {64, 96, 1024}, {96, 64, 512}, {40, 300, 1024}, {16, 200, 1024}, {32, 300, 512},
                                 // few-row bf16 P·V (nn_acc_bf16_few_rows): decode's 4 rows x D = 128 over a key tile,
                                 // two strips with a 100-column tail and an odd K, one row past 64 columns
-                                {4, 128, 256}, {6, 100, 255}, {1, 130, 63}};
+                                {4, 128, 256}, {6, 100, 255}, {1, 130, 63},
+                                // few-row f32 P·V (nn_acc_few_rows): 128-column blocks in strips of 2 and 1 rows, a
+                                // 44-column tail through nn_acc, K past its 512-row blocks
+                                {3, 300, 600}, {2, 128, 1030}};
     // {20, 40, 2100}: past the 2048-long K blocks of the bf16 pair kernels.
     if (kThorough) extra.insert(extra.end(), {{140, 530, 300}, {1, 1000, 128}, {128, 256, 64}, {5, 64, 1100}, {8, 17, 1025}, {20, 40, 2100},
                                              // the B-in-place form's K blocks (4096 long at 128 rows), odd last block
