@@ -313,10 +313,13 @@ bool PassLowering::row_rescale(const std::string &P, const MemberInfo &m, std::v
         out.push_back(if_then(make_and(make_cmp(CmpOp::GT, m.X, int_c(0)), make_and(seen_b(P, m, int_c(0)), differs(d, t0))),
                               {assign(local_var(f), al)}));
     }
-    out.push_back(over_extra(m, [&](Expr x) {
+    StmtP columns = over_extra(m, [&](Expr x) {
         // acc = 0 stays 0 (α may overflow to inf where the old tag is far above the new δ).
         return std::vector<StmtP>{if_then(make_cmp(CmpOp::NE, acc(P, m, x), real_c(0)), {assign(acc(P, m, x), make_mul(acc(P, m, x), local_var(f)))})};
-    }));
+    });
+    // A factor of 1 leaves every column as it is (s · 1 = s for every float: ±0, ±inf and NaN
+    // included), so the row skips them: once a row's running max settles, most tiles rescale nothing.
+    out.push_back(if_then(make_cmp(CmpOp::NE, local_var(f), real_c(1)), {columns}));
     return true;
 }
 
