@@ -209,10 +209,13 @@ constexpr int kMR = 6, kNV = 2, kSmallMR = 3, kSmallNV = 4;
 constexpr int64_t kKC = 256, kNC = 512, kMC = 128;
 // Rows of A per dot tile (against 4 rows of B): (rows + 1) * 4 + 1 vector registers of the 32 or 16.
 constexpr int kDotMR = VW == 16 ? 4 : 2;
-// Packing B pays off once enough rows of A reuse each panel; below that the dot form wins (bench/micro).
-// Along a long K (a weight GEMM's rows, K >= 1024) the dot form's long vectors keep it ahead up to 16 rows:
-// M = 8, N = K = 4096 bf16, one core: 4.40 ms packed, 2.78 ms dot (M = 16: 5.93, 5.54).
-constexpr int64_t kPackMinM = 8, kPackMinN = 16, kDotLongK = 1024, kDotLongKMaxM = 16;
+// Packing B pays off once enough rows of A reuse each panel; up to 16 rows the dot form wins. Along a long K
+// (a weight GEMM's rows): M = 8, N = K = 4096 bf16, one core: 4.40 ms packed, 2.78 ms dot (M = 16: 5.93,
+// 5.54). Along a short one, B streamed once per call (decode's QK^T with 8 or 16 query heads per KV head,
+// K = D = 128 over 256-key tiles), the packing is the call's cost: decode bf16 B = 4, Hkv = 8, N = 8192,
+// emitted kernel, AMD Zen 4, 2 threads, medians of 4 alternated runs: Hq = 64 11.6 -> 9.2 ms, Hq = 128
+// 14.1 -> 12.8 ms (with V's few-row forms below as well: 7.0 and 10.9).
+constexpr int64_t kPackMinM = 17, kPackMinN = 16;
 
 // Runs the register blocks over nc columns of B (panels of W, panel_stride elements apart), rows [0, M).
 template <int MR, int NV, typename TB>
@@ -571,7 +574,7 @@ static inline void nt_gemm(int64_t M, int64_t N, int64_t K, float alpha, const T
     (void)a_input;
     if (K == 0) {
         if (!accumulate) clear_rows(M, N, C, ldc);
-    } else if (M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
+    } else if (M >= kPackMinM && N >= kPackMinN) {
         nt_packed<!std::is_same_v<Ops, DotFma>>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
     } else {
         // The first strip of each group of 4 B rows asks for the rows `ahead` groups on, at least 4 KiB
@@ -630,6 +633,14 @@ static inline bool nn_kept_panels(int64_t M, int64_t N, int64_t K, const float *
     }
     return true;
 }
+template <typename TV>
+static inline void nn_gemm_blocks(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
+                                  float *C, int64_t ldc) {
+    if (M <= kSmallMR)
+        nn_acc<kSmallMR, kSmallNV>(M, N, K, P, ldp, V, ldv, C, ldc);
+    else
+        nn_acc<kMR, kNV>(M, N, K, P, ldp, V, ldv, C, ldc);
+}
 
 #if defined(RFK_SIMD_AVX512)
 // C[0..MR)[0..128) += P V for a few rows of P over 128 columns of V read where they lie (8 vectors: the
@@ -652,8 +663,8 @@ RFK_KERNEL static void rows_outer_kernel(int64_t K, const float *p, int64_t ldp,
     RFK_UNROLL for (int i = 0; i < MR; ++i) store_block_row<NV>(c + i * ldc, acc[i], 1.0f, true, NV * VW);
 }
 
-// C += P V for at most kSmallMR rows of P, V in place, its columns in blocks of 128 (the rest, N mod 128,
-// through nn_acc). nn_acc's 64-column blocks read 256 of every 512 bytes of an f32 row of D = 128, then
+// C += P V for at most kMR rows of P (one strip of nn_acc's, which would read V in place), V in place, its
+// columns in blocks of 128 (the rest, N mod 128, through nn_acc). nn_acc's 64-column blocks read 256 of every 512 bytes of an f32 row of D = 128, then
 // the other 256 on the next block, and the hardware prefetchers, which follow whole rows, left the second
 // block waiting on memory, as for bf16 P (nn_acc_bf16_few_rows): decode GQA in f32 spent 1.5x as long in
 // P.V as in QK^T, which reads as many bytes. A block of 128 columns holds 2 rows of P in 16 accumulators,
@@ -661,6 +672,8 @@ RFK_KERNEL static void rows_outer_kernel(int64_t K, const float *p, int64_t ldp,
 // Decode GQA B = 4, Hq = 32, Hkv = 8, N = 8192, D = 128, all f32, emitted kernel, AMD Zen 4, 2 threads,
 // medians of 10 alternated runs: 12.8 -> 10.3 ms (floor 8.1), P.V now level with QK^T in perf's samples.
 // Asking for the next key tile's rows as the first strip reads (as the bf16 kernel does) measured even.
+// 8 rows (8 query heads per KV head) in 4 strips instead of nn_acc's 32-column blocks, with the dot form's
+// QK^T (kPackMinM), Hq = 64: 21.1 -> 13.0 ms (floor 8.07; the dot form alone 15.7).
 template <typename TV>
 static inline void nn_acc_few_rows(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
                                    float *C, int64_t ldc) {
@@ -672,7 +685,7 @@ static inline void nn_acc_few_rows(int64_t M, int64_t N, int64_t K, const float 
                 rows_outer_kernel<decltype(rows)::value, TV>(min64(KB, K - pc), P + i * ldp + pc, ldp, V + pc * ldv + j, ldv,
                                                              C + i * ldc + j, ldc);
             });
-    if (whole < N) nn_acc<kSmallMR, kSmallNV>(M, N - whole, K, P, ldp, V + whole, ldv, C + whole, ldc);
+    if (whole < N) nn_gemm_blocks(M, N - whole, K, P, ldp, V + whole, ldv, C + whole, ldc);
 }
 #endif
 
@@ -680,12 +693,9 @@ template <typename TV>
 static inline void nn_gemm(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
                            float *C, int64_t ldc) {
 #if defined(RFK_SIMD_AVX512)
-    if (M <= kSmallMR && N >= 8 * VW) return nn_acc_few_rows(M, N, K, P, ldp, V, ldv, C, ldc);
+    if (M <= kMR && N >= 8 * VW) return nn_acc_few_rows(M, N, K, P, ldp, V, ldv, C, ldc);
 #endif
-    if (M <= kSmallMR)
-        nn_acc<kSmallMR, kSmallNV>(M, N, K, P, ldp, V, ldv, C, ldc);
-    else
-        nn_acc<kMR, kNV>(M, N, K, P, ldp, V, ldv, C, ldc);
+    nn_gemm_blocks(M, N, K, P, ldp, V, ldv, C, ldc);
 }
 
 #endif  // RFK_SIMD_VECTOR

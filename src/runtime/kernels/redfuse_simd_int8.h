@@ -389,7 +389,7 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
     // and stay ahead (M = 64: 95 / 82%).
     int halves = b_in_place_halves(M, N, K);
     if (halves == 2) return s8_nt_b_in_place<2>(M, N, K, A, lda, B, ldb, Int32Rows{C, ldc, false}, accumulate);
-    if (halves == 0 && K > 0 && M >= kPackMinM && N >= kPackMinN && !(K >= kDotLongK && M <= kDotLongKMaxM)) {
+    if (halves == 0 && K > 0 && M >= kPackMinM && N >= kPackMinN) {
         s8_nt_packed(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
         return;
     }
