@@ -81,8 +81,9 @@ class Cases(unittest.TestCase):
         self.assertEqual(len(att), 16)  # L x D x dtype x causal
         moe = [c for c in cs if c["workload"] == "moe_routing"]
         self.assertEqual(len(moe), 2 * 4 * 3)
-        dec = [c for c in cs if c["workload"] == "decode_gqa"][0]
-        self.assertEqual(dec["sizes"], {"B": 4, "Hq": 32, "Hkv": 8, "N": 8192, "D": 128})
+        dec = [c["sizes"] for c in cs if c["workload"] == "decode_gqa"]
+        self.assertEqual(dec, [{"B": 4, "Hq": 32, "Hkv": 8, "N": 8192, "D": 128},
+                               {"B": 4, "Hq": 64, "Hkv": 8, "N": 8192, "D": 128}])
 
     def test_floor(self):
         c = workloads._case("softmax", "softmax.rf", {"R": 4096, "C": 1024})

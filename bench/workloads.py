@@ -70,6 +70,9 @@ def cases(quick=False):
     out.append(_case("decode_gqa", "decode_gqa.rf",
                      {"B": 1 if quick else 4, "Hq": 32, "Hkv": 8, "N": 1024 if quick else 8192, "D": 128},
                      "bf16", "", COMMON + ["torch-sdpa"]))
+    if not quick:  # groups of 8 query heads per KV head (Llama-3 70B's 64 / 8)
+        out.append(_case("decode_gqa", "decode_gqa.rf", {"B": 4, "Hq": 64, "Hkv": 8, "N": 8192, "D": 128},
+                         "bf16", "", COMMON + ["torch-sdpa"]))
     # 5. MoE routing
     for T in ([1, 1024] if quick else [1, 16384]):
         for E in ([8, 256] if quick else [8, 64, 128, 256]):
