@@ -84,6 +84,7 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     lo.bf16_row_outputs = c.target.kind == TargetKind::Cpu;
     lo.epilogue_row_buffer = c.target.kind == TargetKind::Cpu;
     lo.row_reduced_members = c.target.kind == TargetKind::Cpu;
+    lo.gemm_column_split = c.target.kind == TargetKind::Cpu;
     // Query rows per block of an attention-like chain. The tile GEMMs pack K and V (into tile panels
     // with AMX) once per row block, so taller blocks pack less per row: 128 rows measured 7-11% faster
     // than 64 on an AMX Xeon, 2 threads (bf16 and f32, causal or not, L = 2048, D = 128; 256 adds

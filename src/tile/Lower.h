@@ -54,6 +54,9 @@ struct LowerOptions {
      *  block (the CPU: a worker's rows run one after another, and the row stays in L1 for its copy);
      *  elsewhere one row per row of the block (a GPU's rows run at once). */
     bool epilogue_row_buffer = false;
+    /** One row block's tile GEMMs split their output columns over the threads (the CPU: rfk's
+     *  split_columns), so a weight GEMM of few rows has its parallelism without segments of the axis. */
+    bool gemm_column_split = false;
     /** Elements added to a block's tile rows whose length is a multiple of 32 (PassContext): 8 on a
      *  GPU (rows 8 banks apart), 16 on the CPU (rows 64-byte aligned, see PassLowering::row_stride). */
     int64_t tile_row_pad = 8;

@@ -87,6 +87,25 @@ TEST(WeightGemmSchedule, RowsThatFitOneBlockStayOneBlock) {
     }
 }
 
+TEST(WeightGemmSchedule, FewRowsSplitTheGemmsColumnsNotTheAxis) {
+    // M = 1 or 4 rows: fewer than 4 per worker, so the planner splits K into segments; on the CPU the
+    // one row block's GEMM splits its columns over the threads instead, and the chain is one online
+    // pass (a GPU keeps the segments). Such kernels agree with the reference.
+    ArenaScope arena;
+    for (int64_t M : {1, 4}) {
+        std::string t = tile_text("rmsnorm_gemm.rf", {{"M", M}, {"N", 4096}, {"K", 4096}});
+        EXPECT_NE(t.find("strategy=incremental tile=4096 row_block=16 segments=1 "), std::string::npos) << "M = " << M << "\n" << t;
+        std::string gpu = tile_text("rmsnorm_gemm.rf", {{"M", M}, {"N", 4096}, {"K", 4096}}, 0, make_target(TargetKind::Cuda));
+        EXPECT_NE(gpu.find("strategy=multi_segment"), std::string::npos) << "M = " << M << " (CUDA)\n" << gpu;
+    }
+    RunOptions o;
+    o.sizes = {{"M", 3}, {"N", 1030}, {"K", 2100}};  // the planner's segments need K >= 2048
+    std::filesystem::path p = example("rmsnorm_gemm.rf");
+    std::string t = tile_text("rmsnorm_gemm.rf", o.sizes);
+    EXPECT_NE(t.find("strategy=incremental"), std::string::npos) << t;
+    test::check_run(p, test::read_text(p), o, "cpu", {43});
+}
+
 TEST(WeightGemmSchedule, DeepPrologueGemmsTakeBigRowBlocks) {
     ArenaScope arena;
     std::string lce = tile_text("linear_cross_entropy.rf", {{"T", 1024}, {"D", 2048}, {"V", 32000}});
