@@ -144,17 +144,30 @@ constexpr bool kNarrowVector = true;
 #else
 constexpr bool kNarrowVector = false;
 #endif
+// Like the other public nt GEMMs, one row block's call splits its columns over the threads (split_columns).
 static inline void gemm_nt_f32_f8e4m3(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const uint8_t *B,
                                       int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    if (simd_detail::split_columns(M, N, K, [&](int64_t j0, int64_t n) {
+            gemm_nt_f32_f8e4m3(M, n, K, alpha, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate);
+        }))
+        return;
     simd_detail::nt_gemm_narrow<simd_detail::e4m3, true>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate, simd_detail::e4m3_to_f32);
 }
 static inline void gemm_nt_f32_f8e5m2(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const uint8_t *B,
                                       int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    if (simd_detail::split_columns(M, N, K, [&](int64_t j0, int64_t n) {
+            gemm_nt_f32_f8e5m2(M, n, K, alpha, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate);
+        }))
+        return;
     simd_detail::nt_gemm_narrow<simd_detail::e5m2, kNarrowVector>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate,
                                                                   [](uint8_t b) { return simd_detail::f16_to_f32(uint16_t(b << 8)); });
 }
 static inline void gemm_nt_f32_f16(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const uint16_t *B,
                                    int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    if (simd_detail::split_columns(M, N, K, [&](int64_t j0, int64_t n) {
+            gemm_nt_f32_f16(M, n, K, alpha, A, lda, B + j0 * ldb, ldb, C + j0, ldc, accumulate);
+        }))
+        return;
     simd_detail::nt_gemm_narrow<simd_detail::f16, kNarrowVector>(M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate,
                                                                  simd_detail::f16_to_f32);
 }

@@ -106,6 +106,15 @@ TEST(WeightGemmSchedule, FewRowsSplitTheGemmsColumnsNotTheAxis) {
     test::check_run(p, test::read_text(p), o, "cpu", {43});
 }
 
+TEST(WeightGemmSchedule, NarrowWeightGemmsSplitTheirColumnsTooAndAgreeWithTheReference) {
+    // fp8 weights widened as they load: one row block's GEMM splits its columns over the threads like
+    // the other nt GEMMs (at least 128 columns and M·N·K >= 2^22: 3 x 1030 x 2100).
+    RunOptions o;
+    o.sizes = {{"M", 3}, {"N", 1030}, {"K", 2100}};
+    std::filesystem::path p = example("quant_gemm_fp8.rf");
+    test::check_run(p, test::read_text(p), o, "cpu", {44});
+}
+
 TEST(WeightGemmSchedule, DeepPrologueGemmsTakeBigRowBlocks) {
     ArenaScope arena;
     std::string lce = tile_text("linear_cross_entropy.rf", {{"T", 1024}, {"D", 2048}, {"V", 32000}});
