@@ -228,7 +228,8 @@ private:
             case Func::sqrt: return math("sqrt") + "(" + x + ")";
             case Func::rsqrt: return helper("rsqrt") + "(" + x + ")";
             case Func::abs: return math("fabs") + "(" + x + ")";
-            case Func::tanh: return math("tanh") + "(" + x + ")";
+            // CPU: an inline polynomial and exp_f that vectorize (std::tanh is a scalar libm call).
+            case Func::tanh: return (gpu() ? math("tanh") + "(" : "rfk::tanh_f(") + x + ")";
             case Func::sigmoid: return helper("sigmoid") + "(" + x + ")";
             case Func::round: return helper("round_even") + "(" + x + ")";
             case Func::floor: return math("floor") + "(" + x + ")";

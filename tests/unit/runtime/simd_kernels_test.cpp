@@ -414,6 +414,33 @@ void check_scalar_exp(Failures &f) {
         f.add("exp2_f special values (-inf, inf, NaN, 0)");
 }
 
+/** rfk::tanh_f (softcapping's 30·tanh(S/30) in the vector loops) against std::tanh in double: within
+ *  2 ulp on a stride through every float from 0 to 11 (past it tanh rounds to 1) and their negatives,
+ *  both sides of the branch at 0.625, ±0 and NaN passed through, ±inf and huge values to ±1. */
+void check_scalar_tanh(Failures &f) {
+    std::vector<float> xs = {0.625f, 0.62499994f, 0.62500006f, 1e-30f, 1e-45f, 9.0f, 9.1f, 20.0f, 1e30f, kInf};
+    for (uint32_t b = 0; b < 0x41300000u; b += 97) {
+        float x;
+        std::memcpy(&x, &b, 4);
+        xs.push_back(x);
+    }
+    double worst = 0;
+    float worst_x = 0;
+    for (float x : xs)
+        for (float s : {x, -x}) {
+            double err = ulp_error(rfk::tanh_f(s), std::tanh(double(s)));
+            if (err > worst) worst = err, worst_x = s;
+        }
+    if (worst > 2.0) {
+        std::ostringstream m;
+        m << "tanh_f: " << worst << " ulp at x = " << worst_x;
+        f.add(m.str());
+    }
+    if (!std::isnan(rfk::tanh_f(kNaN)) || !std::signbit(rfk::tanh_f(-0.0f)) || rfk::tanh_f(0.0f) != 0.0f ||
+        rfk::tanh_f(kInf) != 1.0f || rfk::tanh_f(-kInf) != -1.0f)
+        f.add("tanh_f special values (NaN, -0, 0, inf, -inf)");
+}
+
 /** The reference of exp_shift_sum_f32's argument: x*scale and the spec's subtraction, each rounded to float. */
 float shifted_ref(float x, float scale, float m) {
     volatile float xs = x * scale;  // volatile: no contraction into an fma
@@ -605,6 +632,7 @@ void check_all(Failures &f) {
     check_s8_gemm(f);
     check_exp(f);
     check_scalar_exp(f);
+    check_scalar_tanh(f);
     check_exp_shift_sum(f);
     check_rows(f);
     check_topk(f);
@@ -674,6 +702,12 @@ TEST(SimdKernels, ExpWithinTwoUlp) {
     simd_check::check_exp(f);
     simd_check::check_scalar_exp(f);
     simd_check::check_exp_shift_sum(f);
+    EXPECT_EQ(f.count, 0) << f.text;
+}
+
+TEST(SimdKernels, TanhWithinTwoUlp) {
+    Failures f;
+    simd_check::check_scalar_tanh(f);
     EXPECT_EQ(f.count, 0) << f.text;
 }
 
