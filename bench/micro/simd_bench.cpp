@@ -23,6 +23,7 @@
 
 #include "../../src/runtime/kernels/redfuse_simd.h"
 #include "../../src/runtime/kernels/redfuse_simd_gemm.h"
+#include "../../src/runtime/kernels/redfuse_simd_gemm_nn.h"
 #include "../../src/runtime/kernels/redfuse_simd_int8.h"
 #include "../../src/runtime/kernels/redfuse_simd_bf16.h"
 #include "../../src/runtime/kernels/redfuse_simd_amx.h"

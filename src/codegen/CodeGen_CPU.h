@@ -40,7 +40,8 @@ std::string generate_cpu(const tile::Module &m, const CpuCodegenOptions &o = {})
 /** Text of the runtime headers the generated code uses (for the JIT cache key and for emit). */
 const std::string &cpu_runtime_header();
 /** Text of redfuse_simd.h as generated code includes it: the concatenation of redfuse_simd.h (vector
- *  vocabulary, row primitives), redfuse_simd_gemm.h (tile GEMMs), redfuse_simd_bf16.h and redfuse_simd_fp8.h. */
+ *  vocabulary, row primitives), redfuse_simd_gemm.h and redfuse_simd_gemm_nn.h (tile GEMMs), redfuse_simd_int8.h,
+ *  redfuse_simd_bf16.h, redfuse_simd_amx.h and redfuse_simd_fp8.h. */
 const std::string &cpu_simd_header();
 
 /** dtype codes of the ABI (PREFIX_buffer_dtype): the order of rf::DType. */

@@ -1,13 +1,14 @@
 /** \file redfuse_simd.h
- * Hot-loop primitives for generated CPU kernels, first of six texts: the vector vocabulary and the
+ * Hot-loop primitives for generated CPU kernels, first of seven texts: the vector vocabulary and the
  * element-wise row kernels (exp, max, sum, scale), with the code path chosen at compile time from the
  * -m flags: AVX-512 (F+BW+VL; vdpbf16ps with AVX512_BF16, vpdpbusd with AVX512_VNNI), else AVX2+FMA,
  * else portable scalar loops.
  *
- * Six texts, pasted in this order (CMake embeds their concatenation as kEmbeddedSimdHeader, which
+ * Seven texts, pasted in this order (CMake embeds their concatenation as kEmbeddedSimdHeader, which
  * the JIT pastes and `emit` writes out as one redfuse_simd.h): this one (ISA selection, bf16
  * conversions, the per-ISA vector vocabulary, the vectorized exp and the row primitives),
- * redfuse_simd_gemm.h (the f32/bf16 GEMM micro-kernels; their per-thread scratch is at the end of this one), redfuse_simd_int8.h (the
+ * redfuse_simd_gemm.h (the f32/bf16 GEMM micro-kernels; their per-thread scratch is at the end of this one),
+ * redfuse_simd_gemm_nn.h (the NN GEMMs, P·V), redfuse_simd_int8.h (the
  * int8 GEMM micro-kernels), redfuse_simd_bf16.h (float tiles
  * on the bf16 unit), redfuse_simd_amx.h (AMX tile GEMMs) and redfuse_simd_fp8.h (narrow GEMM weights). A program that includes them directly includes them in that order.
  *

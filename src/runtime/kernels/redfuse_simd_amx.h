@@ -1,5 +1,5 @@
 /** \file redfuse_simd_amx.h
- * Hot-loop primitives for generated CPU kernels, fifth of six texts: the tile GEMMs on AMX
+ * Hot-loop primitives for generated CPU kernels, sixth of seven texts: the tile GEMMs on AMX
  * (tdpbf16ps for bf16 x bf16 -> f32, tdpbssd for int8 x int8 -> int32), which the public GEMMs of
  * redfuse_simd_gemm.h and redfuse_simd_bf16.h call first when the kernel was compiled for AMX and
  * Linux grants the process the tile data state. Pasted after redfuse_simd_bf16.h.

@@ -1,7 +1,7 @@
 /** \file redfuse_simd_bf16.h
- * Hot-loop primitives for generated CPU kernels, fourth of six texts: float tiles on the bf16 unit
+ * Hot-loop primitives for generated CPU kernels, fifth of seven texts: float tiles on the bf16 unit
  * (FlashAttention's trade: P, X·g or dS rounded to bf16 and multiplied with vdpbf16ps). Pasted after
- * redfuse_simd_gemm.h, whose pair kernels it drives, and redfuse_simd_int8.h; it undefines their RFK_UNROLL and
+ * redfuse_simd_gemm.h, whose pair kernels it drives, redfuse_simd_gemm_nn.h and redfuse_simd_int8.h; it undefines their RFK_UNROLL and
  * RFK_KERNEL.
  */
 #ifndef REDFUSE_SIMD_BF16_H

@@ -1,7 +1,7 @@
 /* redfuse_simd_fp8.h — narrow GEMM weights for the CPU micro-kernels of redfuse_simd.h: an f32 tile
  * times e4m3, e5m2 or f16 weights (the quantized GEMM of workloads #6), the weights widened to f32
  * exactly as they are loaded (every such value is an f32). Embedded after redfuse_simd.h and
- * redfuse_simd_gemm.h, redfuse_simd_int8.h, redfuse_simd_bf16.h and redfuse_simd_amx.h (one text).
+ * redfuse_simd_gemm.h, redfuse_simd_gemm_nn.h, redfuse_simd_int8.h, redfuse_simd_bf16.h and redfuse_simd_amx.h (one text).
  */
 #ifndef REDFUSE_SIMD_FP8_H
 #define REDFUSE_SIMD_FP8_H

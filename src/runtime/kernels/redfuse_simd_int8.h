@@ -1,8 +1,8 @@
 /** \file redfuse_simd_int8.h
- * Hot-loop primitives for generated CPU kernels, third of six texts: the int8 x int8 -> int32 tile GEMM
+ * Hot-loop primitives for generated CPU kernels, fourth of seven texts: the int8 x int8 -> int32 tile GEMM
  * (vpdpbusd with AVX512_VNNI: the dot, outer-product and B-in-place forms; vpmaddwd on AVX2). Pasted after
- * redfuse_simd_gemm.h, whose blocking, scratch, packing and B-in-place choice it shares, and whose
- * RFK_UNROLL and RFK_KERNEL it uses (redfuse_simd_bf16.h, next, undefines them).
+ * redfuse_simd_gemm.h and redfuse_simd_gemm_nn.h: it shares the former's blocking, scratch, packing and
+ * B-in-place choice, and uses its RFK_UNROLL and RFK_KERNEL (redfuse_simd_bf16.h, next, undefines them).
  */
 #ifndef REDFUSE_SIMD_INT8_H
 #define REDFUSE_SIMD_INT8_H

@@ -28,6 +28,7 @@
 #include "UlpError.h"
 #include "runtime/kernels/redfuse_simd.h"
 #include "runtime/kernels/redfuse_simd_gemm.h"
+#include "runtime/kernels/redfuse_simd_gemm_nn.h"
 #include "runtime/kernels/redfuse_simd_int8.h"
 #include "runtime/kernels/redfuse_simd_bf16.h"
 #include "runtime/kernels/redfuse_simd_amx.h"
