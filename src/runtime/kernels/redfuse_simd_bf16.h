@@ -136,17 +136,22 @@ RFK_KERNEL static void bf16_pair_rows_kernel(int64_t K, const uint16_t *p, int64
 // every 256 bytes, then the other 128 on the next block, and the hardware prefetchers, which follow whole
 // rows, left the second block and the next tile to wait on memory (decode GQA, AMD Zen 4: as slow as the
 // f32 products it replaced, where a sequential sweep of V was 1.4x faster). Strips are as tall as 16
-// accumulators allow: 2 rows at 128 columns, 4 at 64, 7 at 32. Few rows stream V once from memory, and a
+// accumulators allow: 2 rows at 128 columns, 4 at 64, 8 at 32. Few rows stream V once from memory, and a
 // tile loop's next call reads the rows that follow this call's (decode's next key tile), so the first
 // strip asks for the rows K on as it reads each pair, one line per line: the stream runs on into the next
 // tile without a burst of prefetches at its start (a prefetch past V's end is dropped, never faults).
 // Decode GQA B = 4, Hq = 32, Hkv = 8, N = 8192, D = 128, emitted kernels, AMD Zen 4, 2 threads, medians of
 // 10 alternated runs: 64-column blocks 6.85 ms (f32 products 6.99), 128-column sweeps 5.91, with the
 // prefetch 5.78, and the dot form's prefetch into the next tile too (nt_gemm) 5.42.
+// More than 2 rows take 32-column blocks in strips of 8 rows instead: a 128-column strip holds only 2 rows, so
+// 8 rows re-read and re-interleave each pair of V rows 4 times (8 unpacks per 16 vdpbf16ps), 32 columns once
+// (2 per 16); each block's first strip asks for its own columns of the next tile, so the stream still runs
+// on. Decode GQA bf16 (B = 4, Hkv = 8, N = 8192, D = 128, emitted kernels, AMD Zen 4, 2 threads): Hq = 64
+// 6.7 -> 6.2 ms, Hq = 128 10.4 -> 9.5 ms, Hq = 32 even (4.7-5.2 both).
 template <int H>
 static inline void nn_acc_bf16_few_rows_h(int64_t M, int64_t N, int64_t K, const uint16_t *P, int64_t ldp, const uint16_t *V,
                                           int64_t ldv, float *C, int64_t ldc) {
-    constexpr int R = H >= 3 ? 2 : H == 2 ? 4 : 7;
+    constexpr int R = H >= 3 ? 2 : H == 2 ? 4 : 8;  // 16 accumulators
     for (int64_t j = 0; j < N; j += 32 * H)
         for_strips<R>(M, [&](auto rows, int64_t i) {
             bf16_pair_rows_kernel<decltype(rows)::value, H>(K, P + i * ldp, ldp, V + j, ldv, C + i * ldc + j, ldc,
@@ -155,14 +160,14 @@ static inline void nn_acc_bf16_few_rows_h(int64_t M, int64_t N, int64_t K, const
 }
 static inline void nn_acc_bf16_few_rows(int64_t M, int64_t N, int64_t K, const uint16_t *P, int64_t ldp, const uint16_t *V,
                                         int64_t ldv, float *C, int64_t ldc) {
-    if (N > 96)
+    if (M > 2 || N <= 32)
+        nn_acc_bf16_few_rows_h<1>(M, N, K, P, ldp, V, ldv, C, ldc);
+    else if (N > 96)
         nn_acc_bf16_few_rows_h<4>(M, N, K, P, ldp, V, ldv, C, ldc);
     else if (N > 64)
         nn_acc_bf16_few_rows_h<3>(M, N, K, P, ldp, V, ldv, C, ldc);
-    else if (N > 32)
-        nn_acc_bf16_few_rows_h<2>(M, N, K, P, ldp, V, ldv, C, ldc);
     else
-        nn_acc_bf16_few_rows_h<1>(M, N, K, P, ldp, V, ldv, C, ldc);
+        nn_acc_bf16_few_rows_h<2>(M, N, K, P, ldp, V, ldv, C, ldc);
 }
 
 #endif  // RFK_SIMD_BF16

@@ -77,7 +77,9 @@ std::vector<Shape> gemm_shapes() {
                                 // decode with 8 and 16 query heads per KV head: the dot form for QK^T (kPackMinM),
                                 // whole-row P·V strips at 8 and 7 rows (a 4-column tail through nn_acc's 8-row
                                 // block), bf16 register pairs at 16 rows with tails and an odd K
-                                {8, 128, 256}, {7, 260, 300}, {16, 130, 129}};
+                                {8, 128, 256}, {7, 260, 300}, {16, 130, 129},
+                                // more than 2 rows of bf16 P·V in 32-column blocks: strips of 8 and 4 rows, a 1-column tail
+                                {12, 33, 257}};
     // {20, 40, 2100}: past the 2048-long K blocks of the bf16 pair kernels.
     if (kThorough) extra.insert(extra.end(), {{140, 530, 300}, {1, 1000, 128}, {128, 256, 64}, {5, 64, 1100}, {8, 17, 1025}, {20, 40, 2100},
                                              // the B-in-place form's K blocks (4096 long at 128 rows), odd last block
