@@ -498,6 +498,21 @@ static inline __m128i first_of_4(int64_t n) {
     alignas(16) static const int32_t lanes[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
     return _mm_loadu_si128(reinterpret_cast<const __m128i *>(lanes + 4 - n));
 }
+// The first min(n, 4) of 4 floats or int32s at p (the dot tiles' rows). AVX-512 masks them with a k register:
+// vmaskmovps stores, the AVX2 form, took a seventh of the bf16 dot kernel's samples on AMD Zen 4 (decode QK^T,
+// Hq = 64, Hkv = 8, N = 1024 in cache: 0.52 -> 0.47 ms).
+#if defined(RFK_SIMD_AVX512)
+static inline __mmask8 first_of_4_k(int64_t n) { return __mmask8((1u << (n < 4 ? n : 4)) - 1u); }
+static inline __m128 load4_n(const float *p, int64_t n) { return _mm_maskz_loadu_ps(first_of_4_k(n), p); }
+static inline void store4_n(float *p, __m128 v, int64_t n) { _mm_mask_storeu_ps(p, first_of_4_k(n), v); }
+static inline __m128i load4_n(const int32_t *p, int64_t n) { return _mm_maskz_loadu_epi32(first_of_4_k(n), p); }
+static inline void store4_n(int32_t *p, __m128i v, int64_t n) { _mm_mask_storeu_epi32(p, first_of_4_k(n), v); }
+#else
+static inline __m128 load4_n(const float *p, int64_t n) { return _mm_maskload_ps(p, first_of_4(n < 4 ? n : 4)); }
+static inline void store4_n(float *p, __m128 v, int64_t n) { _mm_maskstore_ps(p, first_of_4(n < 4 ? n : 4), v); }
+static inline __m128i load4_n(const int32_t *p, int64_t n) { return _mm_maskload_epi32(p, first_of_4(n < 4 ? n : 4)); }
+static inline void store4_n(int32_t *p, __m128i v, int64_t n) { _mm_maskstore_epi32(p, first_of_4(n < 4 ? n : 4), v); }
+#endif
 
 // f32 FMAs along K; bf16 operands are widened as they are loaded.
 struct DotFma {
@@ -536,11 +551,19 @@ RFK_KERNEL static void dot_kernel(int64_t K, const TA *a, int64_t lda, const TB 
     int64_t k = 0;
     for (; k + Ops::kStep <= K; k += Ops::kStep) step(k, Ops::kStep);
     if (k < K) step(k, K - k);
-    __m128i m = first_of_4(ncols);
+#if defined(RFK_SIMD_AVX512)
+    if constexpr (MR == 4) {  // all 16 sums in one vector (vsum4x4): at D = 128 the sums cost as much as the products
+        vf s4 = _mm512_mul_ps(vsum4x4(acc), vset1(alpha));
+        __m128 row[4] = {_mm512_castps512_ps128(s4), _mm512_extractf32x4_ps(s4, 1), _mm512_extractf32x4_ps(s4, 2),
+                         _mm512_extractf32x4_ps(s4, 3)};
+        RFK_UNROLL for (int i = 0; i < 4; ++i) store4_n(c + i * ldc, add ? _mm_add_ps(row[i], load4_n(c + i * ldc, ncols)) : row[i], ncols);
+        return;
+    }
+#endif
     RFK_UNROLL for (int i = 0; i < MR; ++i) {
         __m128 s = _mm_mul_ps(vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), _mm_set1_ps(alpha));
-        if (add) s = _mm_add_ps(s, _mm_maskload_ps(c + i * ldc, m));
-        _mm_maskstore_ps(c + i * ldc, m, s);
+        if (add) s = _mm_add_ps(s, load4_n(c + i * ldc, ncols));
+        store4_n(c + i * ldc, s, ncols);
     }
 }
 

@@ -74,11 +74,10 @@ RFK_KERNEL static void s8_dot_kernel(int64_t K, const int8_t *a, int64_t lda, co
     int64_t k = 0;
     for (; k + 64 <= K; k += 64) step(k, ~__mmask64(0));
     if (k < K) step(k, (__mmask64(1) << (K - k)) - 1);
-    const __m128i m4 = first_of_4(ncols);
     RFK_UNROLL for (int i = 0; i < MR; ++i) {
         __m128i v = _mm_sub_epi32(vsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), _mm_set1_epi32(shift[i]));
-        if (add) v = _mm_add_epi32(v, _mm_maskload_epi32(c + i * ldc, m4));
-        _mm_maskstore_epi32(c + i * ldc, m4, v);
+        if (add) v = _mm_add_epi32(v, load4_n(c + i * ldc, ncols));
+        store4_n(c + i * ldc, v, ncols);
     }
 }
 
@@ -357,12 +356,11 @@ RFK_KERNEL static void s8_dot_kernel_avx2(int64_t K, const int8_t *a, int64_t ld
             acc[i][3] = _mm256_add_epi32(acc[i][3], _mm256_madd_epi16(av, v3));
         }
     }
-    __m128i m4 = first_of_4(ncols);
     RFK_UNROLL for (int i = 0; i < MR; ++i) {
         __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]), _mm256_hadd_epi32(acc[i][2], acc[i][3]));
         __m128i v = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        if (add) v = _mm_add_epi32(v, _mm_maskload_epi32(c + i * ldc, m4));
-        _mm_maskstore_epi32(c + i * ldc, m4, v);
+        if (add) v = _mm_add_epi32(v, load4_n(c + i * ldc, ncols));
+        store4_n(c + i * ldc, v, ncols);
     }
 }
 #endif
