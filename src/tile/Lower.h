@@ -47,6 +47,10 @@ struct LowerOptions {
     /** Rows per block of an attention-shaped chain (a per-tile prologue GEMM, QKᵀ, and a member with
      *  an extra axis, P·V): 32 keep a GPU's score tile in shared memory; the CPU takes 64. */
     int64_t attention_row_block = 32;
+    /** Rows per block of an attention-shaped chain that reads only bf16 inputs and has no mask (no
+     *  `select`): each row block does the same work, so a taller one halves the packing without
+     *  unbalancing the threads. 0: attention_row_block. */
+    int64_t attention_row_block_dense_bf16 = 0;
     /** An epilogue's bf16 outputs are written a row at a time from a float row, like f32 ones (the
      *  CPU: one vector conversion per 16 values, rfk::copy_row_bf16); elsewhere element by element. */
     bool bf16_row_outputs = false;

@@ -3,7 +3,7 @@
  * with 1024 or more output columns per row (RMSNorm->GEMM's Y[m, n], quantization->GEMM) takes one
  * tile of the whole axis (up to 4096) and 128-row blocks; a prologue GEMM with a deep contraction
  * (linear + cross-entropy's logits over D >= 512) 128-row blocks; attention-shaped chains 64 x 256
- * on the CPU; an on-chip multi-pass chain's row block fits half of L2 (moment of inertia).
+ * on the CPU (128 rows with AMX, or with bf16 operands and no mask); an on-chip multi-pass chain's row block fits half of L2 (moment of inertia).
  * The kernels so scheduled agree with the reference.
  */
 #include <gtest/gtest.h>
@@ -23,11 +23,13 @@ namespace {
 std::filesystem::path example(const std::string &name) { return std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / name; }
 
 std::string tile_text(const std::string &name, const std::map<std::string, int64_t> &sizes, int threads = 0,
-                      const Target &target = make_target(TargetKind::Cpu)) {
+                      const Target &target = make_target(TargetKind::Cpu), bool as_f32 = false) {
     Options o;
     o.sizes = sizes;
     o.threads = threads;
-    auto c = analyze_source(test::read_text(example(name)), name, target, o);
+    std::string text = test::read_text(example(name));
+    if (as_f32) text = std::regex_replace(text, std::regex(": bf16"), ": f32");
+    auto c = analyze_source(text, name, target, o);
     return tile::to_string(generate(*c).module);
 }
 
@@ -43,12 +45,18 @@ TEST(WeightGemmSchedule, WideOutputRowsTakeTheWholeAxisAndBigRowBlocks) {
         t = tile_text(name, {{"M", 2048}, {"N", 64}, {"K", 4096}});
         EXPECT_NE(t.find("tile=256 row_block=32"), std::string::npos) << name << " (narrow output)\n" << t;
     }
-    // Attention-shaped chains (QKᵀ and P·V) take 64-row blocks on the CPU, 128 where AMX tiles run the GEMMs.
+    // Attention-shaped chains (QKᵀ and P·V) take 64-row blocks on the CPU, 128 where AMX tiles run the GEMMs
+    // and, without AMX, where every operand is bf16 and no mask makes the blocks' work unequal.
     for (bool amx : {false, true}) {
         Target cpu = make_target(TargetKind::Cpu);
         cpu.cpu.amx_bf16 = amx;
-        std::string attention = tile_text("attention.rf", {{"B", 1}, {"H", 8}, {"M", 2048}, {"N", 2048}, {"D", 128}}, 0, cpu);
-        EXPECT_NE(attention.find(amx ? "tile=256 row_block=128" : "tile=256 row_block=64"), std::string::npos) << attention;
+        const std::map<std::string, int64_t> sizes = {{"B", 1}, {"H", 8}, {"M", 2048}, {"N", 2048}, {"D", 128}};
+        std::string attention = tile_text("attention.rf", sizes, 0, cpu);
+        EXPECT_NE(attention.find("tile=256 row_block=128"), std::string::npos) << attention;
+        std::string f32 = tile_text("attention.rf", sizes, 0, cpu, true);
+        EXPECT_NE(f32.find(amx ? "tile=256 row_block=128" : "tile=256 row_block=64"), std::string::npos) << f32;
+        std::string causal = tile_text("attention_causal.rf", {{"B", 1}, {"H", 8}, {"N", 2048}, {"D", 128}}, 0, cpu);
+        EXPECT_NE(causal.find(amx ? "tile=256 row_block=128" : "tile=256 row_block=64"), std::string::npos) << causal;
     }
 }
 
