@@ -56,7 +56,7 @@ std::vector<Shape> gemm_shapes() {
             for (int64_t k : sizes) out.push_back({m, n, k});
     std::vector<Shape> extra = {{65, 130, 16}, {16, 65, 130}, {130, 17, 65}, {8, 64, 256}, {9, 40, 600},
                                 {20, 600, 7},  {200, 20, 9},  {64, 64, 64},  {4, 70, 513}, {64, 128, 128},
-                                // the dot form's K blocks (dot_k_block: more than one row strip, K past a block)
+                                // the dot form over long K rows (a call per group of 4 B rows), several row strips
                                 {16, 9, 1000}, {7, 5, 700},   {12, 6, 1500},
                                 // the bf16 B-in-place form (b_in_place_halves): full and partial 32-row panels,
                                 // column groups with a tail, an odd K, and two row blocks; 16-row panels (M = 16,
