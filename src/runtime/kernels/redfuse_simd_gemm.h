@@ -640,30 +640,25 @@ static inline void nt_gemm(int64_t M, int64_t N, int64_t K, float alpha, const T
         // loop's next call reads the rows that follow (decode's next key tile), and a prefetch past B's
         // end is dropped, never faults.
         const int64_t ahead = dot_ahead(K * int64_t(sizeof(TB)));
-        int64_t j0 = 0;
         if (K * int64_t(sizeof(TB)) <= 1024) {
             // Short rows of B (a key tile): runs of whole groups per call, 32 B rows at a time (8 KiB at
-            // D = 128 bf16) so the strips after the first read them from L1.
+            // D = 128 bf16) so the strips after the first read them from L1; the last N mod 4 rows below.
             constexpr int64_t kGroups = 8;
-            for (; j0 + 4 <= N; j0 += 4 * kGroups) {
-                const int64_t groups = min64(kGroups, (N - j0) / 4);
+            const int64_t whole = N / 4 * 4;
+            for (int64_t j0 = 0; j0 < whole; j0 += 4 * kGroups) {
+                const int64_t groups = min64(kGroups, (whole - j0) / 4);
                 for_strips<kDotMR>(M, [&](auto mr, int64_t i) {
-                    if (i == 0)
-                        dot_kernel_groups<decltype(mr)::value, Ops, true>(K, A, lda, B + j0 * ldb, ldb, groups, C + j0, ldc, alpha,
-                                                                          accumulate, 4 * ahead);
-                    else
-                        dot_kernel_groups<decltype(mr)::value, Ops, false>(K, A + i * lda, lda, B + j0 * ldb, ldb, groups,
-                                                                           C + i * ldc + j0, ldc, alpha, accumulate, 0);
+                    constexpr int R = decltype(mr)::value;
+                    const TA *a = A + i * lda;
+                    float *c = C + i * ldc + j0;
+                    if (i == 0) dot_kernel_groups<R, Ops, true>(K, a, lda, B + j0 * ldb, ldb, groups, c, ldc, alpha, accumulate, 4 * ahead);
+                    else dot_kernel_groups<R, Ops, false>(K, a, lda, B + j0 * ldb, ldb, groups, c, ldc, alpha, accumulate, 0);
                 });
-                if (groups < kGroups) {
-                    j0 += 4 * groups;
-                    break;
-                }
             }
-            if (j0 >= N) return;
-            B += j0 * ldb;
-            C += j0;
-            N -= j0;
+            if (whole == N) return;
+            B += whole * ldb;
+            C += whole;
+            N -= whole;
         }
         dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const TB *const *rows, int64_t ncols) {
             int64_t pf[4];  // element offsets from the group's first row
