@@ -219,7 +219,8 @@ bool check_outputs(const Kernel &k, const RunOptions &o, const SizeBinding &size
             if (magnitude.empty()) magnitude = run_magnitude(checked, sizes, ref);
             auto mag = magnitude.find(out.name);
             if (mag != magnitude.end()) {
-                r = compare(outputs.at(out.name), ref_out, tol, exact, &mag->second, compute_tolerance(f32, n));
+                r = compare(outputs.at(out.name), ref_out, tol, exact, &mag->second, compute_tolerance(f32, n),
+                            f32 ? 0x1p-24 : 0x1p-53);
                 widened = r.cancellation > 1 || r.widening_capped;
             }
         }

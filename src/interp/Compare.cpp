@@ -12,7 +12,7 @@
 namespace rf {
 
 CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exact, const Tensor *magnitude,
-                      double magnitude_tol) {
+                      double magnitude_tol, double unit_roundoff) {
     RF_INTERNAL_ASSERT(out.shape == ref.shape && out.data.size() == ref.data.size())
         << "comparing shape " << shape_to_string(out.shape) << " with reference shape " << shape_to_string(ref.shape);
     RF_INTERNAL_ASSERT(!magnitude || magnitude->data.size() == ref.data.size()) << "magnitude of another shape";
@@ -43,8 +43,11 @@ CompareResult compare(const Tensor &out, const Tensor &ref, double tol, bool exa
             double err = std::fabs(o - x);
             double mag = magnitude ? magnitude->data[i] : 0.0;
             double scale = mag > base ? base + widen * (mag - base) : base;
-            if (widen > 0 && scale > widest) {
-                scale = widest;
+            // The cap, unless part of the magnitude lies beyond float's resolution of B (Compare.h).
+            double unresolved = unit_roundoff > 0 ? base + widen * std::max(0.0, mag - base / unit_roundoff) : base;
+            double cap = std::max(widest, unresolved);
+            if (widen > 0 && scale > cap) {
+                scale = cap;
                 r.widening_capped = true;
             }
             r.max_abs_err = std::max(r.max_abs_err, err);

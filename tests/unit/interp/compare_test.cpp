@@ -155,6 +155,33 @@ TEST(Compare, WideningIsCapped) {
     EXPECT_FALSE(compare(vec({1.0003}), ref, tol).widening_capped);
 }
 
+TEST(Compare, TheCapStopsAtFloatsResolutionOfMaxRef) {
+    // A reference that cancelled to float64 noise (B = 1e-16) beside a magnitude of 8: float32
+    // rounds terms of size 8 to ~5e-7, so every digit of the output is noise and the cap (relative
+    // to B) gives way to the widened limit for the part of M beyond B / u.
+    const double tol = 6e-6, u = 0x1p-24;
+    Tensor ref = vec({1e-16}), mag = vec({8.0});
+    CompareResult noise = compare(vec({7e-7}), ref, tol, false, &mag, tol, u);
+    EXPECT_TRUE(noise.ok);
+    EXPECT_GT(noise.cancellation, 1e15);  // the limit is about tol · 8, not tol · B
+    // Without the target's roundoff the cap still holds, and a result beyond tol · M still fails.
+    EXPECT_FALSE(compare(vec({7e-7}), ref, tol, false, &mag, tol).ok);
+    EXPECT_FALSE(compare(vec({1e-4}), ref, tol, false, &mag, tol, u).ok);
+    // Where B is resolvable (M <= B / u) nothing changes: the case of WideningIsCapped.
+    Tensor one = vec({1.0}), mag4 = vec({1e4});
+    for (double off : {1.1, 1.01, 1.002}) {
+        CompareResult r = compare(vec({off}), one, 1e-4, false, &mag4, 1e-4, u);
+        EXPECT_FALSE(r.ok) << off;
+        EXPECT_TRUE(r.widening_capped) << off;
+    }
+    // Partly resolvable: only the magnitude beyond B / u widens past the cap.
+    Tensor tiny = vec({1e-7}), mag1 = vec({1.0});  // B / u = 1.68, M = 1: the cap holds
+    EXPECT_FALSE(compare(vec({1e-7 + 1e-9}), tiny, tol, false, &mag1, tol, u).ok);
+    Tensor mag10 = vec({10.0});  // M - B / u = 8.3: a limit of about 5e-5
+    EXPECT_TRUE(compare(vec({1e-7 + 4e-5}), tiny, tol, false, &mag10, tol, u).ok);
+    EXPECT_FALSE(compare(vec({1e-7 + 6e-5}), tiny, tol, false, &mag10, tol, u).ok);
+}
+
 TEST(Compare, Float32OverflowIsAcceptedOnlyBeyondFloat32) {
     // The reference before its f32 store: 1e81 and -3.6e41 lie beyond float32, 1e38 and FLT_MAX
     // within it; a float32 kernel's infinity agrees only with the first two, and only by sign.
