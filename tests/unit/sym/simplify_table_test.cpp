@@ -190,6 +190,11 @@ const std::vector<Row> &rows() {
         {"cmp_size_ge_one", [] { return make_cmp(CmpOp::LT, Cs(), I(1)); }, "false"},
         {"cmp_eq_sorted", [] { return make_cmp(CmpOp::EQ, y(), x()); }, "x == y"},
         {"cmp_exp_positive", [] { return make_cmp(CmpOp::GT, call(Func::exp, x()), C(0)); }, "true"},
+        // A value may be ±inf (a max or top-k of a masked row): comparisons at the infinite ends stay.
+        {"cmp_neg_inf_ge_kept", [] { return make_cmp(CmpOp::GE, C(-INFINITY), x()); }, "x <= -inf"},
+        {"cmp_below_inf_kept", [] { return make_cmp(CmpOp::LT, x(), C(INFINITY)); }, "x < inf"},
+        {"cmp_neg_inf_le_true", [] { return make_cmp(CmpOp::LE, C(-INFINITY), x()); }, "true"},
+        {"cmp_above_neg_inf_kept", [] { return make_cmp(CmpOp::GT, call(Func::exp, x()), C(-INFINITY)); }, "true"},
         {"not_cmp", [] { return make_not(cond()); }, "y <= x"},
         {"not_not", [] { return make_not(make_not(cond())); }, "x < y"},
         {"and_true", [] { return make_and(make_bool(true), cond()); }, "x < y"},

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "../ExampleRuns.h"
+#include "../ExampleSizes.h"
 #include "driver/Compiler.h"
 #include "ir/Eval.h"
 #include "runtime/OpenCLRuntime.h"
@@ -235,6 +236,24 @@ TEST(SkipMaskedTiles, RefusesToSkipWhenTheMaskedValueIsNotNeutral) {
     Guards g = guards(m);
     EXPECT_TRUE(g.full) << to_string(m);
     EXPECT_FALSE(g.live) << to_string(m);
+}
+
+// A count of the values at least a top-k value: where a row has fewer than k unmasked values that
+// value is −inf and the masked −inf count (−inf ≥ −inf), so a masked tile is not neutral. The
+// simplifier took TV[r, 1] for finite and folded −inf ≥ TV[r, 1] to false: every tile of the masked
+// part was skipped and cnt came out [0, 1, 2] instead of [C, C, 2] (fuzz_specs.py seed 1217 #71).
+TEST(SkipMaskedTiles, AComparisonWithAnInfiniteValueIsNotNeutral) {
+    ArenaScope arena;
+    const std::string path = std::string(REDFUSE_SOURCE_DIR) + "/tests/specs/masked_topk_count.rf";
+    const std::string src = test::read_text(path);
+    for (const char *target : {"cpu", "opencl"}) {
+        if (std::string(target) == "opencl" && !ocl::unavailable_reason().empty()) continue;
+        RunOptions o;
+        test::check_run("masked_topk_count.rf", src, o, target, {1, 71});
+        o.tile = 8;
+        o.row_block = 2;
+        test::check_run("masked_topk_count.rf", src, o, target, {3});
+    }
 }
 
 // A condition on the axis of a nested reduction (the prologue's sum over e) changes inside that
