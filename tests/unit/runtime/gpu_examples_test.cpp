@@ -136,6 +136,23 @@ TEST(OpenCLFuzzFindings, MaskedTopKRunsOneBodyPerTile) {
         }
 }
 
+TEST(OpenCLFuzzFindings, AScalarSumBesideRowMembersIsInitialised) {
+    // scripts/fuzz_specs.py seed 1218 #27: tw = Σ W² next to per-row members, rows spread over
+    // groups of threads; PoCL 3.1 dropped the first thread's initialisation of tw's state at the
+    // start of the grouped round (tw = 0, sc 500x off) at 64 threads and more. A barrier now opens
+    // the round (GpuSpread.cpp, grouped_rows).
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    const std::filesystem::path path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "specs" / "grouped_scalar_sum.rf";
+    const std::string src = test::read_text(path);
+    for (int threads : {64, 128})
+        for (const char *level : {"block", "thread"}) {
+            RunOptions o;
+            o.gpu_threads = threads;
+            o.fusion_level = parse_fusion_level(level);
+            run_case(path, src, o);
+        }
+}
+
 TEST(OpenCLBackend, PlannerChosenStrategiesCoverTheExamples) {
     if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     test::expect_planned_sizes_cover_the_examples(TargetKind::OpenCL, kGpuPlannedElements);
