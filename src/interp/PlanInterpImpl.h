@@ -423,6 +423,25 @@ private:
         return d;
     }
 
+    /** Whether every member value that m's δ expressions read is finite at an extra point. The
+     *  updates read those values sanitized (a non-finite one as 0, see env()): where one is not
+     *  finite while δ is (δ = 1/a with a = inf), the state holds terms of the sanitized value and
+     *  the row is recomputed literally (fuzz_specs.py seed 1218 #26; LowerMerge.cpp likewise). */
+    bool delta_inputs_finite(const State &st, const std::vector<MemberRt> &mem, size_t k, int64_t extra) {
+        const MemberRt &m = mem[k];
+        Evaluator ev(env(&st, &mem, false, false));
+        bind_point(ev, m, extra);
+        bool finite = true;
+        for (Expr e : m.a->delta_exprs)
+            any_of(e, [&](Expr n) {
+                bool member = n->kind == Kind::Load &&
+                              std::any_of(mem.begin(), mem.end(), [&](const MemberRt &o) { return o.def->name == n->name; });
+                if (member && finite) finite = std::isfinite(ev.eval(n));
+                return false;
+            });
+        return finite;
+    }
+
     /** α(δ_now, δ_old) at an extra point (α may read inputs at the row, e.g. a temperature t[r]). */
     double alpha(const MemberRt &m, int64_t extra, const std::vector<double> &now, const std::vector<double> &old) {
         if (memo_ && m.row_only && alpha_memo_.a == m.a && alpha_memo_.now == now && alpha_memo_.old == old)
@@ -704,6 +723,7 @@ private:
             if (!from_states_ && !relit && (m.a->relation == Relation::Multiplicative || is_shift_form(m.a->relation))) {
                 for (int64_t x = 0; x < m.extra_count && !relit; x++)
                     for (double v : deltas(st, mem, k, x, false, false)) relit |= !std::isfinite(v);
+                for (int64_t x = 0; x < m.extra_count && !relit; x++) relit |= !delta_inputs_finite(st, mem, k, x);
             }
             if (relit && !m.def->is_topk()) {
                 literal.insert(m.def->name);

@@ -2,6 +2,8 @@
  * The end of a pass: merging segment states with the derived merge, finalizing members (with the
  * literal recompute of rows whose final δ is not finite), and the per-row epilogue.
  */
+#include <algorithm>
+
 #include "tile/PassLowering.h"
 
 namespace rf::tile::lowering {
@@ -120,6 +122,15 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
             out.push_back(over_extra(m, [&](Expr x) {
                 std::vector<Expr> bad;
                 for (Expr d : deltas(m, x, fin)) bad.push_back(make_not(is_finite(d)));
+                // The tile body read the members inside δ sanitized (a non-finite value as 0), so a
+                // row where one of them is not finite is recomputed literally even when δ is finite:
+                // δ = 1/a with a = max|x| = inf (a masked row's -inf) is 0, while the body had
+                // divided by the sanitized 0 (fuzz_specs.py seed 1218 #26, --approx: q = ±inf
+                // where the spec gives 0·inf = NaN). Softmax-like δ = m adds nothing new.
+                for (Expr v : delta_inputs(m, x, fin)) {
+                    Expr b = make_not(is_finite(v));
+                    if (std::find(bad.begin(), bad.end(), b) == bad.end()) bad.push_back(b);
+                }
                 Expr recompute = any(bad);
                 // A sum whose every term was 0 (a fully masked row: exp(S - m) with S = m = -inf, 0 in
                 // the language) is 0 literally too: no second pass over the row (which, for a chain on

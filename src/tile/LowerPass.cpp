@@ -212,6 +212,16 @@ std::vector<Expr> PassLowering::deltas(const MemberInfo &m, Expr x, const Mode &
     return d;
 }
 
+std::vector<Expr> PassLowering::delta_inputs(const MemberInfo &m, Expr x, const Mode &mode) {
+    std::vector<Expr> v;
+    for (Expr e : m.a->delta_exprs)
+        any_of(e, [&](Expr n) {
+            if (n->kind == Kind::Load && names_.count(n->name)) v.push_back(bind(n, m, x, nullptr, mode));
+            return false;
+        });
+    return v;
+}
+
 Expr PassLowering::with_deltas(Expr e, const MemberInfo &m, const std::vector<Expr> &now, const std::vector<Expr> &old) {
     for (size_t i = 0; i < now.size(); i++) e = substitute(e, m.a->delta_syms[i], now[i]);
     for (size_t i = 0; i < old.size() && i < m.a->old_syms.size(); i++) e = substitute(e, m.a->old_syms[i], old[i]);

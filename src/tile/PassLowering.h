@@ -135,6 +135,9 @@ private:
 
     /** δ of member m at x, from the running state P (or the final values when P is empty). */
     std::vector<Expr> deltas(const MemberInfo &m, Expr x, const Mode &mode);
+    /** The earlier members' values that m's δ expressions read, bound like deltas (the tile body read
+     *  them sanitized: a non-finite one as 0). */
+    std::vector<Expr> delta_inputs(const MemberInfo &m, Expr x, const Mode &mode);
 
     Expr with_deltas(Expr e, const MemberInfo &m, const std::vector<Expr> &now, const std::vector<Expr> &old);
 

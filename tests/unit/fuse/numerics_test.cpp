@@ -7,6 +7,8 @@
  */
 #include "../ExampleSizes.h"
 #include "FuseTestUtil.h"
+#include "driver/Run.h"
+#include "runtime/OpenCLRuntime.h"
 
 using namespace rf;
 using namespace rf::test;
@@ -127,6 +129,28 @@ output C : bf16
         double err = rel_diff(got.at("C"), ref.at("C"));
         if (!approx) EXPECT_LE(err, 1e-12);  // the exact plan quantizes with the final scale
         else EXPECT_LE(err, 0.2);            // the running scale rounds differently: reported, bounded
+    }
+}
+
+TEST(Numerics, ApproximateQuantizationOfAFullyMaskedRowIsTheSpecsNaN) {
+    // tests/specs/approx_quant_masked_rows.rf (fuzz seed 1218 #26): with L = C every value is masked,
+    // a = inf and the spec's q = 0 · inf / 127 is NaN. The --approx plan's update read a sanitized
+    // (as 0) and its δ = 1/a = 0 is finite, so the finalization took the state (q = ±inf) until the
+    // members read by δ were checked too. L = 2 masks part of each row: |−inf| = inf is still the
+    // row's a, and q NaN.
+    const std::string path = spec_path("approx_quant_masked_rows.rf").string();
+    for (const char *target : {"interp", "cpu", "opencl"}) {
+        if (std::string(target) == "opencl" && !ocl::unavailable_reason().empty()) continue;
+        for (int64_t L : {3, 2}) {
+            RunOptions o;
+            o.target = parse_target_kind(target);
+            o.approx = true;
+            o.check = true;
+            o.seed = 3;
+            o.sizes = {{"R", 5}, {"C", 3}, {"L", L}};
+            RunReport r = run_spec(path, o);
+            EXPECT_TRUE(r.ok) << target << " L = " << L << "\n" << r.text;
+        }
     }
 }
 
