@@ -396,21 +396,37 @@ private:
         // closure, they could change under any int8 store (char types alias everything), and loops
         // over them would not vectorize. Without a GEMM the plain region stays (the lambda measured
         // 2-4% slower on LayerNorm).
-        if (splits)
-            pad(ind + 1) << "auto region_ = [&](" << region_params(true) << ") {\n";
-        else {
-            pad(ind + 1) << "#pragma omp parallel num_threads(nt_) if (n_ > 1)\n";
+        // One row block without a GEMM runs the same body with no parallel region at all: even an
+        // inactive one (`if (false)`) is a team of one whose barriers each make a futex syscall in
+        // libgomp, 1.5 us of a T = 1 MoE routing call whose work takes 0.9 (AMD Zen 4). The body is
+        // printed twice (the region's and the serial one) rather than as a lambda (above: slower).
+        auto region = [&](bool parallel) {
+            arrays_below(s, ind + 2);
+            if (has_row_copy(s)) pad(ind + 2) << "rfk::RowStream rs_;  // this worker's row copies\n";
+            // nowait: nothing after the loop reads another worker's rows before the region's end.
+            if (parallel)
+                pad(ind + 2) << "#pragma omp for schedule(" << (k_.schedule.strategy == Strategy::Literal ? "static" : splits ? "guided, chunk_" : "dynamic, chunk_")
+                             << ")" << (splits ? "" : " nowait") << "\n";
+            pad(ind + 2) << head << " {\n";
+            body(s->body, ind + 3, false);
+            pad(ind + 2) << "}\n";
+            // The worker's held row-copy line and the fence of its streamed stores, before the barrier.
+            if (has_row_copy(s)) pad(ind + 2) << "rs_.flush();\n";
+        };
+        if (!splits) {
+            pad(ind + 1) << "if (n_ > 1) {\n";
+            pad(ind + 1) << "#pragma omp parallel num_threads(nt_)\n";
             pad(ind + 1) << "{\n";
+            region(true);
+            pad(ind + 1) << "}\n";
+            pad(ind + 1) << "} else {\n";
+            region(false);
+            pad(ind + 1) << "}\n";
+        } else {
+            pad(ind + 1) << "auto region_ = [&](" << region_params(true) << ") {\n";
+            region(true);
+            pad(ind + 1) << "};\n";
         }
-        arrays_below(s, ind + 2);
-        if (has_row_copy(s)) pad(ind + 2) << "rfk::RowStream rs_;  // this worker's row copies\n";
-        pad(ind + 2) << "#pragma omp for schedule(" << (k_.schedule.strategy == Strategy::Literal ? "static" : splits ? "guided, chunk_" : "dynamic, chunk_") << ")\n";
-        pad(ind + 2) << head << " {\n";
-        body(s->body, ind + 3, false);
-        pad(ind + 2) << "}\n";
-        // The worker's held row-copy line and the fence of its streamed stores, before the barrier.
-        if (has_row_copy(s)) pad(ind + 2) << "rs_.flush();\n";
-        pad(ind + 1) << (splits ? "};\n" : "}\n");
         if (splits) {
             const std::string call = "region_(" + region_params(false) + ");\n";
             pad(ind + 1) << "if (n_ > 1) {\n";
