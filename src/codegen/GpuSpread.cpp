@@ -261,10 +261,10 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
             // PoCL 3.1 (LLVM 15) dropped the first thread's statements here when a barrier-free
             // region led from the previous member's barrier into this round: a running sum's state
             // was never initialised (its `seen` flag stayed 0 and the finalisation read 0 for
-            // tw = sum(c: W[c]·W[c]) next to a row member, scripts/fuzz_specs.py seed 1218 #27;
-            // right with -cl-opt-disable; tests/specs/grouped_scalar_sum.rf). A barrier at the round's start,
-            // once, is the workaround found by running (every thread reaches it: each runs every
-            // round).
+            // tw = sum(c: W[c]·W[c]) next to a row member; scripts/fuzz_specs.py seed 1218 #27,
+            // tests/specs/grouped_scalar_sum.rf; right with -cl-opt-disable). A barrier at the
+            // round's start, once, is the workaround found by running (every thread reaches it:
+            // each runs every round). CUDA is printed without it.
             if (!fenced && o_.dialect != Dialect::Cuda) barrier(ind + 2);
             fenced = true;
             pad(ind + 2) << first << "{\n";

@@ -89,8 +89,10 @@ tile::LowerOptions lower_options(const Compilation &c, const Options &o) {
     // with AMX) once per row block, so taller blocks pack less per row: 128 rows measured 7-11% faster
     // than 64 on an AMX Xeon, 2 threads (bf16 and f32, causal or not, L = 2048, D = 128; 256 adds
     // 1-3% and halves the blocks the threads share).
-    if (c.target.kind == TargetKind::Cpu) lo.attention_row_block = c.target.cpu.amx_bf16 ? 128 : 64;
-    if (c.target.kind == TargetKind::Cpu) lo.attention_row_block_dense_bf16 = 128;  // see DefaultSchedule.cpp
+    if (c.target.kind == TargetKind::Cpu) {
+        lo.attention_row_block = c.target.cpu.amx_bf16 ? 128 : 64;
+        lo.attention_row_block_dense_bf16 = 128;  // see DefaultSchedule.cpp
+    }
     lo.fast_memory_bytes = cpu_fast_memory_bytes(c.target);
     // The next tile of decode's K and V, asked for ahead (PrefetchNextTiles.cpp): the whole tile on
     // Intel (AMX Xeon, decode GQA B = 4, Hq = 32, N = 8192, D = 128: 8.2 -> 6.6-7.1 ms); its first 8 KiB

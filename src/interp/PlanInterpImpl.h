@@ -721,9 +721,10 @@ private:
             // From exported states (finalize_states) there are no inputs along the axis to recompute from:
             // the state's own finalization stands (0 for an empty or all-zero sum, as the literal gives).
             if (!from_states_ && !relit && (m.a->relation == Relation::Multiplicative || is_shift_form(m.a->relation))) {
-                for (int64_t x = 0; x < m.extra_count && !relit; x++)
+                for (int64_t x = 0; x < m.extra_count && !relit; x++) {
                     for (double v : deltas(st, mem, k, x, false, false)) relit |= !std::isfinite(v);
-                for (int64_t x = 0; x < m.extra_count && !relit; x++) relit |= !delta_inputs_finite(st, mem, k, x);
+                    relit |= !delta_inputs_finite(st, mem, k, x);
+                }
             }
             if (relit && !m.def->is_topk()) {
                 literal.insert(m.def->name);
