@@ -41,7 +41,7 @@ std::vector<StmtP> PassLowering::lists_to_rows(const std::string &P) {
     // one row's K slots together (rr·K + q), the layout finalize reads with a vector loop per row.
     std::vector<StmtP> out;
     for (const MemberInfo &m : members_) {
-        if (m.form != Form::TopK || !lanes(m)) continue;
+        if (m.form != Form::TopK || !lanes(m) || lane_list_outputs(m)) continue;
         Expr K = m.K, n = mul_i(K, int_c(nb_)), q = make_index("$q" + std::to_string(uid_++));
         Expr q2 = make_index("$q" + std::to_string(uid_++));
         for (const char *f : {"_tk_v", "_tk_i"}) {
@@ -53,6 +53,41 @@ std::vector<StmtP> PassLowering::lists_to_rows(const std::string &P) {
         }
     }
     return out;
+}
+
+bool PassLowering::lane_list_outputs(const MemberInfo &m) const {
+    if (m.form != Form::TopK || !lanes(m)) return false;
+    // A later member whose final value reads the list's outputs (at its row) needs them written in
+    // the rows' finalization, before its own.
+    for (const MemberInfo &later : members_)
+        if (later.k > m.k)
+            for (const std::string &dep : later.a->deps)
+                if (dep == m.def->name || dep == m.def->index_name) return false;
+    return true;
+}
+
+StmtP PassLowering::lane_list_stores(const std::string &P, const MemberInfo &m) {
+    // Why: a slot loop per row (K = 6 iterations of float64 exp and division, a vector of 4 and two
+    // scalar calls) cost more than the routing itself for short rows (MoE routing T = 16384, E = 8,
+    // top-6: 0.68 -> 0.47 ms, emitted kernel, AMD Zen 4). Per slot, one vector loop over the rows
+    // reads the list where the insertion left it (slot-major: q·nb + rr) and the rows' member values
+    // (their finalization ran first), each element the same expression as the row-at-a-time form.
+    const MemberAnalysis &a = *m.a;
+    Mode fin{};
+    Expr x = int_c(0), q = make_index("$sl" + std::to_string(uid_++));
+    Expr slot = add_i(mul_i(q, int_c(nb_)), rr());
+    Expr u = local_at(field(P, m.k, "_tk_v"), slot);
+    if (m.sel && !a.increasing) u = make_neg(u);
+    Expr value = m.sel ? apply_phi(m, x, u, fin) : u;
+    auto target = [&](const std::string &name) {
+        std::vector<Expr> i(row_vars_.begin(), row_vars_.end());
+        i.push_back(q);
+        return make_load(name, i, DType::f64, SType::Real);
+    };
+    StmtP rows = for_loop(rr(), int_c(0), local_var("$nbv", SType::Int),
+                          {store(target(m.def->name), value), store(target(m.def->index_name), local_at(field(P, m.k, "_tk_i"), slot))},
+                          LoopKind::Lanes);
+    return for_loop(q, int_c(0), m.K, {rows});
 }
 
 Expr PassLowering::selection_body(const MemberInfo &m) const {
@@ -134,11 +169,13 @@ std::vector<StmtP> PassLowering::lanes_topk(const std::string &P, const MemberIn
     Expr count = local_at(field(P, m.k, "_tk_n"), sl(m, x));
     auto is_nan = [](Expr e) { return make_cmp(CmpOp::NE, e, e); };
     // The candidate is computed in the kernel's compute type (a Tile local), as every vectorized pass
-    // computes the same element (see the note at the end), then held as a float64 state like the
-    // list: used as a float in the float64 comparisons, it kept GCC from vectorizing the rows loop
-    // (MoE routing T = 16384, E = 64, top-2: 0.96 -> 2.7 ms).
-    std::vector<StmtP> lane{decl("$cw" + id, LocalClass::Tile, {}, topk_key(m, bind(selection_body(m), m, x, j, run))),
-                            decl("$cv" + id, LocalClass::State, {}, local_var("$cw" + id)),
+    // computes the same element (see the note at the end). The list's values, its count and the
+    // slots' decisions are of that type too (field_class), so every comparison is one vector of
+    // floats per 16 rows; the indices stay float64 (exact at any axis length), selected by those
+    // decisions. Float64 values and decisions took two vectors per step: MoE routing T = 16384,
+    // E = 64, top-8, emitted kernel, AMD Zen 4: 2.05 -> 1.5 ms. (A float compared in float64 kept GCC
+    // from vectorizing the rows loop at all: E = 64, top-2, 0.96 -> 2.7 ms.)
+    std::vector<StmtP> lane{decl("$cv" + id, LocalClass::Tile, {}, topk_key(m, bind(selection_body(m), m, x, j, run))),
                             decl("$ci" + id, LocalClass::State, {}, make_cast(DType::f64, j))};
     auto slot = [&](const char *f, int64_t q) { return local_at(field(P, m.k, f), add_i(int_c(q * nb_), rr())); };
     std::vector<Expr> ev, ei, after;
@@ -149,9 +186,9 @@ std::vector<StmtP> PassLowering::lanes_topk(const std::string &P, const MemberIn
         after.push_back(make_cmp(CmpOp::NE, local_var("$af" + n), real_c(0)));
         Expr empty = make_cmp(CmpOp::GE, real_c(static_cast<double>(q)), count);
         Expr ahead = make_or(make_and(is_nan(cv), make_not(is_nan(ev[q]))), make_cmp(CmpOp::GT, cv, ev[q]));
-        lane.push_back(decl("$ev" + n, LocalClass::State, {}, slot("_tk_v", q)));
+        lane.push_back(decl("$ev" + n, LocalClass::Tile, {}, slot("_tk_v", q)));
         lane.push_back(decl("$ei" + n, LocalClass::State, {}, slot("_tk_i", q)));
-        lane.push_back(decl("$af" + n, LocalClass::State, {}, make_select(make_or(empty, ahead), real_c(1), real_c(0))));
+        lane.push_back(decl("$af" + n, LocalClass::Tile, {}, make_select(make_or(empty, ahead), real_c(1), real_c(0))));
     }
     for (int64_t q = 0; q < K; q++) {
         Expr in_v = q == 0 ? cv : make_select(after[q - 1], ev[q - 1], cv);

@@ -107,7 +107,7 @@ std::vector<StmtP> PassLowering::merge(const std::string &A, const std::string &
 }
 
 std::vector<StmtP> PassLowering::finalize(const std::string &P) {
-    std::vector<StmtP> out;
+    std::vector<StmtP> out, after_rows;
     Mode fin{};  // member loads read the buffers (earlier members are written first)
     std::vector<Expr> row_idx(row_vars_.begin(), row_vars_.end());
     for (const MemberInfo &m : members_) {
@@ -147,6 +147,10 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
             return make_load(name, i, DType::f64, SType::Real);
         };
         std::vector<StmtP> normal;
+        if (lane_list_outputs(m)) {
+            after_rows.push_back(lane_list_stores(P, m));
+            continue;
+        }
         if (m.form == Form::TopK) {
             normal.push_back(over_extra(m, [&](Expr x) {
                 Expr sl = make_index("$sl" + std::to_string(uid_++));
@@ -174,7 +178,9 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
         })};
         out.push_back(if_then(make_cmp(CmpOp::NE, local_var(lit, SType::Int), int_c(0)), literal, normal));
     }
-    return {rows_of_block(out)};
+    std::vector<StmtP> all{rows_of_block(out)};
+    all.insert(all.end(), after_rows.begin(), after_rows.end());
+    return all;
 }
 
 void PassLowering::chunked_row_output(const TensorDef *d, Expr x, Expr v, std::vector<StmtP> &out) {

@@ -143,6 +143,15 @@ double PassLowering::acc_init(const MemberInfo &m) {
     }
 }
 
+LocalClass PassLowering::field_class(const std::string &P, const std::string &name) const {
+    // A lane top-k list's values and count in the compute type (lanes_topk says why); its indices
+    // stay float64, exact at any axis length.
+    for (const MemberInfo &m : members_)
+        if (m.form == Form::TopK && lanes(m) && (name == field(P, m.k, "_tk_v") || name == field(P, m.k, "_tk_n")))
+            return LocalClass::Tile;
+    return LocalClass::State;
+}
+
 void PassLowering::init_state(std::vector<StmtP> &out, const std::string &P) {
     out.push_back(decl(P + "_n", LocalClass::Index, {}, int_c(0)));
     for (auto &[name, n] : fields(P)) {
@@ -150,7 +159,7 @@ void PassLowering::init_state(std::vector<StmtP> &out, const std::string &P) {
         for (const MemberInfo &m : members_)
             if (name == field(P, m.k, "_acc")) v = acc_init(m);
         if (name.size() > 4 && name.substr(name.size() - 4) == "_idx") v = std::numeric_limits<double>::max();
-        out.push_back(decl(name, LocalClass::State, {n}, real_c(v)));
+        out.push_back(decl(name, field_class(P, name), {n}, real_c(v)));
     }
 }
 

@@ -167,8 +167,17 @@ private:
     // ---- Rows as SIMD lanes (LowerLanes.cpp).
     /** Member m's per-tile update takes the block's rows as SIMD lanes (Schedule::row_lanes). */
     bool lanes(const MemberInfo &m) const;
-    /** Lane top-k lists back to the row-major slots (rr·K + q) after the last tile. */
+    /** The class of state field `name` of P: State (float64), or Tile for a lane top-k list's values
+     *  and count. */
+    LocalClass field_class(const std::string &P, const std::string &name) const;
+    /** Lane top-k lists back to the row-major slots (rr·K + q) after the last tile, for the lists
+     *  whose outputs finalize writes a row at a time (not lane_list_outputs). */
     std::vector<StmtP> lists_to_rows(const std::string &P);
+    /** Top-k member m's outputs are written from its lane list by a vector loop over the block's rows
+     *  per slot, after the rows' finalization: its list is in lanes and no later member reads them. */
+    bool lane_list_outputs(const MemberInfo &m) const;
+    /** for q in [0, K): for $rr in [0, $nbv) as one vector loop: the outputs of slot q of m's list. */
+    StmtP lane_list_stores(const std::string &P, const MemberInfo &m);
     /** What a selection member selects over: Gsel (the body as written, where it is), else the body. */
     Expr selection_body(const MemberInfo &m) const;
     /** The value a top-k list ranks for term v: -v for a bottom-k of a decreasing φ. */

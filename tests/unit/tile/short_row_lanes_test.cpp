@@ -2,8 +2,9 @@
  * Chains of short rows with the rows of a block as SIMD lanes (Schedule::row_lanes, src/tile/LowerPlan.cpp
  * lane_members, src/tile/LowerLanes.cpp): every member of rows under 16, only the top-k lists of rows up
  * to 256 (length x K <= 2048), the per-row loops beyond, never on the GPU targets and never for a member the lanes cannot
- * update; and the same values and indices as the reference at every row length, block, tile and with
- * ties and NaN terms (the lane insertion's order is topk_insert's).
+ * update; the lists' outputs written a slot at a time from the lanes; and the same values and indices as
+ * the reference at every row length, block, tile and with ties and NaN terms (the lane insertion's
+ * order is topk_insert's), top-k and bottom-k lists alike.
  */
 #include <gtest/gtest.h>
 
@@ -69,8 +70,31 @@ TEST(ShortRowLanes, MembersWithoutALaneUpdateKeepTheRowLoops) {
     }
 }
 
+TEST(ShortRowLanes, ListsAreWrittenASlotAtATimeFromTheirLanes) {
+    ArenaScope arena;
+    // After the rows' finalization, one vector loop over the rows per slot reads each list where the
+    // insertion left it (slot q of row rr at q * 16 + rr): no copy back to row-major slots first.
+    // (src/tile/LowerLanes.cpp lane_list_outputs, PassLowering::field_class.)
+    std::string t = tile_text(at_sizes(test::read_text(spec("short_rows_bottomk.rf")), 100, 8), TargetKind::Cpu);
+    EXPECT_NE(t.find("row_lanes"), std::string::npos) << t;
+    EXPECT_EQ(t.find("$tkrows"), std::string::npos) << t;
+    // The lists' values and counts in the compute type, their indices in float64.
+    for (const char *decl : {"tile $A2_tk_v[", "state $A2_tk_i[", "tile $A2_tk_n[", "tile $A3_tk_v[", "state $A3_tk_i["})
+        EXPECT_NE(t.find(decl), std::string::npos) << decl << "\n" << t;
+    for (const char *out : {"store B[$rbase + $rr, $sl", "store J[$rbase + $rr, $sl", "store W[$rbase + $rr, $sl",
+                            "store I[$rbase + $rr, $sl"}) {
+        size_t at = t.find(out);
+        ASSERT_NE(at, std::string::npos) << out << "\n" << t;
+        size_t loop = t.rfind("for $rr in [0, $nbv)", at);
+        ASSERT_NE(loop, std::string::npos) << t;
+        const std::string lanes = "for $rr in [0, $nbv) lanes:";
+        EXPECT_EQ(t.compare(loop, lanes.size(), lanes), 0) << t.substr(loop, 40);
+        EXPECT_NE(t.find("* 16 + $rr]", at), std::string::npos) << t;
+    }
+}
+
 TEST(ShortRowLanes, MatchTheReference) {
-    for (const char *name : {"short_rows.rf", "short_rows_nan.rf"}) {
+    for (const char *name : {"short_rows.rf", "short_rows_nan.rf", "short_rows_bottomk.rf"}) {
         std::string src = test::read_text(spec(name));
         for (int64_t E : {5, 8, 15, 16, 17, 40, 64, 200}) {
             for (int64_t T : {1, 17, 70}) {
