@@ -72,20 +72,16 @@ StmtP PassLowering::lane_list_stores(const std::string &P, const MemberInfo &m) 
     // top-6: 0.68 -> 0.47 ms, emitted kernel, AMD Zen 4). Per slot, one vector loop over the rows
     // reads the list where the insertion left it (slot-major: q·nb + rr) and the rows' member values
     // (their finalization ran first), each element the same expression as the row-at-a-time form.
-    const MemberAnalysis &a = *m.a;
-    Mode fin{};
-    Expr x = int_c(0), q = make_index("$sl" + std::to_string(uid_++));
+    Expr q = make_index("$sl" + std::to_string(uid_++));
     Expr slot = add_i(mul_i(q, int_c(nb_)), rr());
-    Expr u = local_at(field(P, m.k, "_tk_v"), slot);
-    if (m.sel && !a.increasing) u = make_neg(u);
-    Expr value = m.sel ? apply_phi(m, x, u, fin) : u;
     auto target = [&](const std::string &name) {
         std::vector<Expr> i(row_vars_.begin(), row_vars_.end());
         i.push_back(q);
         return make_load(name, i, DType::f64, SType::Real);
     };
     StmtP rows = for_loop(rr(), int_c(0), local_var("$nbv", SType::Int),
-                          {store(target(m.def->name), value), store(target(m.def->index_name), local_at(field(P, m.k, "_tk_i"), slot))},
+                          {store(target(m.def->name), listed_output(P, m, int_c(0), slot)),
+                           store(target(m.def->index_name), local_at(field(P, m.k, "_tk_i"), slot))},
                           LoopKind::Lanes);
     return for_loop(q, int_c(0), m.K, {rows});
 }

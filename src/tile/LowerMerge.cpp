@@ -155,12 +155,9 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
             normal.push_back(over_extra(m, [&](Expr x) {
                 Expr sl = make_index("$sl" + std::to_string(uid_++));
                 Expr slot = add_i(mul_i(this->sl(m, x), m.K), sl);
-                Expr u = local_at(field(P, m.k, "_tk_v"), slot);
-                if (m.sel && !a.increasing) u = make_neg(u);
-                Expr value = m.sel ? apply_phi(m, x, u, fin) : u;
                 // The K slots as one vector loop in float64 (φ = exp(u - m)/s per slot of MoE routing).
                 return std::vector<StmtP>{for_loop(sl, int_c(0), m.K,
-                                                   {store(target(m.def->name, x, sl), value),
+                                                   {store(target(m.def->name, x, sl), listed_output(P, m, x, slot)),
                                                     store(target(m.def->index_name, x, sl), local_at(field(P, m.k, "_tk_i"), slot))},
                                                    LoopKind::Lanes)};
             }));
@@ -181,6 +178,12 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
     std::vector<StmtP> all{rows_of_block(out)};
     all.insert(all.end(), after_rows.begin(), after_rows.end());
     return all;
+}
+
+Expr PassLowering::listed_output(const std::string &P, const MemberInfo &m, Expr x, Expr slot) {
+    Expr u = local_at(field(P, m.k, "_tk_v"), slot);
+    if (m.sel && !m.a->increasing) u = make_neg(u);  // a bottom-k of G was listed as the top-k of -G
+    return m.sel ? apply_phi(m, x, u, Mode{}) : u;
 }
 
 void PassLowering::chunked_row_output(const TensorDef *d, Expr x, Expr v, std::vector<StmtP> &out) {

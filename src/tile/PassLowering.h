@@ -176,6 +176,9 @@ private:
     /** Top-k member m's outputs are written from its lane list by a vector loop over the block's rows
      *  per slot, after the rows' finalization: its list is in lanes and no later member reads them. */
     bool lane_list_outputs(const MemberInfo &m) const;
+    /** The output value of top-k member m's list entry at `slot` (of extra point x): φ of the listed
+     *  key, read where finalization reads the members φ uses. */
+    Expr listed_output(const std::string &P, const MemberInfo &m, Expr x, Expr slot);
     /** for q in [0, K): for $rr in [0, $nbv) as one vector loop: the outputs of slot q of m's list. */
     StmtP lane_list_stores(const std::string &P, const MemberInfo &m);
     /** What a selection member selects over: Gsel (the body as written, where it is), else the body. */
