@@ -167,8 +167,8 @@ private:
     // ---- Rows as SIMD lanes (LowerLanes.cpp).
     /** Member m's per-tile update takes the block's rows as SIMD lanes (Schedule::row_lanes). */
     bool lanes(const MemberInfo &m) const;
-    /** The class of state field `name` of P: State (float64), or Tile for a lane top-k list's values
-     *  and count. */
+    /** The class of state field `name` of P: State (float64), or LaneState (the compute type) for a
+     *  lane top-k list's values and count and a lane max, min or plain sum's running value. */
     LocalClass field_class(const std::string &P, const std::string &name) const;
     /** Lane top-k lists back to the row-major slots (rr·K + q) after the last tile, for the lists
      *  whose outputs finalize writes a row at a time (not lane_list_outputs). */

@@ -565,7 +565,8 @@ Module skip_masked_tiles(const Module &in) {
     for (Kernel &k : m.kernels) {
         std::set<std::string> states;
         for_each_stmt(k.body, [&](const StmtP &s) {
-            if (s->kind == StmtKind::Decl && s->cls == LocalClass::State && !s->dims.empty()) states.insert(s->name);
+            if (s->kind == StmtKind::Decl && (s->cls == LocalClass::State || s->cls == LocalClass::LaneState) && !s->dims.empty())
+                states.insert(s->name);
         });
         k.body = rewrite_bottom_up(k.body, [&](const StmtP &s) {
             if (s->kind == StmtKind::For && s->loop == LoopKind::Serial && s->var->name == "$tile") return rewrite_tile_loop(s, states);

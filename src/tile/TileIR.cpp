@@ -222,6 +222,7 @@ const char *class_name(LocalClass c) {
     case LocalClass::State: return "state";
     case LocalClass::Tile: return "tile";
     case LocalClass::Int8: return "int8";
+    case LocalClass::LaneState: return "lane_state";
     default: return "index";
     }
 }

@@ -78,8 +78,10 @@ TEST(ShortRowLanes, ListsAreWrittenASlotAtATimeFromTheirLanes) {
     std::string t = tile_text(at_sizes(test::read_text(spec("short_rows_bottomk.rf")), 100, 8), TargetKind::Cpu);
     EXPECT_NE(t.find("row_lanes"), std::string::npos) << t;
     EXPECT_EQ(t.find("$tkrows"), std::string::npos) << t;
-    // The lists' values and counts in the compute type, their indices in float64.
-    for (const char *decl : {"tile $A2_tk_v[", "state $A2_tk_i[", "tile $A2_tk_n[", "tile $A3_tk_v[", "state $A3_tk_i["})
+    // The lists' values and counts in the compute type, their indices in float64; the max's running
+    // value in the compute type too (every update computes it there), the multiplicative sum's in float64.
+    for (const char *decl : {"lane_state $A2_tk_v[", "state $A2_tk_i[", "lane_state $A2_tk_n[", "lane_state $A3_tk_v[", "state $A3_tk_i[",
+                             "lane_state $A0_acc[", "state $A1_acc["})
         EXPECT_NE(t.find(decl), std::string::npos) << decl << "\n" << t;
     for (const char *out : {"store B[$rbase + $rr, $sl", "store J[$rbase + $rr, $sl", "store W[$rbase + $rr, $sl",
                             "store I[$rbase + $rr, $sl"}) {
@@ -94,7 +96,7 @@ TEST(ShortRowLanes, ListsAreWrittenASlotAtATimeFromTheirLanes) {
 }
 
 TEST(ShortRowLanes, MatchTheReference) {
-    for (const char *name : {"short_rows.rf", "short_rows_nan.rf", "short_rows_bottomk.rf"}) {
+    for (const char *name : {"short_rows.rf", "short_rows_nan.rf", "short_rows_bottomk.rf", "short_rows_masked.rf"}) {
         std::string src = test::read_text(spec(name));
         for (int64_t E : {5, 8, 15, 16, 17, 40, 64, 200}) {
             for (int64_t T : {1, 17, 70}) {
