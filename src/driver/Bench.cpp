@@ -361,7 +361,9 @@ double kernel_bytes(const tile::Module &m, const SizeBinding &sizes, int threads
         if (s->kind == tile::StmtKind::Decl && !s->dims.empty()) {
             double n = 1;
             for (Expr d : s->dims) n *= static_cast<double>(eval_int(d, sizes));
-            int width = s->cls == tile::LocalClass::State || s->cls == tile::LocalClass::Index ? 8 : s->cls == tile::LocalClass::Int8 ? 1 : 4;  // LaneState: 4
+            // Bytes per element: float64 states and int64 indices 8, int8 tiles 1, the compute type (tiles,
+            // lane states) 4.
+            int width = s->cls == tile::LocalClass::State || s->cls == tile::LocalClass::Index ? 8 : s->cls == tile::LocalClass::Int8 ? 1 : 4;
             bytes += n * width * threads;
         }
     };

@@ -140,6 +140,10 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
                 return std::vector<StmtP>{if_then(recompute, {assign(local_var(lit, SType::Int), int_c(1))})};
             }));
         }
+        if (lane_list_outputs(m)) {  // written per slot after the rows (LowerLanes.cpp)
+            after_rows.push_back(lane_list_stores(P, m));
+            continue;
+        }
         auto target = [&](const std::string &name, Expr x, Expr slot) {
             std::vector<Expr> i = row_idx;
             for (size_t q = 0; q < m.extra_ext.size(); q++) i.push_back(unravel(x, m.extra_ext, q));
@@ -147,10 +151,6 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
             return make_load(name, i, DType::f64, SType::Real);
         };
         std::vector<StmtP> normal;
-        if (lane_list_outputs(m)) {
-            after_rows.push_back(lane_list_stores(P, m));
-            continue;
-        }
         if (m.form == Form::TopK) {
             normal.push_back(over_extra(m, [&](Expr x) {
                 Expr sl = make_index("$sl" + std::to_string(uid_++));

@@ -59,11 +59,10 @@ struct Schedule {
  *  a row-at-a-time loop has them (a Simd loop computes in the kernel's compute type); no Accum. */
 enum class LoopKind : uint8_t { Serial, Parallel, Simd, Independent, Lanes };
 
-/** Storage class of a local: State values are kept in float64 (they are few and long-lived); Tile
- *  values are the compute type of the kernel (float32 by default); Index holds integer positions. */
-/** State: a running state, float64 on the CPU. LaneState: a running state kept in the compute type, one
- *  element per row of the block (rows as SIMD lanes, whose updates compute in that type: LowerLanes.cpp).
- *  Tile: a value of the compute type. Index: an int64. Int8: quantized tile values for int8 GEMMs. */
+/** Storage class of a local: State, a running state, kept in float64 (they are few and long-lived);
+ *  LaneState, a running state kept in the compute type, one element per row of the block (rows as SIMD
+ *  lanes, whose updates compute in that type: LowerLanes.cpp); Tile, a value of the compute type
+ *  (float32 by default); Index, an integer position; Int8, quantized tile values for int8 GEMMs. */
 enum class LocalClass : uint8_t { State, Tile, Index, Int8, LaneState };
 
 enum class StmtKind : uint8_t {
