@@ -84,6 +84,28 @@ rf::InputDistribution parse_dist(const std::string &d) {
     throw UsageError("unknown input distribution '" + d + "' (normal, uniform, positive, ties)");
 }
 
+/** The schedule knobs every command that builds kernels takes (run, emit, bench, analyze's back-half
+ *  stages), with the same ranges: what `emit` writes and `analyze --emit cpp` shows is what `run`
+ *  and `bench` build with the same flags. */
+void add_schedule_options(CLI::App *cmd, Args &a) {
+    cmd->add_option("--row-block", a.row_block, "cpu: rows handled together (the M of tile GEMMs)")->check(CLI::Range(int64_t(1), int64_t(4096)));
+    cmd->add_option("--tile", a.tile, "Tile length along the cascade axis (default: chosen)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    cmd->add_option("--segments", a.segments, "Split the cascade axis into this many segments, merged with the derived merge")
+        ->check(CLI::Range(int64_t(1), int64_t(4096)));
+}
+
+/** The compile options of the flags `analyze` and `emit` share with `run`. */
+rf::Options build_options(const Args &a) {
+    rf::Options o;
+    o.sizes = parse_sizes(a.size_items);
+    o.approx = a.approx;
+    o.bf16_tile_products = !a.exact_products;
+    o.tile = a.tile;
+    o.segments = a.segments;
+    o.row_block = a.row_block;
+    return o;
+}
+
 // ---- analyze
 
 /** The target of `analyze`: the back-half stages need their own (cpp: cpu; cuda; opencl); tile
@@ -130,11 +152,7 @@ int cmd_analyze(const Args &a) {
             throw UsageError(std::string("--emit: ") + e.what());
         }
     }
-    rf::Options o;
-    o.sizes = parse_sizes(a.size_items);
-    o.approx = a.approx;
-    o.bf16_tile_products = !a.exact_products;
-    auto c = rf::analyze_file(a.spec, analyze_target(a, stage), o);
+    auto c = rf::analyze_file(a.spec, analyze_target(a, stage), build_options(a));
     if (stage) std::cout << stage_text(*c, *stage);
     else if (a.json) std::cout << rf::analysis_json(*c).dump(2) << "\n";
     else std::cout << rf::analysis_text(*c);
@@ -246,9 +264,15 @@ int cmd_run(const Args &a) {
 
 int cmd_emit(const Args &a) {
     std::string target = a.target.empty() ? "cpu" : a.target;
-    rf::Options o;
-    o.sizes = parse_sizes(a.size_items);
-    o.approx = a.approx;
+    rf::Options o = build_options(a);
+    o.unfused = a.unfused;
+    if (!a.strategy.empty()) o.strategy = rf::parse_strategy(a.strategy);
+    if (rf::is_gpu(rf::parse_target_kind(target))) {
+        o.gpu_threads = gpu_work_group(target, a.threads);
+        o.fusion_level = rf::parse_fusion_level(a.fusion_level);
+    } else {
+        o.threads = a.threads;
+    }
     auto c = rf::analyze_file(a.spec, rf::make_target(rf::TargetRequest{rf::parse_target_kind(target), a.arch, ""}), o);
     std::vector<std::string> files = rf::is_gpu(c->target.kind) ? rf::emit_gpu(*c, a.out_file, a.emit_name)
                                                                  : rf::emit_cpu(*c, a.out_file, a.emit_name);
@@ -304,6 +328,10 @@ int cmd_bench_or_tune(const Args &a, bool tune) {
 
 // ---- the command line
 
+const char *const kExactProductsHelp =
+    "cpu: keep tile GEMM products exact f32 (default with bf16/fp8 outputs: float tiles met by bf16 operands "
+    "are rounded to bf16 for the bf16 unit)";
+
 void add_analyze(CLI::App &app, Args &a) {
     auto *cmd = app.add_subcommand("analyze", "Prove which reductions fuse and show the derived algorithm");
     cmd->add_option("SPEC", a.spec, "Spec file (.rf)")->required();
@@ -316,11 +344,9 @@ void add_analyze(CLI::App &app, Args &a) {
     cmd->add_option("--target", a.model_target, "Machine: gpu (the cost model's GPU, default) | cpu (this host) | cuda | opencl")
         ->check(CLI::IsMember({"gpu", "cpu", "cuda", "opencl"}));
     cmd->add_option("--arch", a.arch, "cuda: the architecture to generate for (sm_80, sm_90a, ...) without a device");
+    cmd->add_flag("--exact-products", a.exact_products, kExactProductsHelp);
+    add_schedule_options(cmd, a);
 }
-
-const char *const kExactProductsHelp =
-    "cpu: keep tile GEMM products exact f32 (default with bf16/fp8 outputs: float tiles met by bf16 operands "
-    "are rounded to bf16 for the bf16 unit)";
 
 void add_run(CLI::App &app, Args &a) {
     auto *run = app.add_subcommand("run", "Run a spec on random or saved inputs");
@@ -333,10 +359,7 @@ void add_run(CLI::App &app, Args &a) {
     run->add_flag("--exact-products", a.exact_products, kExactProductsHelp);
     run->add_option("--fusion-level", a.fusion_level, "cuda/opencl: where running states live: auto (default) | block | warp | thread")
         ->check(CLI::IsMember({"auto", "block", "warp", "thread"}));
-    run->add_option("--row-block", a.row_block, "cpu: rows handled together (the M of tile GEMMs)")->check(CLI::Range(int64_t(1), int64_t(4096)));
-    run->add_option("--tile", a.tile, "cpu: tile length along the cascade axis (default: chosen)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-    run->add_option("--segments", a.segments, "cpu: split the cascade axis into this many segments, merged with the derived merge")
-        ->check(CLI::Range(int64_t(1), int64_t(4096)));
+    add_schedule_options(run, a);
     run->add_option("--size", a.size_items, "Sizes: N=V,M=W (defaults from the spec)");
     run->add_flag("--check", a.check, "Compare every output with the float64 reference interpreter");
     run->add_option("--seed", a.seed, "Seed of the random inputs and of the random tiling");
@@ -360,6 +383,14 @@ void add_emit(CLI::App &app, Args &a) {
     emit->add_flag("--approx", a.approx, "Fuse through rounding casts (inexact)");
     emit->add_flag("--exact-products", a.exact_products, kExactProductsHelp);
     emit->add_option("--arch", a.arch, "cuda: generate for this architecture (sm_XX) without asking for a device");
+    emit->add_option("--threads", a.threads, "cpu: worker threads the schedule is planned for (default: all; the code takes its count at run time); "
+                                             "cuda/opencl: work-group size");
+    emit->add_flag("--unfused", a.unfused, "Write the unfused plan (one kernel per definition)");
+    emit->add_option("--strategy", a.strategy, "Force a strategy on every chain: multi_pass | onchip_multipass | multi_segment | single_pass | incremental")
+        ->check(CLI::IsMember({"multi_pass", "onchip_multipass", "multi_segment", "single_pass", "incremental"}));
+    emit->add_option("--fusion-level", a.fusion_level, "cuda/opencl: where running states live: auto (default) | block | warp | thread")
+        ->check(CLI::IsMember({"auto", "block", "warp", "thread"}));
+    add_schedule_options(emit, a);
 }
 
 void add_bench_and_tune(CLI::App &app, Args &a) {
@@ -380,9 +411,7 @@ void add_bench_and_tune(CLI::App &app, Args &a) {
     bench->add_option("--load", a.load_dir, "Read the inputs from .npy files in DIR");
     bench->add_option("--fusion-level", a.fusion_level, "cuda/opencl: auto (default) | block | warp | thread")
         ->check(CLI::IsMember({"auto", "block", "warp", "thread"}));
-    bench->add_option("--tile", a.tile, "Tile length along the cascade axis");
-    bench->add_option("--segments", a.segments, "Segments of the cascade axis");
-    bench->add_option("--row-block", a.row_block, "Rows handled together (the M of tile GEMMs)");
+    add_schedule_options(bench, a);
     bench->add_flag("--no-unfused", a.no_unfused, "Do not time the unfused plan");
     bench->add_flag("--no-tuned", a.no_tuned, "Ignore a cached `tune` result");
     tune->add_flag("--retune", a.retune, "Ignore a cached result and search again");

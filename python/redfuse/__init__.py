@@ -518,7 +518,8 @@ _TARGETS = ("auto", "cpu", "cuda", "opencl", "interp", "interp-f32")
 
 def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Optional[str] = None,
             sizes: Optional[Dict[str, int]] = None, *, unfused: bool = False, strategy: Optional[str] = None,
-            threads: Optional[int] = None, exact_products: bool = False, grad: bool = False) -> Kernel:
+            threads: Optional[int] = None, exact_products: bool = False, grad: bool = False,
+            tile: Optional[int] = None, segments: Optional[int] = None, row_block: Optional[int] = None) -> Kernel:
     """Compiles a spec (a path to a .rf file, or the spec's text) into a Kernel.
 
     target:   "auto" (the CPU kernel for CPU tensors and NumPy arrays; the CUDA kernel, compiled on
@@ -535,6 +536,11 @@ def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Op
               are all bfloat16 (or fp8) rounds the float tile of a GEMM with a bfloat16 operand (P in
               attention's P·V, X·g in RMSNorm→GEMM) to bfloat16 for the bf16 unit, as FlashAttention
               does (docs/tile-ir.md, "CPU code generation").
+    tile, segments, row_block: force a schedule knob on every chain, as `redfuse run --tile/--segments/
+              --row-block` do (None: chosen by the planner and the tile lowering): the tile length along
+              the reduction axis (1..2**20), the number of segments the axis is split into and merged
+              with the derived merge (1..4096), the rows handled together, the M of the tile GEMMs (CPU,
+              1..4096). Results are the same up to rounding order; speed is what changes.
     grad:     derive and build the backward now (docs/grad.md). Calls on tensors that require grad
               use it (built on the first such call otherwise); training under torch.compile needs
               it built before tracing. A spec without a derived backward raises SpecError here.
@@ -547,10 +553,15 @@ def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Op
         raise SpecError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    for knob, value, most in (("tile", tile, 1 << 20), ("segments", segments, 4096), ("row_block", row_block, 4096)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most):
+            raise ValueError(f"{knob} must be an int from 1 to {most} or None, got {value!r}")
     if not isinstance(spec, str):
         spec = os.fspath(spec)
     build = {"sizes": sorted((sizes or {}).items()), "unfused": bool(unfused), "strategy": strategy or "",
              "threads": threads or 0, "exact_products": bool(exact_products)}
+    # Only when forced: kernels built before these knobs existed keep their op names (the build is hashed).
+    build.update({k: v for k, v in (("tile", tile), ("segments", segments), ("row_block", row_block)) if v is not None})
     core = _redfuse.compile(spec, "cpu" if target == "auto" else target, **build)
     kernel = Kernel(core, spec, target, name, build=build)
     if grad:

@@ -60,6 +60,7 @@ struct PyOptions {
     std::string strategy;  // "" : the planner's choice
     int threads = 0;       // 0 : the target's usable CPUs
     bool exact_products = false;  // CPU: no bf16 rounding of float tiles in tile GEMMs
+    int64_t tile = 0, segments = 0, row_block = 0;  // schedule knobs forced on every chain (0: chosen)
 };
 
 PyKernel compile_spec(const std::string &spec, const std::string &target, const std::vector<std::pair<std::string, int64_t>> &sizes,
@@ -73,6 +74,15 @@ PyKernel compile_spec(const std::string &spec, const std::string &target, const 
         if (options.threads < 0) throw rf::UserError({}, "threads must be at least 0 (0: every usable CPU), got " + std::to_string(options.threads));
         o.threads = options.threads;
         o.bf16_tile_products = !options.exact_products;
+        // The ranges of the command line's --tile, --segments and --row-block (docs/cli.md).
+        auto knob = [](const char *name, int64_t v, int64_t most) {
+            if (v < 0 || v > most)
+                throw rf::UserError({}, std::string(name) + " must be from 1 to " + std::to_string(most) + " (or None: chosen), got " + std::to_string(v));
+            return v;
+        };
+        o.tile = knob("tile", options.tile, int64_t(1) << 20);
+        o.segments = knob("segments", options.segments, 4096);
+        o.row_block = knob("row_block", options.row_block, 4096);
         rf::Target t = rf::make_target(rf::parse_target_kind(target));
         nb::gil_scoped_release release;  // the JIT may take seconds
         PyKernel k;
@@ -174,11 +184,13 @@ NB_MODULE(_redfuse, m) {
     m.def("_set_error_factory", [](nb::object f) { g_error_factory = f.release(); });
     m.def("compile",
           [](const std::string &spec, const std::string &target, const std::vector<std::pair<std::string, int64_t>> &sizes,
-             bool unfused, const std::string &strategy, int threads, bool exact_products) {
-              return compile_spec(spec, target, sizes, PyOptions{unfused, strategy, threads, exact_products});
+             bool unfused, const std::string &strategy, int threads, bool exact_products, int64_t tile, int64_t segments,
+             int64_t row_block) {
+              return compile_spec(spec, target, sizes, PyOptions{unfused, strategy, threads, exact_products, tile, segments, row_block});
           },
           nb::arg("spec"), nb::arg("target"), nb::arg("sizes"), nb::arg("unfused") = false, nb::arg("strategy") = "",
-          nb::arg("threads") = 0, nb::arg("exact_products") = false);
+          nb::arg("threads") = 0, nb::arg("exact_products") = false, nb::arg("tile") = 0, nb::arg("segments") = 0,
+          nb::arg("row_block") = 0);
     m.def("grad",
           [](const std::string &spec, const std::vector<std::string> &wrt, bool straight_through) {
               // The derived backward (docs/grad.md) of a spec's text or file: (forward-with-residuals

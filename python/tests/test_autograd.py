@@ -121,6 +121,23 @@ def test_training_under_torch_compile():
     assert redfuse.stats()["builds"] == builds, "tracing rebuilt a kernel"
 
 
+def test_forced_schedule_knobs_reach_the_backward():
+    """tile/row_block given to compile also shape the derived forward-with-residuals and backward
+    kernels (kernel._build), and the gradients are still right."""
+    text = (ROOT / "examples" / "log_softmax.rf").read_text()
+    k = redfuse.compile(text, target="cpu", name="lsm_knobs", grad=True, tile=40, row_block=3)
+    plain = redfuse.compile(text, target="cpu", grad=True)
+    assert k._training().backward.source() != plain._training().backward.source()
+    assert "(int64_t)40" in k._training().forward.source()
+    w = torch.randn(11, 300, dtype=torch.float64).float().requires_grad_()
+    g = torch.randn(11, 300)
+    (k(w) * g).sum().backward()
+    got = w.grad.clone()
+    w.grad = None
+    (torch.log_softmax(w, -1) * g).sum().backward()
+    torch.testing.assert_close(got, w.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_a_kernel_without_a_derived_backward():
     k = redfuse.compile(str(ROOT / "examples" / "quant_gemm_int8.rf"), name="q_nograd")
     assert "no derived backward" in k.grad_notes[0], k.grad_notes

@@ -189,6 +189,26 @@ def test_schedule_options():
         redfuse.compile(SOFTMAX, threads=0)
 
 
+def test_forced_tile_segments_and_row_block():
+    """tile, segments and row_block force the schedule (the command line's --tile, --segments,
+    --row-block): the code changes, the results agree up to the order of rounding."""
+    x = np.random.default_rng(6).standard_normal((37, 1000)).astype(np.float32)
+    fused = redfuse.compile(SOFTMAX, target="cpu")
+    want = fused(x)
+    forced = {"tile": redfuse.compile(SOFTMAX, target="cpu", tile=96),
+              "segments": redfuse.compile(SOFTMAX, target="cpu", segments=3),
+              "row_block": redfuse.compile(SOFTMAX, target="cpu", row_block=5),
+              "all": redfuse.compile(SOFTMAX, target="cpu", tile=64, segments=2, row_block=3)}
+    for name, k in forced.items():
+        assert k.source() != fused.source(), name
+        np.testing.assert_allclose(k(x), want, rtol=1e-5, atol=1e-8, err_msg=name)
+    # A 96-wide tile: its loop bound is in the code (tile_begin + 96).
+    assert "(int64_t)96" in forced["tile"].source() and "(int64_t)96" not in fused.source()
+    for bad in ({"tile": 0}, {"tile": 1 << 21}, {"segments": 4097}, {"row_block": -1}, {"row_block": 2.0}, {"tile": True}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            redfuse.compile(SOFTMAX, **bad)
+
+
 def test_bad_specs_are_spec_errors_with_their_place():
     with pytest.raises(redfuse.SpecError) as e:
         redfuse.compile("size R\ninput X[R] : f32\nY[r] = X[r] +\noutput Y\n")

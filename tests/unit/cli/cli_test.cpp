@@ -376,3 +376,49 @@ TEST(Cli, GradCheckComparesWithFiniteDifferences) {
     EXPECT_EQ(st.status, 0) << st.out;  // the program without its rounding, whose derivative it stands for
     EXPECT_EQ(sh("grad " + ex("quant_gemm_int8") + " --check").status, 1);  // rounding refused, exit 1
 }
+
+TEST(Cli, EmitAndAnalyzeBuildWhatRunBuildsWithTheSameScheduleFlags) {
+    // The generated kernels of a C++ text: from the first kernel function to the C ABI (analyze
+    // --emit cpp pastes the headers in front, emit writes them as files of their own).
+    auto kernels = [](const std::string &text) {
+        size_t b = text.find("static void k0_"), e = text.find("extern \"C\"", b);
+        return b == std::string::npos || e == std::string::npos ? std::string() : text.substr(b, e - b);
+    };
+    const std::string bin = std::string(REDFUSE_BINARY) + " ", spec = ex("attention"), sizes = " --size B=1,H=2,M=64,N=256,D=64";
+    const std::string flags = " --row-block 32 --tile 128 --exact-products";
+    std::string shown = kernels(stdout_of(bin + "analyze " + spec + " --emit cpp" + sizes + flags));
+    ASSERT_FALSE(shown.empty());
+    // run builds it (its REDFUSE_DUMP on stderr), emit writes it.
+    std::string dumped;
+    {
+        FILE *p = popen(("REDFUSE_DUMP=cpp " + bin + "run " + spec + " --target cpu" + sizes + flags + " 2>&1 >/dev/null").c_str(), "r");
+        std::array<char, 4096> buf;
+        size_t n;
+        while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) dumped.append(buf.data(), n);
+        pclose(p);
+    }
+    EXPECT_TRUE(kernels(dumped) == shown) << "run builds other kernels than analyze --emit cpp shows";
+    auto dir = std::filesystem::temp_directory_path() / ("redfuse_emit_flags_" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir);
+    Result e = sh("emit " + spec + " -o " + dir.string() + sizes + flags);
+    ASSERT_EQ(e.status, 0) << e.out;
+    std::ifstream f(dir / "redfuse.cpp");
+    std::string emitted((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(kernels(emitted) == shown) << "emit writes other kernels than analyze --emit cpp shows";
+    std::filesystem::remove_all(dir);
+    // Each flag is taken: bf16 attention's P·V rounds P to bf16 unless --exact-products; the row
+    // block and the tile change the loops.
+    std::string plain = kernels(stdout_of(bin + "analyze " + spec + " --emit cpp" + sizes));
+    EXPECT_NE(plain.find("_as_bf16"), std::string::npos);
+    EXPECT_EQ(kernels(stdout_of(bin + "analyze " + spec + " --emit cpp" + sizes + " --exact-products")).find("_as_bf16"), std::string::npos);
+    EXPECT_FALSE(kernels(stdout_of(bin + "analyze " + spec + " --emit cpp" + sizes + " --row-block 32")) == plain);
+    EXPECT_FALSE(kernels(stdout_of(bin + "analyze " + spec + " --emit cpp" + sizes + " --tile 128")) == plain);
+    // The same ranges everywhere: out of range is a usage error (exit 2) naming the flag.
+    for (const std::string &cmd : {"analyze " + spec + " --emit cpp", "emit " + spec + " -o " + dir.string(), "bench " + spec, "run " + spec})
+        for (const char *bad : {" --row-block 0", " --tile -3", " --segments 5000"}) {
+            Result r = sh(cmd + bad);
+            EXPECT_EQ(r.status, 2) << cmd << bad << ": " << r.out;
+            EXPECT_NE(r.out.find(std::string(bad).substr(1, std::string(bad).find(' ', 1) - 1)), std::string::npos) << r.out;
+        }
+    EXPECT_FALSE(std::filesystem::exists(dir));
+}
