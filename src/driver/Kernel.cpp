@@ -162,8 +162,18 @@ const Compilation &Kernel::compilation() const { return *impl_->c; }
 std::shared_ptr<const Compilation> Kernel::shared_compilation() const { return impl_->c; }
 const std::string &Kernel::source() const { return impl_->source; }
 const tile::Module &Kernel::module() const { return impl_->module; }
-nlohmann::json Kernel::analysis() const { return analysis_json(*impl_->c); }
-std::string Kernel::explain() const { return analysis_text(*impl_->c); }
+// The texts build expressions (describe_member restores δ atoms): in the kernel's own arena, so that
+// no other arena interns nodes whose children this kernel frees with itself.
+nlohmann::json Kernel::analysis() const {
+    std::optional<ArenaUse> use;
+    if (impl_->arena) use.emplace(*impl_->arena);
+    return analysis_json(*impl_->c);
+}
+std::string Kernel::explain() const {
+    std::optional<ArenaUse> use;
+    if (impl_->arena) use.emplace(*impl_->arena);
+    return analysis_text(*impl_->c);
+}
 double Kernel::compile_ms() const { return impl_->compile_ms; }
 bool Kernel::from_cache() const { return impl_->from_cache; }
 

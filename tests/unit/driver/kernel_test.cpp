@@ -370,5 +370,18 @@ TEST(Kernel, OwnsItsArenaAndOutlivesTheCallersScopes) {
     EXPECT_LT(err, 1e-5);
 }
 
+TEST(Kernel, ItsTextsAreBuiltInItsOwnArena) {
+    // analysis() and explain() build expressions (the δ atoms restored to member loads). Made in the
+    // caller's arena, they were nodes whose children the kernel's arena frees with the kernel: the
+    // next interning of an equal node there read freed memory (Python: `compile(f).analysis` over
+    // the examples in a loop crashed in rf::substitute).
+    ArenaScope scope;
+    auto k = std::make_unique<Kernel>(compile(example("softmax_entropy"), make_target(TargetKind::Interp)));
+    size_t before = current_arena().size();
+    EXPECT_TRUE(k->analysis().contains("chains"));
+    EXPECT_FALSE(k->explain().empty());
+    EXPECT_EQ(current_arena().size(), before) << "the kernel's texts interned nodes in the caller's arena";
+}
+
 }  // namespace
 }  // namespace rf
