@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+SPECS = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "specs")
 
 
 def example(name: str) -> str:
@@ -34,6 +35,9 @@ def cases() -> Dict[str, Tuple[str, List[Any], float]]:
     hd = torch.randn(6, 16, generator=g).bfloat16()
     wv = torch.randn(N, 16, generator=g).bfloat16()
     y = torch.randint(0, N, (6,), generator=g, dtype=torch.int32)
+    # A running mean far above the final one (design.md §3, deferred exponent terms): a first third
+    # of 60, then -30, so a shard's exp(X - m + mu_shard) would reach e^60 where the spec's is <= 1.
+    x_mean = torch.randn(4, N, generator=g) + torch.where(torch.arange(N) < N // 3, 60.0, -30.0)
     return {
         "attention": (example("attention"), [q, k, v], 2e-2),
         "attention_causal": (example("attention_causal"), [qc, k, v], 2e-2),
@@ -41,6 +45,7 @@ def cases() -> Dict[str, Tuple[str, List[Any], float]]:
         "moe_routing": (example("moe_routing"), [x_moe], 1e-5),
         "variance": (example("variance"), [x_var], 1e-4),
         "linear_cross_entropy": (example("linear_cross_entropy"), [hd, wv, y], 1e-4),
+        "exp_deferred_mean": (os.path.join(SPECS, "exp_deferred_mean.rf"), [x_mean], 1e-4),
     }
 
 

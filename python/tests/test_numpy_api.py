@@ -189,6 +189,14 @@ def test_schedule_options():
         redfuse.compile(SOFTMAX, threads=0)
 
 
+def test_analysis_of_kernels_that_are_gone():
+    """compile(f).analysis on temporaries, one after another: each kernel frees its arena with itself,
+    and its texts must not leave nodes in another arena (this loop segfaulted in rf::substitute)."""
+    texts = [redfuse.compile(str(p), target="interp").analysis["chains"] for p in EXAMPLES]
+    again = [redfuse.compile(str(p), target="interp").analysis["chains"] for p in EXAMPLES]
+    assert texts == again
+
+
 def test_forced_tile_segments_and_row_block():
     """tile, segments and row_block force the schedule (the command line's --tile, --segments,
     --row-block): the code changes, the results agree up to the order of rounding."""

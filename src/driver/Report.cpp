@@ -43,6 +43,8 @@ nlohmann::json member_json(const MemberAnalysis &m, int pass) {
         for (size_t b = 0; b < m.companion.size(); b++)
             if (!m.companion[b].empty()) comp.push_back({{"moment", static_cast<int64_t>(b)}, {"member", m.companion[b]}, {"scale", m.companion_scale[b]}});
         if (!comp.empty()) j["companions"] = comp;
+        // Extension: exponent terms deferred to the epilogue beside a running max (docs/design.md §3).
+        if (!t.deferred.empty()) j["H_deferred"] = t.deferred;
     }
     j["init"] = t.init;
     j["update"] = t.update;

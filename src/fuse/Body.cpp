@@ -126,6 +126,14 @@ std::optional<Body> make_body(const TensorDef &def, const AnalysisContext &ctx, 
         bool r = any_of(e, is_member_load);
         return dd_memo[e] = r;
     };
+    // +1 for a load of a running max member of this pass, -1 of a running min, 0 otherwise: the
+    // direction its running value moves in as tiles arrive.
+    auto direction_of = [&](Expr load) -> int {
+        if (load->kind != Kind::Load || !ctx.pass_members.count(load->name) || !ctx.program) return 0;
+        const TensorDef *d = ctx.program->find_def(load->name);
+        if (!d || !d->is_reduction() || d->is_topk()) return 0;
+        return d->body->rop == ReduceOp::Max ? 1 : d->body->rop == ReduceOp::Min ? -1 : 0;
+    };
     std::map<Expr, Expr> delta_of;
     auto delta_for = [&](Expr d_expr) -> Expr {
         // δ stands for the expression without its numeric coefficient (m, not -m), which reads better.
@@ -139,30 +147,41 @@ std::optional<Body> make_body(const TensorDef &def, const AnalysisContext &ctx, 
             delta_of[rest] = sym;
             b.delta_syms.push_back(sym);
             b.delta_exprs.push_back(rest);
+            b.delta_directions.push_back(direction_of(rest));
         }
         return coef == 1 ? sym : make_mul(make_const(coef), sym);
     };
-    std::function<Expr(Expr)> abstract = [&](Expr e) -> Expr {
+    // Inside an exponent, the terms c·m with m a running max and c < 0 (or a running min and c > 0)
+    // keep a δ each, apart from the other d-only terms: exp(X - m + mu) becomes exp(X + δ0 + δ1)
+    // with δ0 = -m and δ1 = mu, so that the forms can keep exp(-m) in the running state (it keeps
+    // exp(X - m) <= 1) and defer exp(mu), whose running value may be far above its final one.
+    auto stabilizes = [&](Expr term) {
+        auto [coef, rest] = split_coefficient(simplify(term));
+        return coef * direction_of(rest) < 0;
+    };
+    std::function<Expr(Expr, bool)> abstract = [&](Expr e, bool in_exp) -> Expr {
         if (!dd(e)) return e;
         if (!dx(e)) return delta_for(e);
         if (e->kind == Kind::Add || e->kind == Kind::Mul) {
-            std::vector<Expr> d_only, rest;
+            std::vector<Expr> d_only, stable, rest;
             for (Expr a : e->args) {
-                if (dd(a) && !dx(a)) d_only.push_back(a);
-                else rest.push_back(abstract(a));
+                if (dd(a) && !dx(a)) (in_exp && e->kind == Kind::Add && stabilizes(a) ? stable : d_only).push_back(a);
+                else rest.push_back(abstract(a, in_exp));
             }
+            for (Expr a : stable) rest.push_back(delta_for(a));
             if (!d_only.empty()) {
                 Expr grouped = e->kind == Kind::Add ? make_add(d_only) : make_mul(d_only);
                 rest.push_back(delta_for(grouped));
             }
             return e->kind == Kind::Add ? make_add(rest) : make_mul(rest);
         }
+        bool exp = e->kind == Kind::Call && e->func == Func::exp;
         std::vector<Expr> args;
         for (size_t i = 0; i < e->args.size(); i++)
-            args.push_back(e->kind == Kind::Reduce && i > 0 ? e->args[i] : abstract(e->args[i]));
+            args.push_back(e->kind == Kind::Reduce && i > 0 ? e->args[i] : abstract(e->args[i], in_exp || exp));
         return with_args(e, std::move(args));
     };
-    b.F = simplify(abstract(F));
+    b.F = simplify(abstract(F, false));
 
     // Sign facts: members (and any computed tensor) have the interval of their reduction; a δ has
     // the interval of its expression.

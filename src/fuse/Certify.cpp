@@ -75,6 +75,7 @@ Expr taylor_terms(const Body &b, const MemberAnalysis &m, std::vector<Expr> &c_s
         for (size_t i = 0; i < b.delta_syms.size(); i++) t = substitute(t, b.delta_syms[i], c_syms[i]);
         std::vector<Expr> factors{t};
         if (growth) factors.push_back(growth);
+        if (m.H_def && !m.H_def->is_const(1)) factors.push_back(m.H_def);  // deferred exponent terms, at δ
         for (size_t i = 0; i < b.delta_syms.size(); i++)
             for (int p = 0; p < m.alphas[k][i]; p++) factors.push_back(make_sub(b.delta_syms[i], c_syms[i]));
         terms.push_back(make_mul(factors));

@@ -159,6 +159,10 @@ void describe_exp_polynomial(const MemberAnalysis &m, MemberText &t) {
                "S_β ← S_β + Σ_tile (the term of S_β at d = ref)";
     t.merge = "ref = the merged earlier results; move S_A and S_B to ref by the triangular map, then add";
     t.epilogue = s + " = " + alpha_text(m, "_ref") + " · Σ_α S_α(ref) (d − d_ref)^α at the final d = (" + ds + ")";
+    if (m.H_def && !m.H_def->is_const(1)) {
+        t.deferred = text(restore_deltas(m, m.H_def));
+        t.epilogue += ", times " + t.deferred;
+    }
 }
 
 }  // namespace

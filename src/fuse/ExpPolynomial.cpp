@@ -109,15 +109,34 @@ bool derive_exp_polynomial(const Body &b, MemberAnalysis &m, std::string &reason
         reason = "F · exp(-λ·d) = " + shown(q.F) + ": " + why;
         return false;
     }
-    // Stabilised basis: e^{λ·δ} ∂^α Q / α! (exp(X) · exp(-m) becomes exp(X - m)).
-    for (Expr &B : m.basis) B = simplify(scale_into(B, growth));
-    m.rates = rates;
-    m.H = m.H_run = simplify(growth);
-    m.H_def = make_const(1);
-    // α = e^{λ·δ} / e^{λ·δ_old} = e^{λ·(δ - δ_old)}: the factor of the triangular map.
+    // The rates that keep the terms in range (λ_i < 0 on a running max, > 0 on a running min) stay in
+    // the running state; where there are such rates, the others are deferred to the epilogue:
+    // e^{λ·δ} = e^{λ_run·δ} e^{λ_def·δ} and e^{λ_def·δ} is constant along the axis, so
+    //     Σ_j F = e^{λ_def·δ} Σ_j e^{λ_run·δ} Q(x_j, δ),
+    // the moments are those of e^{λ_run·δ} Q, and e^{λ_def·δ} multiplies the value at the final δ
+    // (exp(X - m + mu)·(X - m): exp(mu) at its final value, not the running one, which can overflow
+    // where the spec does not; Multiplicative.cpp split_deferred for the same split of H).
+    std::vector<double> run_rates = rates, def_rates(rates.size(), 0.0);
+    bool stable = false, other = false;
+    for (size_t i = 0; i < rates.size(); i++) {
+        if (rates[i] * b.delta_directions[i] < 0) stable = true;
+        else if (rates[i] != 0) other = true;
+    }
+    if (stable && other)
+        for (size_t i = 0; i < rates.size(); i++)
+            if (!(rates[i] * b.delta_directions[i] < 0)) std::swap(run_rates[i], def_rates[i]);
+    Expr run_growth = make_call(Func::exp, rate_times(run_rates, b.delta_syms));
+    // Stabilised basis: e^{λ_run·δ} ∂^α Q / α! (exp(X) · exp(-m) becomes exp(X - m)).
+    for (Expr &B : m.basis) B = simplify(scale_into(B, run_growth));
+    m.rates = run_rates;
+    m.H = simplify(growth);
+    m.H_run = simplify(run_growth);
+    m.H_def = stable && other ? simplify(make_call(Func::exp, rate_times(def_rates, b.delta_syms))) : make_const(1);
+    m.defers_exp = stable && other;
+    // α = e^{λ_run·δ} / e^{λ_run·δ_old} = e^{λ_run·(δ - δ_old)}: the factor of the triangular map.
     m.old_syms.clear();
     for (Expr d : b.delta_syms) m.old_syms.push_back(make_symbol(d->name + "@old"));
-    m.alpha = simplify(make_call(Func::exp, make_sub(rate_times(rates, b.delta_syms), rate_times(rates, m.old_syms))));
+    m.alpha = simplify(make_call(Func::exp, make_sub(rate_times(run_rates, b.delta_syms), rate_times(run_rates, m.old_syms))));
     m.preconditions.push_back("a state of zeros is never rescaled (no 0·inf); a non-finite running d is used as 0");
     return true;
 }

@@ -23,6 +23,10 @@ struct Body {
     std::set<Expr> axis_vars;       ///< the reduction's own axes (x dependence)
     std::vector<Expr> delta_syms;   ///< δ_i (Symbol vars)
     std::vector<Expr> delta_exprs;  ///< δ_i := expression over member loads
+    /** Per δ_i: +1 when it is a running max member of the pass (its running value only rises), -1 a
+     *  running min, 0 anything else. A term c·δ_i of an exponent with c·direction < 0 keeps the
+     *  running terms in range (exp(X - m) <= 1); other exponent terms are deferred where one does. */
+    std::vector<int> delta_directions;
     Facts facts;                    ///< sign facts: member tensors, δ symbols, input intervals
     bool inexact = false;           ///< a narrow cast mixes x and d somewhere in F
     std::string inexact_cast;       ///< the first such cast, as text

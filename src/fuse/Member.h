@@ -37,6 +37,9 @@ struct MemberAnalysis {
     // the running state in range and H_def is applied once in the epilogue (docs/design.md §3).
     Expr G = nullptr, H = nullptr, H_run = nullptr, H_def = nullptr;
     Expr U = nullptr;      ///< update term G · H_run(δ), simplified (exps merged: exp(S - m) · V)
+    /** H_def holds an exponential (an exponent term deferred beside a stabilizing one, Multiplicative.cpp
+     *  split_deferred): updates add U, never the body as written over H_def, which may overflow. */
+    bool defers_exp = false;
     Expr alpha = nullptr;  ///< H_run(δ_new) / H_run(δ_old), simplified, over delta_syms and old_syms
     std::vector<Expr> old_syms;  ///< δ_i@old symbols used by alpha
 

@@ -157,12 +157,41 @@ bool split(const Body &b, Expr e, Split &out, std::string &reason) {
     return false;
 }
 
+/** True for an exponent term c·δ_i that keeps the running terms in range: δ_i a running max and
+ *  c < 0, or a running min and c > 0 (Body::delta_directions). */
+bool stabilizing(const Body &b, Expr term) {
+    auto [coef, rest] = split_coefficient(term);
+    for (size_t i = 0; i < b.delta_syms.size(); i++)
+        if (rest == b.delta_syms[i]) return coef * b.delta_directions[i] < 0;
+    return false;
+}
+
 /** H = H_run · H_def: exp factors stay in the running state (they keep exp(x) in range); every other
- *  factor is deferred to the epilogue. */
-void split_deferred(Expr H, Expr &H_run, Expr &H_def) {
+ *  factor is deferred to the epilogue. For a sum, where some exponent term is stabilizing (c·m with
+ *  m a running max, c < 0), the other exponent terms are deferred too: with
+ *      F = G(x) · exp(-m + mu),   Σ_j F = exp(mu) · Σ_j G(x_j) exp(-m)
+ *  (exp(mu) is constant along the axis), so the state holds Σ G·exp(-m_run) <= (terms)·max G·exp(-m)
+ *  — bounded as the spec's own terms are — and exp(mu) is applied once, at its final value. Kept in
+ *  the state instead, exp(mu_run) can overflow where the spec does not (a running mean of a row
+ *  whose first half is 200 and second half -200 is 100 half-way and 0 at the end). Without a
+ *  stabilizing term (exp(X - mu) alone), exp(-mu_run) is what keeps the state in range: all stay. */
+void split_deferred(const Body &b, ReduceOp op, Expr H, Expr &H_run, Expr &H_def, bool &defers_exp) {
     std::vector<Expr> factors = H->kind == Kind::Mul ? H->args : std::vector<Expr>{H};
-    std::vector<Expr> run, def;
-    for (Expr f : factors) (f->kind == Kind::Call && f->func == Func::exp ? run : def).push_back(f);
+    std::vector<Expr> run, def, stable, unstable;
+    for (Expr f : factors) {
+        if (!(f->kind == Kind::Call && f->func == Func::exp)) {
+            def.push_back(f);
+            continue;
+        }
+        run.push_back(f);
+        Expr arg = f->args[0];
+        for (Expr t : arg->kind == Kind::Add ? arg->args : std::vector<Expr>{arg}) (stabilizing(b, t) ? stable : unstable).push_back(t);
+    }
+    if (op == ReduceOp::Sum && !stable.empty() && !unstable.empty()) {
+        run = {make_call(Func::exp, make_add(stable))};
+        def.push_back(make_call(Func::exp, make_add(unstable)));
+        defers_exp = true;
+    }
     H_run = run.empty() ? make_const(1) : simplify(make_mul(run));
     H_def = def.empty() ? make_const(1) : simplify(make_mul(def));
 }
@@ -174,12 +203,13 @@ bool derive_multiplicative(const Body &b, MemberAnalysis &m, std::string &reason
     if (!split(b, b.F, s, reason)) return false;
     m.G = s.G;
     m.H = s.H;
-    split_deferred(s.H, m.H_run, m.H_def);
+    split_deferred(b, m.op, s.H, m.H_run, m.H_def, m.defers_exp);
     if (b.inexact) {
         // The approximate incremental plan quantizes each tile with the running δ: the whole H moves
         // with the state, and the update term is F itself (with its cast) at the running δ.
         m.H_run = m.H;
         m.H_def = make_const(1);
+        m.defers_exp = false;
         m.U = b.F;
     } else {
         m.U = simplify(make_mul(m.G, m.H_run));

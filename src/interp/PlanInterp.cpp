@@ -77,7 +77,7 @@ void Interp::update(State &st, const std::vector<MemberRt> &mem, int64_t from, i
                     for (size_t i = 0; i < d.size(); i++) lit.bind(a.delta_syms[i], d[i]);
                     inv_hdef = 1.0 / lit.eval(a.H_def);
                 }
-                bool literal = std::isfinite(inv_hdef) && inv_hdef != 0;
+                bool literal = !a.defers_exp && std::isfinite(inv_hdef) && inv_hdef != 0;
                 for (int64_t j = from; j < to; j++) {
                     bind_axis(ev, m, j);
                     double u;

@@ -674,7 +674,14 @@ private:
         case Relation::ExpPolynomial: {
             if (!e.seen) return 0;
             std::vector<double> d = deltas(st, mem, k, extra, false, false);
-            return shift(m, extra, e.S, e.tag, d)[0];
+            double v = shift(m, extra, e.S, e.tag, d)[0];
+            if (a.H_def && !a.H_def->is_const(1)) {  // deferred exponent terms, at the final δ
+                Evaluator ev(env(nullptr, nullptr, false));
+                bind_point(ev, m, extra);
+                for (size_t i = 0; i < d.size(); i++) ev.bind(a.delta_syms[i], d[i]);
+                v = rnd(v * ev.eval(a.H_def));
+            }
+            return v;
         }
         default: break;
         }

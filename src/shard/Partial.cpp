@@ -250,9 +250,15 @@ struct Builder {
                     }
                     v = make_mul(g, v);
                 }
+                if (a.H_def && !a.H_def->is_const(1)) {  // deferred exponent terms, at the shard's δ
+                    Expr hdef = a.H_def;
+                    for (size_t i = 0; i < cs.size(); i++) hdef = substitute(hdef, a.delta_syms[i], local_delta(a, i, false));
+                    v = make_mul(v, hdef);
+                }
                 add_def(k, d, v);
             }
             collect_inputs(a.alpha, p, context);
+            if (a.H_def) collect_inputs(a.H_def, p, context);
             break;
         }
         case Relation::Independent:

@@ -308,9 +308,14 @@ Expr PassLowering::value_of(const std::string &P, const MemberInfo &m, Expr x, c
         v = make_select(empty, real_c(0), make_mul(s, h));
         break;
     }
-    case Form::Poly:
-        v = make_select(seen_b(P, m, x), poly_value(P, m, x, deltas(m, x, raw)), real_c(0));
+    case Form::Poly: {
+        std::vector<Expr> d = deltas(m, x, raw);
+        v = poly_value(P, m, x, d);
+        // Deferred exponent terms of the exponential-polynomial form, at the final δ.
+        if (a.H_def && !a.H_def->is_const(1)) v = make_mul(v, bind(with_deltas(a.H_def, m, d, {}), m, x, nullptr, raw));
+        v = make_select(seen_b(P, m, x), v, real_c(0));
         break;
+    }
     case Form::TopK: RF_INTERNAL_ASSERT(false) << "top-k value read in its pass";
     }
     // φ maps the selected G to the member's value; an arg-selection's value is the index itself.
@@ -560,6 +565,8 @@ std::vector<StmtP> PassLowering::mult_update(const std::string &P, const MemberI
     Expr term;
     if (a.H_def->is_const(1)) {
         term = body;
+    } else if (a.defers_exp) {
+        term = bind(with_deltas(a.U, m, d, {}), m, x, j, san);
     } else {
         std::string ih = "$ih" + std::to_string(uid_++);
         s.push_back(decl(ih, LocalClass::State, {}, make_div(real_c(1), bind(with_deltas(a.H_def, m, d, {}), m, x, nullptr, san))));

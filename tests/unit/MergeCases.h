@@ -329,13 +329,16 @@ inline void check_ties(const std::string &target, std::initializer_list<uint64_t
 
 // ---- The plan interpreter's stability inputs, on every backend.
 
-/** Inputs of `p` at `sizes`: random (seed), then `transform` applied to X, rounded to its dtype. */
+/** Inputs of `p` at `sizes`: random (seed), then `transform` applied to each element of X (its
+ *  value and its flat index), rounded to its dtype. */
 inline std::map<std::string, Tensor> transformed_inputs(const Program &p, const SizeBinding &sizes, uint64_t seed,
-                                                        const std::function<double(double)> &transform) {
+                                                        const std::function<double(double, size_t)> &transform) {
     auto in = make_random_inputs(p, sizes, seed);
     for (const InputDecl &d : p.inputs)
-        if (d.name == "X")
-            for (double &v : in.at(d.name).data) v = round_to_dtype(transform(v), d.dtype);
+        if (d.name == "X") {
+            std::vector<double> &x = in.at(d.name).data;
+            for (size_t i = 0; i < x.size(); i++) x[i] = round_to_dtype(transform(x[i], i), d.dtype);
+        }
     return in;
 }
 
@@ -344,7 +347,7 @@ struct StabilityCase {
     std::filesystem::path spec;
     std::map<std::string, int64_t> sizes;
     RunOptions opts;                           ///< distribution, scale, forced schedule (or none)
-    std::function<double(double)> transform;  ///< of X; the inputs are then loaded from files
+    std::function<double(double, size_t)> transform;  ///< of X (value, flat index); the inputs are then loaded from files
 };
 
 /** What tests/unit/fuse/numerics_test.cpp holds the plan interpreter to, as runs any backend can
@@ -358,13 +361,21 @@ struct StabilityCase {
 inline std::vector<StabilityCase> stability_cases() {
     std::filesystem::path ex = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples";
     std::vector<StabilityCase> out;
-    auto mean_1e4 = [](double v) { return 1e4 + v; };
+    auto mean_1e4 = [](double v, size_t) { return 1e4 + v; };
     for (const char *name : {"variance.rf", "layernorm.rf"})
         for (int64_t C : {4096, 2053}) {
             StabilityCase c{std::string("mean 1e4, ") + name, ex / name, {{"R", 8}, {"C", C}}, {}, mean_1e4};
             if (C == 2053) c.sizes["R"] = 3;  // the planner splits the axis into segments
             out.push_back(c);
         }
+    // A running mean far above the final one: the first third of each row at 2200, the rest at -1100
+    // (mean ~0). exp(X - m + mu) is at most 1 as the spec computes it; with the running mean kept in
+    // the state it was exp(~730), beyond float64 (NaN), before the mean's factor was deferred.
+    for (int64_t C : {37, 2053}) {
+        auto thirds = [C](double v, size_t i) { return (static_cast<int64_t>(i % static_cast<size_t>(C)) < C / 3 ? 2200 : -1100) + v; };
+        out.push_back({"running mean far above the final one, C = " + std::to_string(C), spec_path("exp_deferred_mean.rf"),
+                       {{"R", 3}, {"C", C}}, {}, thirds});
+    }
     RunOptions logits;
     logits.dist = InputDistribution::Uniform;
     logits.scale = 80;
