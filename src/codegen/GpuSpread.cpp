@@ -180,9 +180,15 @@ void GpuKernelPrinter::spread_independent(const StmtP &s, const std::string &v, 
     // constant trip count (a row's single list: [0, 1)) runs on the first threads with no loop.
     // PoCL 3.1 lost the insert of the loop form behind the barrier that follows (every top-1 of a
     // top-k next to a sum over k read 0 at block and warp level; the CUDA emulator ran the same
-    // code right; scripts/fuzz_specs.py seed 12 #54). A workaround found by running, like those
+    // code right; scripts/fuzz_specs.py seed 12 #54). The same for a loop inside the round (the
+    // stores of a top-k output, slot by slot): PoCL 3.1 skipped them when a row epilogue followed
+    // (softmax with P and the top-k of its probabilities as outputs: TV and TI never written;
+    // seed 1229 #60, tests/specs/softmax_topk_probs.rf). Workarounds found by running, like those
     // of spread_simd: other independent loops keep their loop (see there).
-    bool has_topk = tile::any_stmt(in ? in : s, [](const StmtP &c) { return c->kind == StmtKind::TopKInsert; });
+    const StmtP &round_body = in ? in : s;
+    bool has_topk = tile::any_stmt(round_body, [&](const StmtP &c) {
+        return c->kind == StmtKind::TopKInsert || (c->kind == StmtKind::For && c != round_body);
+    });
     bool one_round = s->begin->is_const() && s->end->is_const() && (!in || (in->begin->is_const() && in->end->is_const())) &&
                      (s->end->value - s->begin->value) * (in ? in->end->value - in->begin->value : 1) <= W_;
     if (has_topk && one_round)

@@ -376,6 +376,11 @@ inline std::vector<StabilityCase> stability_cases() {
         out.push_back({"running mean far above the final one, C = " + std::to_string(C), spec_path("exp_deferred_mean.rf"),
                        {{"R", 3}, {"C", C}}, {}, thirds});
     }
+    // Softmax with P and the top-k of its probabilities as outputs: PoCL 3.1 skipped the top-k
+    // stores (a loop over the slots in one round of threads) when P's row epilogue followed.
+    for (int64_t C : {3, 700})
+        out.push_back({"softmax, P and its top-k, C = " + std::to_string(C), spec_path("softmax_topk_probs.rf"),
+                       {{"R", 5}, {"C", C}, {"K", C == 3 ? 1 : 4}}, {}, {}});
     RunOptions logits;
     logits.dist = InputDistribution::Uniform;
     logits.scale = 80;
