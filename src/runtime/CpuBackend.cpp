@@ -22,12 +22,15 @@ std::vector<std::string> cpu_jit_flags(const CpuFeatures &f, const std::vector<s
     // 127 / a) into a product with 1/a, one ulp off and so one integer off when the quotient is a tie
     // (a = 1.1015625, x = a/2: 63.5 -> 64, the product 63.499996 -> 63;
     // tests/unit/runtime/cpu_exact_division_test.cpp). The code generator writes the reciprocals it
-    // may use itself (src/tile/FiniteInvariants.cpp). GCC's contraction of a·b + c into one FMA stays
-    // on (its default, -std=c++17 included): one rounding instead of two, the exact product as the
-    // reference has it.
+    // may use itself (src/tile/FiniteInvariants.cpp). No contraction of a·b + c into one FMA either
+    // (GCC's default, -std=c++17 included): a product must round the same wherever the kernel uses it.
+    // m = max(X·g) keeps X·g rounded, and the term X·g − m of a later member must be 0 at that max;
+    // contracted into fma(X, g, −m) it was the product's rounding error, which a deferred exp(mu) of
+    // 1e47 made 1e41 larger than the answer (scripts/fuzz_specs.py seed 1228 #52, also 1229 #73).
+    // The hot loops (GEMMs, exp2, row passes) write their FMAs as intrinsics, which it leaves alone.
     // -O1 with the sanitizers (below).
     std::vector<std::string> flags{kernel_sanitizer_flags().empty() ? "-O3" : "-O1", "-fopenmp", "-fno-math-errno",
-                                   "-fno-trapping-math", "-fno-semantic-interposition"};
+                                   "-fno-trapping-math", "-fno-semantic-interposition", "-ffp-contract=off"};
     for (const std::string &m : march_flags(f)) flags.push_back(m);
     if (best_isa(f) == IsaLevel::Avx512) flags.push_back("-mprefer-vector-width=512");
     // A library built with the sanitizers (REDFUSE_SANITIZE) compiles what it generates with them

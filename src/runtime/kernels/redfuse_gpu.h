@@ -11,6 +11,10 @@
 #define REDFUSE_GPU_H
 
 #ifdef __OPENCL_VERSION__
+/* A product rounds once, the same wherever the kernel uses it: OpenCL C contracts a*b + c into one
+ * FMA by default, which left x*g - m nonzero at the max m that took x*g rounded (as on the CPU, whose
+ * JIT compiles with -ffp-contract=off; tests/specs/rounded_product_at_the_max.rf). */
+#pragma OPENCL FP_CONTRACT OFF
 #define RF_FN static inline
 #define RF_KERNEL __kernel
 #define RF_GLOBAL __global

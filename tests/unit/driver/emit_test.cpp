@@ -104,7 +104,7 @@ TEST_P(EmitCpu, StandaloneProgramMatchesTheReference) {
             .write(reinterpret_cast<const char *>(poison.data()), static_cast<std::streamsize>(poison.size()));
         names.push_back(out.name);
     }
-    std::string cmd = "cd '" + dir.string() + "' && c++ -std=c++17 -O2 -fopenmp main.cpp kern.cpp -o prog > build.log 2>&1 && ./prog";
+    std::string cmd = "cd '" + dir.string() + "' && c++ -std=c++17 -O2 -ffp-contract=off -fopenmp main.cpp kern.cpp -o prog > build.log 2>&1 && ./prog";
     for (const SizeDecl &s : c->program.sizes) cmd += " " + std::to_string(sizes.at(s.name));
     cmd += " > run.log 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << dir;

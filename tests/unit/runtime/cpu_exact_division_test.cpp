@@ -1,6 +1,7 @@
 /** \file cpu_exact_division_test.cpp
  * A division the spec rounds (the int8 quantizer's round(A · 127 / a)) stays a division in the
- * compiled CPU kernel: no compile flag may turn it into a product with the divisor's reciprocal.
+ * compiled CPU kernel: no compile flag may turn it into a product with the divisor's reciprocal; and
+ * a product rounds once, the same wherever it is used (no a·b + c contracted into one FMA).
  *
  * Why: x · (1/a) can differ from x / a by one ulp, and round() turns that ulp into a whole integer
  * step. With A = a / 2 the quotient is exactly 63.5, which rounds to 64 (ties to even); for the bf16
@@ -16,6 +17,7 @@
 
 #include "driver/Compiler.h"
 #include "driver/Kernel.h"
+#include "runtime/OpenCLRuntime.h"
 
 namespace rf {
 namespace {
@@ -74,6 +76,27 @@ TEST(CpuExactDivision, QuantizerRoundsTheQuotientNotTheReciprocalProduct) {
                 ASSERT_NEAR(got, want, std::fabs(want) * 0x1p-8)
                     << "M=" << M << " N=" << N << " K=" << K << " C[" << m << "," << n << "] with a = " << hard[size_t(m) % hard.size()];
             }
+    }
+}
+
+TEST(CpuExactDivision, AProductIsRoundedTheSameWhereItIsComparedAndWhereItIsSubtracted) {
+    // m = max(X·g) keeps X·g rounded to float; the term X·g − m must then be exactly 0 at the max.
+    // Contracted into fma(X, g, −m), the product was exact there and the term the product's rounding
+    // error, which exp(mu) made ~1e9 times larger than the answer here (1e41 in fuzz seed 1228 #52).
+    // The CPU's JIT flags and the OpenCL source's FP_CONTRACT pragma; mu ~ 37 keeps exp(mu) a float.
+    const float g = 10.3592205f;
+    ASSERT_NE(double(7.0f * g), 7.0 * double(g)) << "the premise: 7·g is not a float";
+    std::vector<TargetKind> kinds{TargetKind::Cpu};
+    if (ocl::unavailable_reason().empty()) kinds.push_back(TargetKind::OpenCL);
+    for (TargetKind kind : kinds) {
+        Kernel k = compile(std::string(REDFUSE_SOURCE_DIR) + "/tests/specs/rounded_product_at_the_max.rf", make_target(kind));
+        std::vector<int8_t> x{3, 3, 3, 7, 3, 3, 3};
+        float g_in = g, t = 0;
+        k({{x.data(), DType::i8, {1, 7}}, {&g_in, DType::f32, {}}}, {{&t, DType::f32, {1}}});
+        // The spec in float64 with the products rounded as float32 rounds them (in m and in the terms).
+        double y3 = double(3.0f * g), y7 = double(7.0f * g), mu = (6 * y3 + y7) / 7;
+        double want = 6 * std::exp(y3 - y7 + mu) * (y3 - y7);
+        EXPECT_NEAR(t, want, std::fabs(want) * 1e-4) << to_string(kind);
     }
 }
 
