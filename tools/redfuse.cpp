@@ -100,6 +100,7 @@ rf::Options build_options(const Args &a) {
     o.sizes = parse_sizes(a.size_items);
     o.approx = a.approx;
     o.bf16_tile_products = !a.exact_products;
+    o.half_accuracy_exp2 = !a.exact_products;
     o.tile = a.tile;
     o.segments = a.segments;
     o.row_block = a.row_block;
@@ -310,6 +311,7 @@ int cmd_bench_or_tune(const Args &a, bool tune) {
     rf::Options o;
     o.sizes = bo.sizes;
     o.bf16_tile_products = !a.exact_products;
+    o.half_accuracy_exp2 = !a.exact_products;
     std::shared_ptr<const rf::Compilation> c = rf::analyze_file(a.spec, rf::make_target(rf::TargetRequest{kind, a.arch, ""}), o);
     rf::BenchReport r;
     if (tune) {
@@ -329,8 +331,8 @@ int cmd_bench_or_tune(const Args &a, bool tune) {
 // ---- the command line
 
 const char *const kExactProductsHelp =
-    "cpu: keep tile GEMM products exact f32 (default with bf16/fp8 outputs: float tiles met by bf16 operands "
-    "are rounded to bf16 for the bf16 unit)";
+    "cpu: keep tile GEMM products exact f32 and row exp2 within 1 ulp (default with bf16/fp8 outputs: float "
+    "tiles met by bf16 operands are rounded to bf16 for the bf16 unit; with bf16/f16/fp8 outputs: a degree-4 exp2)";
 
 void add_analyze(CLI::App &app, Args &a) {
     auto *cmd = app.add_subcommand("analyze", "Prove which reductions fuse and show the derived algorithm");

@@ -535,7 +535,9 @@ def compile(spec: Union[str, "os.PathLike[str]"], target: str = "auto", name: Op
     exact_products: CPU: keep every tile GEMM product in float32. By default a kernel whose outputs
               are all bfloat16 (or fp8) rounds the float tile of a GEMM with a bfloat16 operand (P in
               attention's P·V, X·g in RMSNorm→GEMM) to bfloat16 for the bf16 unit, as FlashAttention
-              does (docs/tile-ir.md, "CPU code generation").
+              does, and a kernel whose outputs are all bfloat16 or float16 computes its row exp2 passes
+              with a degree-4 polynomial (2.9e-6 relative error); True keeps both exact to float32
+              (docs/tile-ir.md, "CPU code generation").
     tile, segments, row_block: force a schedule knob on every chain, as `redfuse run --tile/--segments/
               --row-block` do (None: chosen by the planner and the tile lowering): the tile length along
               the reduction axis (1..2**20), the number of segments the axis is split into and merged

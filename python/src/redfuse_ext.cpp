@@ -74,6 +74,7 @@ PyKernel compile_spec(const std::string &spec, const std::string &target, const 
         if (options.threads < 0) throw rf::UserError({}, "threads must be at least 0 (0: every usable CPU), got " + std::to_string(options.threads));
         o.threads = options.threads;
         o.bf16_tile_products = !options.exact_products;
+        o.half_accuracy_exp2 = !options.exact_products;
         // The ranges of the command line's --tile, --segments and --row-block (docs/cli.md).
         auto knob = [](const char *name, int64_t v, int64_t most) {
             if (v < 0 || v > most)

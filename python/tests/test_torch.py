@@ -190,7 +190,8 @@ def test_fake_shapes_of_output_dimensions_that_are_expressions():
 
 def test_exact_products_keeps_float32_products_of_bf16_attention():
     """bf16 attention: by default P is rounded to bf16 for the P·V GEMM (where the CPU has a bf16
-    unit); exact_products=True keeps it float32. Both stay within bf16 accuracy of the float64 math."""
+    unit) and its exp pass takes the degree-4 exp2; exact_products=True keeps both float32-exact.
+    Both stay within bf16 accuracy of the float64 math."""
     spec = str(ROOT / "tests" / "specs" / "attention_bf16.rf")
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 2, 40, 32, generator=g).to(torch.bfloat16) for _ in range(3))
@@ -200,6 +201,9 @@ def test_exact_products_keeps_float32_products_of_bf16_attention():
     # the kernel's call, plain or _input_v (V is an input); the pasted runtime header defines both in both
     call = "rfk::gemm_nn_acc_f32_as_bf16"
     assert call in rounded.source() and call not in exact.source()
+    # the exp pass: the degree-4 exp2 of half-precision outputs by default, <= 1 ulp with exact_products
+    half = "<rfk::Exp2Accuracy::Half>("
+    assert half in rounded.source() and half not in exact.source()
     for kern in (rounded, exact):
         out = kern(q, k, v)
         assert out.dtype == torch.bfloat16

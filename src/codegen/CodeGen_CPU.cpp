@@ -56,8 +56,9 @@ std::string local_name(const std::string &n) { return c_identifier(n.substr(1), 
 
 class KernelPrinter : public codegen::StmtPrinter {
 public:
-    KernelPrinter(const Module &m, const Kernel &k, std::ostringstream &os, bool round_tile_products)
-        : m_(m), k_(k), os_(os), round_tile_products_(round_tile_products) {
+    KernelPrinter(const Module &m, const Kernel &k, std::ostringstream &os, bool round_tile_products, bool half_accuracy_exp2)
+        : m_(m), k_(k), os_(os), round_tile_products_(round_tile_products),
+          exp2_accuracy_(half_accuracy_exp2 ? "<rfk::Exp2Accuracy::Half>" : "") {
         for (const Buffer &b : m.buffers)
             if (!bufs_.count(b.name) || b.role == Buffer::Role::Temp) bufs_[b.name] = &b;  // reads prefer temporaries
     }
@@ -503,7 +504,7 @@ private:
         auto first = [&](Expr load) { return row_start(load, s); };
         const std::string n = "(" + int_expr(s->end) + ") - (" + int_expr(s->begin) + ")";
         if (row->source) {
-            pad(ind) << "rfk::exp2_affine_row(" << first(row->target) << ", " << first(row->source) << ", " << n << ", "
+            pad(ind) << "rfk::exp2_affine_row" << exp2_accuracy_ << "(" << first(row->target) << ", " << first(row->source) << ", " << n << ", "
                      << (row->scale ? "(float)" + expr(row->scale, "float") : "1.0f") << ", "
                      << (row->offset ? "(float)" + expr(row->offset, "float") : "0.0f") << ");\n";
             return true;
@@ -513,7 +514,7 @@ private:
         pad(ind) << "for (int64_t " << v << " = " << int_expr(s->begin) << "; " << v << " < " << int_expr(s->end) << "; ++" << v << ") {\n";
         pad(ind + 1) << lvalue(row->target) << " = (float)(" << expr(row->arg, "float") << ");\n";
         pad(ind) << "}\n";
-        pad(ind) << "rfk::exp2_row(" << first(row->target) << ", " << n << ");\n";
+        pad(ind) << "rfk::exp2_row" << exp2_accuracy_ << "(" << first(row->target) << ", " << n << ");\n";
         return true;
     }
 
@@ -527,7 +528,7 @@ private:
         if (!row || (row->sum_target && target_type(row->sum_target) != "float")) return false;
         auto at_begin = [&](Expr load) { return row_start(load, s); };
         auto value = [&](Expr e, const char *none) { return e ? "(float)(" + expr(e, "float") + ")" : std::string(none); };
-        const std::string call = "rfk::exp2_row_sum(" + (row->store_target ? at_begin(row->store_target) : "(float *)nullptr") + ", " +
+        const std::string call = "rfk::exp2_row_sum" + exp2_accuracy_ + "(" + (row->store_target ? at_begin(row->store_target) : "(float *)nullptr") + ", " +
                                  at_begin(row->source) + ", (" + int_expr(s->end) + ") - (" + int_expr(s->begin) + "), " +
                                  value(row->shift, "0.0f") + ", " + value(row->scale, "1.0f") + ", " + value(row->sum_offset, "0.0f") + ")";
         if (row->sum_target) pad(ind) << lvalue(row->sum_target) << " += " << call << ";\n";
@@ -607,7 +608,7 @@ private:
         for (size_t i = 0; i < args.size(); i++)
             pad(ind + 3) << "l_rfx_x" << i << "[" << v << " - l_rfx_s] = (float)(" << expr(args[i], "float") << ");\n";
         pad(ind + 2) << "}\n";
-        for (size_t i = 0; i < args.size(); i++) pad(ind + 2) << "rfk::exp2_row(l_rfx_x" << i << ", l_rfx_e - l_rfx_s);\n";
+        for (size_t i = 0; i < args.size(); i++) pad(ind + 2) << "rfk::exp2_row" << exp2_accuracy_ << "(l_rfx_x" << i << ", l_rfx_e - l_rfx_s);\n";
         staging_ = true;
         loop(strip, ind + 2);
         staging_ = false;
@@ -707,6 +708,9 @@ private:
     const Kernel &k_;
     std::ostringstream &os_;
     bool round_tile_products_;  ///< cpu_rounds_tile_products
+    /** The row exp2 primitives' template argument: "<rfk::Exp2Accuracy::Half>" where
+     *  cpu_half_accuracy_exp2 holds, else empty (the default, Float). */
+    std::string exp2_accuracy_;
     bool simd_ = false;  ///< printing inside a simd loop
     bool staging_ = false;  ///< printing the strip loop of print_staged_exp2
     std::map<std::string, const Buffer *> bufs_;
@@ -730,6 +734,23 @@ bool cpu_rounds_tile_products(const Module &m, const CpuCodegenOptions &o) {
     return any;
 }
 
+bool cpu_half_accuracy_exp2(const Module &m, const CpuCodegenOptions &o) {
+    // Every output is a float of 11 significant bits or fewer (bf16, f16, fp8): the Half polynomial's
+    // relative error (2.9e-6 per exp2, redfuse_cpu_rows.h) is 170x below the coarsest of their
+    // roundings (f16's 2^-11). It reaches an output through sums and products as a float32 rounding
+    // of ~24 ulp would, within the float32 compute tolerance the check allows relative to the terms'
+    // magnitude (interp/Compare.h). An f32 output asks for <= 1 ulp; an index output compares
+    // exactly, where a near tie could flip.
+    if (!o.half_accuracy_exp2) return false;
+    bool any = false;
+    for (const Buffer &b : m.buffers) {
+        if (b.role != Buffer::Role::Output) continue;
+        if (b.dtype != DType::bf16 && b.dtype != DType::f16 && b.dtype != DType::f8e4m3 && b.dtype != DType::f8e5m2) return false;
+        any = true;
+    }
+    return any;
+}
+
 std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
     std::ostringstream os;
     std::string P = c_identifier(o.symbol_prefix, "");
@@ -741,8 +762,8 @@ std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
     if (o.inline_headers) os << cpu_runtime_header() << "\n" << (simd ? cpu_simd_header() + "\n" : "");
     else os << "#include \"redfuse_cpu.h\"\n" << (simd ? "#include \"redfuse_simd.h\"\n" : "");
     os << "\nnamespace {\n\n";
-    bool round = cpu_rounds_tile_products(m, o);
-    for (const Kernel &k : m.kernels) KernelPrinter(m, k, os, round).print();
+    bool round = cpu_rounds_tile_products(m, o), half_exp2 = cpu_half_accuracy_exp2(m, o);
+    for (const Kernel &k : m.kernels) KernelPrinter(m, k, os, round, half_exp2).print();
     os << "}  // namespace\n\n";
     // The ABI.
     std::vector<const Buffer *> user, temps;

@@ -22,10 +22,18 @@ struct CpuCodegenOptions {
      *  bf16 and multiplied on the bf16 unit (rfk::gemm_*_as_bf16; exact f32 on CPUs without AVX512_BF16).
      *  False (`--exact-products`): every such product stays f32. */
     bool bf16_tile_products = true;
+    /** In a module whose outputs are all bf16, f16 or fp8, the row exp2 primitives (rfk::exp2_row,
+     *  exp2_affine_row, exp2_row_sum: softmax's and attention's exp passes) use a degree-4
+     *  polynomial, 2.9e-6 relative error instead of <= 1 ulp (rfk::Exp2Accuracy::Half). False
+     *  (`--exact-products`): <= 1 ulp everywhere. */
+    bool half_accuracy_exp2 = true;
 };
 
 /** Whether the tile GEMMs of `m` round float tiles met by bf16 operands to bf16 (see CpuCodegenOptions). */
 bool cpu_rounds_tile_products(const tile::Module &m, const CpuCodegenOptions &o);
+
+/** Whether the row exp2 primitives of `m` use the Half polynomial (see CpuCodegenOptions). */
+bool cpu_half_accuracy_exp2(const tile::Module &m, const CpuCodegenOptions &o);
 
 /** The C++ source of a module. Exported (extern "C"):
  *    int PREFIX_run(const int64_t *sizes, void *const *buffers, int threads);

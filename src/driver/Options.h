@@ -81,6 +81,10 @@ struct Options {
     /** CPU: in modules whose outputs are bf16 or fp8, float tiles met by bf16 operands in tile GEMMs
      *  are rounded to bf16 for the bf16 unit (CpuCodegenOptions::bf16_tile_products); false: exact. */
     bool bf16_tile_products = true;
+    /** CPU: in modules whose outputs are bf16, f16 or fp8, the row exp2 primitives use a degree-4
+     *  polynomial (CpuCodegenOptions::half_accuracy_exp2); false: <= 1 ulp. `--exact-products`
+     *  clears both. */
+    bool half_accuracy_exp2 = true;
 
     // ---- The tile passes and checks.
     /** Which optional tile passes run, by name (tile/Passes.h); nullopt: all of them, in order.

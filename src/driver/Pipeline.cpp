@@ -225,6 +225,7 @@ std::unique_ptr<Compilation> analyze_file(const std::string &path, const Target 
 CpuCodegenOptions cpu_codegen_options(const Options &o) {
     CpuCodegenOptions cg;
     cg.bf16_tile_products = o.bf16_tile_products;
+    cg.half_accuracy_exp2 = o.half_accuracy_exp2;
     return cg;
 }
 

@@ -316,6 +316,7 @@ Options RunOptions::compile_options() const {
     co.fusion_level = fusion_level;
     co.tensor_cores = !no_tensor_cores;
     co.bf16_tile_products = !exact_products;
+    co.half_accuracy_exp2 = !exact_products;
     co.interp_seed = seed;
     return co;
 }

@@ -34,41 +34,76 @@ namespace rfk {
 // The coefficients of q, r^6 .. r^1 (1.54697322e-4, 1.34100008e-3, 9.61803086e-3, 5.55029735e-2,
 // 2.40226507e-1, 6.93147242e-1), and 2^v a vector at a time by the method above.
 static constexpr float kExp2Poly[6] = {0x1.446c7ep-13f, 0x1.5f88fep-10f, 0x1.3b29e4p-7f, 0x1.c6ae2cp-5f, 0x1.ebfbe0p-3f, 0x1.62e432p-1f};
+// How accurate the row primitives' 2^x is (the code generator's choice, CodeGen_CPU.cpp
+// cpu_half_accuracy_exp2): Float, the degree-6 form above (<= 1 ulp); Half, for a module whose outputs
+// are all bf16, f16 or fp8: q of degree 3, r^4 .. r^1 (9.5886e-3, 5.5661e-2, 2.4025e-1, 6.9312e-1; the
+// same Remez fit with the constant term held at 1, so 2^0 = 1 and 2^k stay exact), max relative error
+// 2.9e-6 (~24 ulp of float) on a dense sweep of [-1/2, 1/2] evaluated in float: 170x below an f16
+// output's rounding (2^-11), 670x below bf16's (2^-9), and below the float32 compute tolerance the
+// check allows per element (4e-6, interp/Compare.h) relative to the terms' magnitude. Two FMAs fewer
+// per 16 values: the exp pass of softmax bf16 [4096, 8192] 10-16% shorter on AMD Zen 4
+// (bench/results/2026-12-06d-amd-experiments).
+enum class Exp2Accuracy { Float, Half };
+static constexpr float kExp2PolyHalf[4] = {0x1.3a01e4p-7f, 0x1.c9fbaep-5f, 0x1.ec0378p-3f, 0x1.62e12ep-1f};
+template <Exp2Accuracy A>
+struct Exp2Coefficients {
+    static constexpr int kTerms = 6;
+    static constexpr const float *c = kExp2Poly;
+};
+template <>
+struct Exp2Coefficients<Exp2Accuracy::Half> {
+    static constexpr int kTerms = 4;
+    static constexpr const float *c = kExp2PolyHalf;
+};
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
+template <Exp2Accuracy A = Exp2Accuracy::Float>
 struct Exp2x16 {
-    const __m512 c0 = _mm512_set1_ps(kExp2Poly[0]), c1 = _mm512_set1_ps(kExp2Poly[1]), c2 = _mm512_set1_ps(kExp2Poly[2]);
-    const __m512 c3 = _mm512_set1_ps(kExp2Poly[3]), c4 = _mm512_set1_ps(kExp2Poly[4]), c5 = _mm512_set1_ps(kExp2Poly[5]);
+    using C = Exp2Coefficients<A>;
+    static_assert(C::kTerms == 4 || C::kTerms == 6, "the Horner steps below are written out");
+    __m512 c[C::kTerms];  // named by constant indices only: kept in registers
     const __m512 one = _mm512_set1_ps(1.0f);
+    Exp2x16() {
+        for (int t = 0; t < C::kTerms; ++t) c[t] = _mm512_set1_ps(C::c[t]);
+    }
     RFK_ALWAYS_INLINE __m512 operator()(__m512 v) const {
         // The zero-masking forms under an all-ones mask: the plain intrinsics pass _mm512_undefined_ps,
         // which GCC 12 at -O3 -Wall reports as maybe uninitialized; the instructions are the same.
         const __mmask16 all = 0xFFFF;
         __m512 k = _mm512_maskz_roundscale_ps(all, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m512 r = _mm512_maskz_reduce_ps(all, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512 p = _mm512_fmadd_ps(c0, r, c1);
-        p = _mm512_fmadd_ps(p, r, c2);
-        p = _mm512_fmadd_ps(p, r, c3);
-        p = _mm512_fmadd_ps(p, r, c4);
-        p = _mm512_fmadd_ps(p, r, c5);
+        __m512 p = _mm512_fmadd_ps(c[0], r, c[1]);
+        p = _mm512_fmadd_ps(p, r, c[2]);
+        p = _mm512_fmadd_ps(p, r, c[3]);
+        if constexpr (C::kTerms == 6) {
+            p = _mm512_fmadd_ps(p, r, c[4]);
+            p = _mm512_fmadd_ps(p, r, c[5]);
+        }
         p = _mm512_fmadd_ps(p, r, one);
         return _mm512_maskz_scalef_ps(all, p, k);
     }
 };
 #elif defined(__AVX2__) && defined(__FMA__)
+template <Exp2Accuracy A = Exp2Accuracy::Float>
 struct Exp2x8 {
-    const __m256 c0 = _mm256_set1_ps(kExp2Poly[0]), c1 = _mm256_set1_ps(kExp2Poly[1]), c2 = _mm256_set1_ps(kExp2Poly[2]);
-    const __m256 c3 = _mm256_set1_ps(kExp2Poly[3]), c4 = _mm256_set1_ps(kExp2Poly[4]), c5 = _mm256_set1_ps(kExp2Poly[5]);
+    using C = Exp2Coefficients<A>;
+    static_assert(C::kTerms == 4 || C::kTerms == 6, "the Horner steps below are written out");
+    __m256 c[C::kTerms];  // named by constant indices only: kept in registers
     const __m256 one = _mm256_set1_ps(1.0f), lo = _mm256_set1_ps(-151.0f), hi = _mm256_set1_ps(129.0f);
     const __m256i bias = _mm256_set1_epi32(127);
+    Exp2x8() {
+        for (int t = 0; t < C::kTerms; ++t) c[t] = _mm256_set1_ps(C::c[t]);
+    }
     RFK_ALWAYS_INLINE __m256 operator()(__m256 v) const {
         v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
         __m256 k = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m256 r = _mm256_sub_ps(v, k);
-        __m256 p = _mm256_fmadd_ps(c0, r, c1);
-        p = _mm256_fmadd_ps(p, r, c2);
-        p = _mm256_fmadd_ps(p, r, c3);
-        p = _mm256_fmadd_ps(p, r, c4);
-        p = _mm256_fmadd_ps(p, r, c5);
+        __m256 p = _mm256_fmadd_ps(c[0], r, c[1]);
+        p = _mm256_fmadd_ps(p, r, c[2]);
+        p = _mm256_fmadd_ps(p, r, c[3]);
+        if constexpr (C::kTerms == 6) {
+            p = _mm256_fmadd_ps(p, r, c[4]);
+            p = _mm256_fmadd_ps(p, r, c[5]);
+        }
         p = _mm256_fmadd_ps(p, r, one);
         // k in [-151, 129]: both halves are normal scale factors, and p * 2^k1 is exact.
         __m256i ki = _mm256_cvtps_epi32(k), k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1);
@@ -78,11 +113,11 @@ struct Exp2x8 {
     }
 };
 #endif
-template <bool kAffine>
+template <bool kAffine, Exp2Accuracy A>
 static inline void exp2_row_impl(float *dst, const float *src, int64_t n, float a, float b) {
     int64_t i = 0;
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
-    const Exp2x16 e;
+    const Exp2x16<A> e;
     const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
     auto vexp2 = [&](__m512 v) RFK_ALWAYS_INLINE { return e(kAffine ? _mm512_fmadd_ps(v, va, vb) : v); };  // inlined: called, it is one exp2 at a time
     for (; i + 32 <= n; i += 32) {
@@ -95,7 +130,7 @@ static inline void exp2_row_impl(float *dst, const float *src, int64_t n, float 
         _mm512_mask_storeu_ps(dst + i, m, vexp2(_mm512_maskz_loadu_ps(m, src + i)));
     }
 #elif defined(__AVX2__) && defined(__FMA__)
-    const Exp2x8 e;
+    const Exp2x8<A> e;
     const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(src + i);
@@ -106,9 +141,11 @@ static inline void exp2_row_impl(float *dst, const float *src, int64_t n, float 
     (void)b;
     for (; i < n; ++i) dst[i] = exp2_f(kAffine ? std::fma(src[i], a, b) : src[i]);
 }
-static inline void exp2_row(float *x, int64_t n) { exp2_row_impl<false>(x, x, n, 1.0f, 0.0f); }
+template <Exp2Accuracy A = Exp2Accuracy::Float>
+static inline void exp2_row(float *x, int64_t n) { exp2_row_impl<false, A>(x, x, n, 1.0f, 0.0f); }
+template <Exp2Accuracy A = Exp2Accuracy::Float>
 static inline void exp2_affine_row(float *dst, const float *src, int64_t n, float a, float b) {
-    exp2_row_impl<true>(dst, src, n, a, b);
+    exp2_row_impl<true, A>(dst, src, n, a, b);
 }
 
 // Asks for [p, p + bytes) in L2, one prefetch per line (locality 2: prefetcht1 on x86-64): the next
@@ -202,12 +239,12 @@ static inline RFK_ALWAYS_INLINE __m256 row_vector(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16));
 }
 #endif
-template <bool kOffset, typename T>
+template <bool kOffset, Exp2Accuracy A, typename T>
 static inline float exp2_row_sum_impl(float *dst, const T *src, int64_t n, float c, float a, float d) {
     int64_t i = 0;
     float sum = 0.0f;
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-    const Exp2x16 e;
+    const Exp2x16<A> e;
     const __m512 vc = _mm512_set1_ps(c), va = _mm512_set1_ps(a), vd = _mm512_set1_ps(d);
     const __mmask16 all = 0xFFFF;
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
@@ -235,7 +272,7 @@ static inline float exp2_row_sum_impl(float *dst, const T *src, int64_t n, float
     q = _mm_add_ps(q, _mm_movehl_ps(q, q));
     sum = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
 #elif defined(__AVX2__) && defined(__FMA__)
-    const Exp2x8 e;
+    const Exp2x8<A> e;
     const __m256 vc = _mm256_set1_ps(c), va = _mm256_set1_ps(a), vd = _mm256_set1_ps(d);
     __m256 s0 = _mm256_setzero_ps();
     for (; i + 8 <= n; i += 8) {
@@ -256,9 +293,9 @@ static inline float exp2_row_sum_impl(float *dst, const T *src, int64_t n, float
 }
 // Without the offset when it is 0 (a sum of terms of one sign, LowerPass.cpp sum_shifts_terms: softmax's
 // denominator): v + 0 = v for every v but -0, which exp2 never returns, so the sum is the same.
-template <typename T>
+template <Exp2Accuracy A = Exp2Accuracy::Float, typename T>
 static inline float exp2_row_sum(float *dst, const T *src, int64_t n, float c, float a, float d) {
-    return d == 0.0f ? exp2_row_sum_impl<false>(dst, src, n, c, a, d) : exp2_row_sum_impl<true>(dst, src, n, c, a, d);
+    return d == 0.0f ? exp2_row_sum_impl<false, A>(dst, src, n, c, a, d) : exp2_row_sum_impl<true, A>(dst, src, n, c, a, d);
 }
 
 // max(init, x_0 c, .., x_{n-1} c) (row_max) or the min, NaN when init or any product is NaN (rfk::max's

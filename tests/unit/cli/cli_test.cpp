@@ -406,11 +406,14 @@ TEST(Cli, EmitAndAnalyzeBuildWhatRunBuildsWithTheSameScheduleFlags) {
     std::string emitted((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_TRUE(kernels(emitted) == shown) << "emit writes other kernels than analyze --emit cpp shows";
     std::filesystem::remove_all(dir);
-    // Each flag is taken: bf16 attention's P·V rounds P to bf16 unless --exact-products; the row
-    // block and the tile change the loops.
+    // Each flag is taken: bf16 attention's P·V rounds P to bf16 and its exp pass takes the degree-4
+    // exp2 unless --exact-products; the row block and the tile change the loops.
     std::string plain = kernels(stdout_of(bin + "analyze " + spec + " --emit cpp" + sizes));
     EXPECT_NE(plain.find("_as_bf16"), std::string::npos);
-    EXPECT_EQ(kernels(stdout_of(bin + "analyze " + spec + " --emit cpp" + sizes + " --exact-products")).find("_as_bf16"), std::string::npos);
+    EXPECT_NE(plain.find("Exp2Accuracy::Half"), std::string::npos);
+    std::string exact = kernels(stdout_of(bin + "analyze " + spec + " --emit cpp" + sizes + " --exact-products"));
+    EXPECT_EQ(exact.find("_as_bf16"), std::string::npos);
+    EXPECT_EQ(exact.find("Exp2Accuracy::Half"), std::string::npos);
     EXPECT_FALSE(kernels(stdout_of(bin + "analyze " + spec + " --emit cpp" + sizes + " --row-block 32")) == plain);
     EXPECT_FALSE(kernels(stdout_of(bin + "analyze " + spec + " --emit cpp" + sizes + " --tile 128")) == plain);
     // The same ranges everywhere: out of range is a usage error (exit 2) naming the flag.

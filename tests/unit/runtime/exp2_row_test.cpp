@@ -6,7 +6,8 @@
  * (2^(x·a + b), into another row or in place) likewise; rfk::exp2_row_sum (Σ 2^((x + c)·a) + d over a
  * float or bf16 row, the terms stored or not, in place) to 1 ulp per term and a sum within float
  * rounding of the float64 one, NaN and ±inf among the elements; rfk::row_max / row_min (the max or
- * min of a scaled float or bf16 row, NaN-propagating) equal to a fold in float. The in-process test
+ * min of a scaled float or bf16 row, NaN-propagating) equal to a fold in float; the Half accuracy of
+ * all three (rfk::Exp2Accuracy::Half: 3e-6 relative, exact at 2^k). The in-process test
  * runs the path of the default flags (scalar); the same checks are compiled again with AVX-512 and
  * AVX2 flags by the system compiler (this file with RFK_EXP2_ROW_DRIVER defined) and run as a child.
  */
@@ -154,6 +155,58 @@ void check_plain_row_sums(const std::function<void(const std::string &)> &fail) 
             }
 }
 
+const char *path();
+
+/** Whether y is 2^x to the Half polynomial's accuracy (rfk::Exp2Accuracy::Half): 3e-6 relative, plus
+ *  half a subnormal step where 2^x is below the normal range (vscalefps rounds once into it). */
+bool within_half_accuracy(float y, double want) {
+    if (std::isnan(want)) return std::isnan(y);
+    if (std::isinf(want) || want >= 0x1p128) return y == std::numeric_limits<float>::infinity();  // beyond float: inf
+    return std::fabs(double(y) - want) <= 3e-6 * want + std::ldexp(1.0, -150);
+}
+
+/** The Half polynomial through exp2_row, exp2_affine_row and exp2_row_sum (float and bf16 rows): within
+ *  3e-6 over a dense sweep, exact at 2^k and the special values, tails masked; on a vector path really
+ *  the cheaper form (some element more than 1 ulp off; the scalar path computes exp2_f for both). */
+void check_half(bool vector_path, const std::function<void(const std::string &)> &fail) {
+    using rfk::Exp2Accuracy;
+    std::vector<float> xs = {0.0f, -0.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), 127.99999f, 128.0f, -149.0f, -150.0f, -151.0f};
+    for (int i = 0; i <= 600000; ++i) xs.push_back(-155.0f + 285.0f * float(i) / 600000.0f);
+    for (int k = -149; k <= 127; ++k) xs.push_back(float(k));
+    std::vector<float> ys = xs;
+    rfk::exp2_row<Exp2Accuracy::Half>(ys.data(), int64_t(ys.size()));
+    double worst_ulp = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+        const double want = std::exp2(double(xs[i]));
+        worst_ulp = std::max(worst_ulp, std::isfinite(want) ? ulp_error(ys[i], want) : 0.0);
+        if (!within_half_accuracy(ys[i], want)) return fail("exp2_row<Half>(" + std::to_string(xs[i]) + ") = " + std::to_string(ys[i]));
+        if (xs[i] == std::nearbyint(xs[i]) && xs[i] >= -149 && xs[i] <= 127 && ys[i] != std::ldexp(1.0f, int(xs[i])))
+            return fail("exp2_row<Half>(" + std::to_string(xs[i]) + ") is not a power of two");
+    }
+    if (vector_path && worst_ulp <= 1.0) fail("exp2_row<Half> is as accurate as the Float form: the degree-4 polynomial is not in use");
+    for (int64_t n = 0; n <= 70; ++n) {
+        std::vector<float> in(size_t(n) + 1), row(size_t(n) + 1, 12345.0f);
+        for (int64_t i = 0; i < n; ++i) in[size_t(i)] = -20.0f + 0.7f * float(i);
+        rfk::exp2_affine_row<Exp2Accuracy::Half>(row.data(), in.data(), n, 1.4426950408889634f, -3.0f);
+        for (int64_t i = 0; i < n; ++i)
+            if (!within_half_accuracy(row[size_t(i)], std::exp2(double(std::fma(in[size_t(i)], 1.4426950408889634f, -3.0f)))))
+                return fail("exp2_affine_row<Half> n=" + std::to_string(n) + ": element " + std::to_string(i));
+        if (row[size_t(n)] != 12345.0f) return fail("exp2_affine_row<Half> n=" + std::to_string(n) + " wrote past the end");
+        std::vector<uint16_t> bf((size_t(n)));
+        for (int64_t i = 0; i < n; ++i) bf[size_t(i)] = rfk::store_bf16(in[size_t(i)]);
+        std::fill(row.begin(), row.end(), 12345.0f);
+        const float sum = rfk::exp2_row_sum<Exp2Accuracy::Half>(row.data(), bf.data(), n, -2.5f, 1.4426950408889634f, 0.0f);
+        double want_sum = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const double want = std::exp2(double((rfk::bf16_to_float(bf[size_t(i)]) - 2.5f) * 1.4426950408889634f));
+            want_sum += want;
+            if (!within_half_accuracy(row[size_t(i)], want)) return fail("exp2_row_sum<Half> bf16 n=" + std::to_string(n) + ": element " + std::to_string(i));
+        }
+        if (std::fabs(double(sum) - want_sum) > 4e-6 * want_sum + 1e-30) return fail("exp2_row_sum<Half> bf16 n=" + std::to_string(n) + ": sum");
+        if (row[size_t(n)] != 12345.0f) return fail("exp2_row_sum<Half> n=" + std::to_string(n) + " wrote past the end");
+    }
+}
+
 /** The failures as text ("" when none), at most a few lines. */
 std::string check(bool thorough) {
     std::ostringstream out;
@@ -235,6 +288,7 @@ std::string check(bool thorough) {
     check_row_extremes<uint16_t>(fail);
     check_plain_row_sums<float>(fail);
     check_plain_row_sums<uint16_t>(fail);
+    check_half(std::string(path()) != "scalar", fail);
     return out.str();
 }
 
