@@ -119,12 +119,12 @@ bool derive_exp_polynomial(const Body &b, MemberAnalysis &m, std::string &reason
     std::vector<double> run_rates = rates, def_rates(rates.size(), 0.0);
     bool stable = false, other = false;
     for (size_t i = 0; i < rates.size(); i++) {
-        if (rates[i] * b.delta_directions[i] < 0) stable = true;
+        if (b.stabilizes(i, rates[i])) stable = true;
         else if (rates[i] != 0) other = true;
     }
     if (stable && other)
         for (size_t i = 0; i < rates.size(); i++)
-            if (!(rates[i] * b.delta_directions[i] < 0)) std::swap(run_rates[i], def_rates[i]);
+            if (!b.stabilizes(i, rates[i])) std::swap(run_rates[i], def_rates[i]);
     Expr run_growth = make_call(Func::exp, rate_times(run_rates, b.delta_syms));
     // Stabilised basis: e^{λ_run·δ} ∂^α Q / α! (exp(X) · exp(-m) becomes exp(X - m)).
     for (Expr &B : m.basis) B = simplify(scale_into(B, run_growth));

@@ -30,6 +30,12 @@ struct Body {
     Facts facts;                    ///< sign facts: member tensors, δ symbols, input intervals
     bool inexact = false;           ///< a narrow cast mixes x and d somewhere in F
     std::string inexact_cast;       ///< the first such cast, as text
+
+    /** Whether the exponent term c·δ_i keeps the running terms in range: δ_i a running max and
+     *  c < 0, or a running min and c > 0 (exp(X - m) <= 1). The rule both the multiplicative form
+     *  (per exponent term, Multiplicative.cpp split_deferred) and the exponential-polynomial form
+     *  (per rate, ExpPolynomial.cpp) defer the other exponent terms by. */
+    bool stabilizes(size_t i, double c) const { return c * delta_directions[i] < 0; }
 };
 
 bool depends_on_x(const Body &b, Expr e);

@@ -157,12 +157,11 @@ bool split(const Body &b, Expr e, Split &out, std::string &reason) {
     return false;
 }
 
-/** True for an exponent term c·δ_i that keeps the running terms in range: δ_i a running max and
- *  c < 0, or a running min and c > 0 (Body::delta_directions). */
+/** True for an exponent term c·δ_i that keeps the running terms in range (Body::stabilizes). */
 bool stabilizing(const Body &b, Expr term) {
     auto [coef, rest] = split_coefficient(term);
     for (size_t i = 0; i < b.delta_syms.size(); i++)
-        if (rest == b.delta_syms[i]) return coef * b.delta_directions[i] < 0;
+        if (rest == b.delta_syms[i]) return b.stabilizes(i, coef);
     return false;
 }
 
