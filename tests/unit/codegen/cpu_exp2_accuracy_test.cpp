@@ -11,6 +11,7 @@
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
+#include "../GenerateFor.h"
 #include "driver/Compiler.h"
 
 using namespace rf;
@@ -26,11 +27,9 @@ std::string with_dtype(const std::filesystem::path &path, const std::string &dty
 }
 
 std::string cpp_for(const std::string &source, bool half_accuracy_exp2) {
-    ArenaScope arena;
     Options o;
     o.half_accuracy_exp2 = half_accuracy_exp2;
-    auto c = analyze_source(source, "exp2_accuracy.rf", make_target(TargetKind::Cpu), o);
-    return generate(*c, o).source;
+    return test::generate_cpu_for(source, "exp2_accuracy.rf", o);
 }
 
 /** Calls of the row exp2 primitives with the Half polynomial, and with the default one. */

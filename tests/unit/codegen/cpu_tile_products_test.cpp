@@ -10,6 +10,7 @@
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
+#include "../GenerateFor.h"
 #include "driver/Compiler.h"
 
 using namespace rf;
@@ -23,11 +24,9 @@ std::string with_output_dtype(const std::string &dtype) {
 }
 
 std::string cpp_for(const std::string &source, bool bf16_tile_products) {
-    ArenaScope arena;
     Options o;
     o.bf16_tile_products = bf16_tile_products;
-    auto c = analyze_source(source, "attention_bf16.rf", make_target(TargetKind::Cpu), o);
-    return generate(*c, o).source;
+    return test::generate_cpu_for(source, "attention_bf16.rf", o);
 }
 
 // A call of fn, or of its variant for an operand that is a kernel input (fn_input_b / fn_input_v).
