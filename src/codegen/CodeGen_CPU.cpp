@@ -719,38 +719,6 @@ private:
 
 }  // namespace
 
-bool cpu_rounds_tile_products(const Module &m, const CpuCodegenOptions &o) {
-    // Every output is stored with bf16's 8 significant bits or fewer (bf16, fp8): rounding the float
-    // factor of each product to bf16 (relative error <= 2^-9 per product, so <= 2^-9 of the sum of the
-    // products' magnitudes) stays within the outputs' own rounding (2^-9 relative for bf16). An f32 or
-    // f16 output, or an index, asks for more and keeps exact products.
-    if (!o.bf16_tile_products) return false;
-    bool any = false;
-    for (const Buffer &b : m.buffers) {
-        if (b.role != Buffer::Role::Output) continue;
-        if (b.dtype != DType::bf16 && b.dtype != DType::f8e4m3 && b.dtype != DType::f8e5m2) return false;
-        any = true;
-    }
-    return any;
-}
-
-bool cpu_half_accuracy_exp2(const Module &m, const CpuCodegenOptions &o) {
-    // Every output is a float of 11 significant bits or fewer (bf16, f16, fp8): the Half polynomial's
-    // relative error (2.9e-6 per exp2, redfuse_cpu_rows.h) is 170x below the coarsest of their
-    // roundings (f16's 2^-11). It reaches an output through sums and products as a float32 rounding
-    // of ~24 ulp would, within the float32 compute tolerance the check allows relative to the terms'
-    // magnitude (interp/Compare.h). An f32 output asks for <= 1 ulp; an index output compares
-    // exactly, where a near tie could flip.
-    if (!o.half_accuracy_exp2) return false;
-    bool any = false;
-    for (const Buffer &b : m.buffers) {
-        if (b.role != Buffer::Role::Output) continue;
-        if (b.dtype != DType::bf16 && b.dtype != DType::f16 && b.dtype != DType::f8e4m3 && b.dtype != DType::f8e5m2) return false;
-        any = true;
-    }
-    return any;
-}
-
 std::string generate_cpu(const Module &m, const CpuCodegenOptions &o) {
     std::ostringstream os;
     std::string P = c_identifier(o.symbol_prefix, "");

@@ -1,5 +1,5 @@
 /** \file cpu_exp2_accuracy_test.cpp
- * The accuracy of the CPU's row exp2 primitives (src/codegen/CodeGen_CPU.cpp cpu_half_accuracy_exp2):
+ * The accuracy of the CPU's row exp2 primitives (src/codegen/CpuOutputPrecision.cpp cpu_half_accuracy_exp2):
  * the degree-4 polynomial (rfk::Exp2Accuracy::Half) only in modules whose outputs are all bf16, f16
  * or fp8 and with the option on (not under --exact-products, not beside an f32 or index output); the
  * kernels so built still pass the reference check, a cancelling weighted variance among them.

@@ -89,7 +89,7 @@ TEST(CpuExp2Rows, LoopsIntoLocalsAreStagedLoopsIntoOutputsAreNot) {
     // bf16: the exp2 loop sums and writes a float row buffer. Its copy for finite row statistics is one
     // rfk::exp2_row_sum over the bf16 row (argument (x + (-m)) · log2(e), sum offset -h); the copy for
     // non-finite ones (rfk::sub, not a sum) is staged. Both with the degree-4 exp2 of a module whose
-    // outputs are all bf16 (CodeGen_CPU.cpp cpu_half_accuracy_exp2).
+    // outputs are all bf16 (CpuOutputPrecision.cpp cpu_half_accuracy_exp2).
     std::string bf16 = cpp_for(softmax_with("bf16", "bf16"));
     EXPECT_NE(bf16.find(" += rfk::exp2_row_sum<rfk::Exp2Accuracy::Half>(&l_p1_rowterm["), std::string::npos) << bf16;
     EXPECT_NE(bf16.find("], &rf_b0["), std::string::npos) << bf16;
@@ -162,7 +162,7 @@ TEST(CpuExp2Rows, InPlaceElementWiseRewritesAreOneRowCallOtherReadsAreNot) {
     // Attention's exp tile: $pro0[rr * S + j - tb] = exp2($pro0[rr * S + j - tb] * h + (-m)) in place,
     // one fused call (exp2_affine_row); the copy for a non-finite row maximum (rfk::sub, not affine)
     // writes its argument into the tile and calls exp2_row on it: no staging array either way. The
-    // example's output is bf16: both with the degree-4 exp2 (CodeGen_CPU.cpp cpu_half_accuracy_exp2).
+    // example's output is bf16: both with the degree-4 exp2 (CpuOutputPrecision.cpp cpu_half_accuracy_exp2).
     std::filesystem::path att = std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "attention.rf";
     auto c = analyze_source(test::read_text(att), "attention.rf", make_target(TargetKind::Cpu), {});
     std::string att_src = generate(*c).source;

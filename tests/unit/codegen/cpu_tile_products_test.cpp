@@ -1,5 +1,5 @@
 /** \file cpu_tile_products_test.cpp
- * The CPU's bf16 tile products (src/codegen/CodeGen_CPU.cpp cpu_rounds_tile_products): a float tile
+ * The CPU's bf16 tile products (src/codegen/CpuOutputPrecision.cpp cpu_rounds_tile_products): a float tile
  * met by a bf16 operand in a tile GEMM goes to rfk::gemm_*_as_bf16 only when every output is bf16 or
  * fp8 and the option is on; the kernel so built still passes the reference check.
  */
