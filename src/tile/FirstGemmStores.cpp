@@ -1,14 +1,16 @@
 /** \file FirstGemmStores.cpp
  * The CPU tile pass that lets a tile GEMM store its first tile into a zeroed float tile instead of
  * adding it: the micro-kernels then write C without reading it back (a 128-row block of N = 4096
- * floats is 2 MiB, more than L2).
+ * floats is 2 MiB, more than L2), and the tile's zero fill shrinks to the part that GEMM leaves alone.
  */
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "sym/Simplify.h"
 #include "tile/LoopFacts.h"
+#include "tile/LowerPass.h"
 #include "tile/Passes.h"
 #include "tile/StmtVisitor.h"
 
@@ -35,17 +37,32 @@ using namespace loop_facts;
  * Where: the weight GEMMs of RMSNorm→GEMM and the int8 / fp8 quantized GEMMs (K in one tile: every
  * call stores; linear + cross-entropy's logits GEMM stores already); measured in docs/tile-ir.md. */
 
+/* Rule (the fill, after the rule above):
+ *   tile C[D] = 0;  S...;  for t in [b, e) serial: { ...; gemm C[0] (+= if t ≠ b, else =) alpha · A × Bᵀ [M, N], ldc = N; ... }
+ *   ⇒   tile C[D];  for q in [select(b < e, M·N, 0), D): C[q] = 0;  S...;  the loop
+ * (max(M·N, 0) in place of M·N: a GEMM of no rows writes nothing.)
+ * Preconditions: C has one dimension; the GEMM writes C from its first element with rows N apart (c_si
+ * = N; storing, a tile GEMM sets every element of its M x N, which attention's score GEMMs, never
+ * zeroed, rely on too, so its M rows of N are the prefix [0, M·N)); M, N, b and e read nothing that S declares or
+ * writes, and M and N nothing the loop writes, so their values at the fill are those of the GEMM's
+ * first run. Why the values are the same: when the loop runs (b < e) its first iteration stores every
+ * element of [0, M·N) before anything reads C (the first rule's preconditions: nothing in S, nor in
+ * the loop before the GEMM, mentions C), so the zeros there were never read; the rest of C keeps its
+ * zeros; when it does not run, the whole tile is filled as before. A prefix longer than D (a GEMM
+ * writing past its tile) leaves the fill empty. Where: every first-stored weight GEMM (RMSNorm→GEMM,
+ * the quantized GEMMs: 256 KiB of zeros per call at M = 16, N = 4096, and 2 MiB per 128-row block). */
+
 bool positive_constant(Expr e) { return e->is_const() && e->value > 0; }
 
 /** The GEMM into `acc` that the rule lets store on the loop's first iteration: the first statement of
- *  the loop's body mentioning acc, when it is such a GEMM. */
-std::optional<size_t> first_gemm_into(const StmtP &loop, const std::string &acc) {
+ *  the loop's body mentioning acc, when it is such a GEMM (`stored`: one the rule has rewritten). */
+std::optional<size_t> first_gemm_into(const StmtP &loop, const std::string &acc, bool stored = false) {
     for (size_t i = 0; i < loop->body.size(); ++i) {
         const StmtP &s = loop->body[i];
         if (!mentions_anywhere(s, acc)) continue;
         if (s->kind != StmtKind::Gemm) return std::nullopt;
         const GemmInfo &g = *s->gemm;
-        bool fits = g.accumulate && !g.accumulate_if && g.trans_b && !g.a_transposed() && g.c_base->name == acc &&
+        bool fits = g.accumulate && !g.accumulate_if == !stored && g.trans_b && !g.a_transposed() && g.c_base->name == acc &&
                     g.a_base->name != acc && g.b_base->name != acc && positive_constant(g.alpha);
         return fits ? std::optional<size_t>(i) : std::nullopt;
     }
@@ -68,6 +85,26 @@ StmtP store_first_tile(const StmtP &loop, const std::string &acc) {
     return with_body(loop, std::move(body), loop->else_body);
 }
 
+/** The fill of `acc` (declared by `d`, one dimension) that the second rule leaves, given the statements
+ *  `between` the declaration and `loop` (the loop whose first GEMM into acc now stores); null when a
+ *  precondition fails. */
+StmtP shrunk_fill(const Stmt &d, const std::vector<StmtP> &between, const StmtP &loop) {
+    if (d.dims.size() != 1) return nullptr;
+    auto g = first_gemm_into(loop, d.name, true);
+    if (!g) return nullptr;
+    const GemmInfo &info = *loop->body[*g]->gemm;
+    if (info.c_base->args.size() != 1 || !simplify(info.c_base->args[0])->is_const(0) || !same_value(info.c_si, info.N)) return nullptr;
+    std::set<std::string> before, in_loop;
+    for (const StmtP &s : between) written_in(s, before);
+    written_in(loop, in_loop);
+    for (Expr e : {info.M, info.N, loop->begin, loop->end})
+        if (!invariant(e, before)) return nullptr;
+    if (!invariant(info.M, in_loop) || !invariant(info.N, in_loop)) return nullptr;
+    Expr q = make_index(d.name + "_fill");
+    Expr from = simplify(make_select(make_cmp(CmpOp::LT, loop->begin, loop->end), make_max(make_mul(info.M, info.N), int_c(0)), int_c(0)));
+    return for_loop(q, from, d.dims[0], {assign(local_at(d.name, q), real_c(0))});
+}
+
 class FirstGemmStores : public StmtMutator {
 public:
     std::vector<StmtP> mutate_list(const std::vector<StmtP> &list) override {
@@ -78,7 +115,15 @@ public:
                 continue;
             for (size_t i = d + 1; i < out.size(); ++i)
                 if (mentions_anywhere(out[i], s->name)) {
-                    if (StmtP loop = store_first_tile(out[i], s->name)) out[i] = loop;
+                    StmtP loop = store_first_tile(out[i], s->name);
+                    if (!loop) break;
+                    out[i] = loop;
+                    std::vector<StmtP> between(out.begin() + static_cast<std::ptrdiff_t>(d) + 1, out.begin() + static_cast<std::ptrdiff_t>(i));
+                    if (StmtP fill = shrunk_fill(*s, between, loop)) {
+                        StmtP bare = decl(s->name, s->cls, s->dims, nullptr);
+                        out[d] = bare;
+                        out.insert(out.begin() + static_cast<std::ptrdiff_t>(d) + 1, fill);
+                    }
                     break;
                 }
         }

@@ -3,6 +3,7 @@
  */
 #include "tile/LoopFacts.h"
 
+#include "sym/Simplify.h"
 #include "tile/StmtVisitor.h"
 
 namespace rf::tile::loop_facts {
@@ -67,6 +68,8 @@ bool kernel_constant(Expr e) {
         return n->kind == Kind::Reduce || n->kind == Kind::Load || (n->kind == Kind::Var && n->role != VarRole::Size);
     });
 }
+
+bool same_value(Expr a, Expr b) { return rf::to_string(simplify(a)) == rf::to_string(simplify(b)); }
 
 bool cannot_trap(Expr e) {
     return !any_of(e, [](Expr n) {

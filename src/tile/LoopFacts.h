@@ -37,6 +37,9 @@ bool invariant(Expr e, const std::set<std::string> &written);
  *  reduction. Its value is the same everywhere in a kernel. */
 bool kernel_constant(Expr e);
 
+/** True when a and b simplify to the same expression (the same value wherever both are read). */
+bool same_value(Expr a, Expr b);
+
 /** True when evaluating e cannot trap whatever the values: every integer division or modulo is by a
  *  non-zero constant (the evaluator defines x / 0 on integers as an error, the CPU raises SIGFPE).
  *  Real division, square roots, logarithms and casts do not trap (IEEE: inf or NaN). */

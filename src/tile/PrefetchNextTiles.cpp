@@ -9,7 +9,6 @@
 #include <string>
 
 #include "ir/DType.h"
-#include "sym/Simplify.h"
 #include "tile/LoopFacts.h"
 #include "tile/LowerPass.h"
 #include "tile/Passes.h"
@@ -35,8 +34,6 @@ namespace {
  * lower_options), the run is cut to its first Schedule::prefetch_bytes:
  *   prefetch B[...][0, min((min($te + T, hi) - $te) · P, cap / sizeof(B)))
  * and the hardware prefetchers, started on the run, carry on. */
-
-bool same(Expr a, Expr b) { return rf::to_string(simplify(a)) == rf::to_string(simplify(b)); }
 
 /** The tile loop's bounds: $tb and $te and the T and hi of `$te = min($tb + T, hi)`. */
 struct TileBounds {
@@ -70,7 +67,7 @@ StmtP next_tile(const Module &m, const GemmInfo &g, const TileBounds &t, int64_t
         if (!b->args[i]->is_const(0)) return nullptr;
         rest = make_mul(rest, buf->dims[i]);
     }
-    if (!same(rest, g.trans_b ? g.K : g.N)) return nullptr;  // whole rows: the tile is one run
+    if (!loop_facts::same_value(rest, g.trans_b ? g.K : g.N)) return nullptr;  // whole rows: the tile is one run
     std::vector<Expr> args = b->args;
     args[at] = t.te;
     Expr rows = make_sub(make_min(make_add(t.te, t.step), t.hi), t.te), run = make_mul(rows, rest);

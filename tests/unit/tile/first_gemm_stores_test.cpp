@@ -3,8 +3,10 @@
  * tile, the first statement of a serial loop to touch it, stores on the loop's first iteration — kept
  * as it is when anything touches the tile before it, when it runs under a branch, for a loop that is
  * not serial, the NN form, a non-positive or non-constant alpha, a tile not declared 0 or a float64
- * state; the weight GEMMs of RMSNorm→GEMM and the quantized GEMMs take it, and their outputs are bit
- * for bit those of the kernels without the pass (K in one tile and in two, special values included).
+ * state; its zero fill then shrinks to what the GEMM leaves, unless M or N reads a local declared
+ * between the declaration and the loop or written in the loop, or C's rows leave gaps; the weight GEMMs
+ * of RMSNorm→GEMM and the quantized GEMMs take it, and their outputs are bit for bit those of the
+ * kernels without the pass (K in one tile and in two, partial row blocks, special values included).
  */
 #include <gtest/gtest.h>
 
@@ -29,11 +31,12 @@ namespace {
 
 Expr t() { return make_index("$tile"); }
 
-/** gemm $acc[0] += alpha * $f[0] x W[0, 0]^T over 4 x 8 x K (or W's NN form). */
-StmtP gemm_into(const std::string &acc, Expr alpha, bool trans_b = true, const std::string &a = "$f") {
+/** gemm $acc[0] += alpha * $f[0] x W[0, 0]^T over M x 8 x K (or W's NN form), C's rows ldc apart. */
+StmtP gemm_into(const std::string &acc, Expr alpha, bool trans_b = true, const std::string &a = "$f", Expr M = int_c(4),
+                Expr ldc = int_c(8)) {
     Expr K = make_size("K");
     GemmInfo g;
-    g.M = int_c(4);
+    g.M = M;
     g.N = int_c(8);
     g.K = K;
     g.a_base = local_at(a, int_c(0));
@@ -43,7 +46,7 @@ StmtP gemm_into(const std::string &acc, Expr alpha, bool trans_b = true, const s
     g.b_sj = trans_b ? K : int_c(1);
     g.b_sk = trans_b ? int_c(1) : int_c(8);
     g.c_base = local_at(acc, int_c(0));
-    g.c_si = int_c(8);
+    g.c_si = ldc;
     g.alpha = alpha;
     g.trans_b = trans_b;
     g.accumulate = true;
@@ -86,6 +89,9 @@ Module kernel(const Shape &sh) {
 
 const char *kStores = "(+= if $tile != 0, else =)";
 
+/** How the pass leaves the tile's zero fill. */
+enum class Fill { Whole, Shrunk };
+
 }  // namespace
 
 TEST(FirstGemmStores, TableOfKernels) {
@@ -93,9 +99,12 @@ TEST(FirstGemmStores, TableOfKernels) {
         const char *what;
         std::function<Shape()> make;
         bool stores;
+        Fill fill = Fill::Whole;  ///< Shrunk: the declaration loses its 0 to a fill of what the GEMM leaves
+        const char *fill_head = "";  ///< Shrunk: the fill loop's head
     };
     std::vector<Case> cases = {
-        {"the GEMM first in the loop: stores on the first tile", [] { return Shape{}; }, true},
+        {"the GEMM first in the loop: stores on the first tile, writing all 4 x 8 of the tile: no fill",
+         [] { return Shape{}; }, true, Fill::Shrunk, "for $acc_fill in [32, 32) serial:"},
         {"a statement between not touching the tile: stores",
          [] {
              Shape s;
@@ -103,12 +112,40 @@ TEST(FirstGemmStores, TableOfKernels) {
              s.loop_head = {decl("$tb", LocalClass::Index, {}, make_mul(t(), int_c(4)))};
              return s;
          },
-         true},
+         true, Fill::Shrunk, "for $acc_fill in [32, 32) serial:"},
         {"alpha 0.125: stores", [] {
              Shape s;
              s.gemm_stmt = gemm_into("$acc", real_c(0.125));
              return s;
+         }, true, Fill::Shrunk, "for $acc_fill in [32, 32) serial:"},
+        {"M a size: the fill starts past the GEMM's M x 8 when the loop runs", [] {
+             Shape s;
+             s.gemm_stmt = gemm_into("$acc", real_c(1), true, "$f", make_size("K"));
+             return s;
+         }, true, Fill::Shrunk, "for $acc_fill in [8 * K, 32) serial:"},
+        {"M the row loop's variable (bound before the declaration): shrunk", [] {
+             Shape s;
+             s.gemm_stmt = gemm_into("$acc", real_c(1), true, "$f", make_index("$row"));
+             return s;
+         }, true, Fill::Shrunk, "for $acc_fill in [8 * $row, 32) serial:"},
+        {"M a local declared between the declaration and the loop: whole fill", [] {
+             Shape s;
+             s.before = {decl("$m", LocalClass::Index, {}, int_c(2))};
+             s.gemm_stmt = gemm_into("$acc", real_c(1), true, "$f", make_index("$m"));
+             return s;
          }, true},
+        {"M a local the loop writes: whole fill", [] {
+             Shape s;
+             s.loop_head = {decl("$m", LocalClass::Index, {}, int_c(2))};
+             s.gemm_stmt = gemm_into("$acc", real_c(1), true, "$f", make_index("$m"));
+             return s;
+         }, true},
+        {"C's rows 16 apart, 8 wide (gaps the GEMM leaves): whole fill", [] {
+             Shape s;
+             s.gemm_stmt = gemm_into("$acc", real_c(1), true, "$f", int_c(2), int_c(16));
+             return s;
+         }, true},
+
         {"the tile declared 1: kept", [] {
              Shape s;
              s.init = real_c(1);
@@ -169,6 +206,11 @@ TEST(FirstGemmStores, TableOfKernels) {
         EXPECT_NO_THROW(verify(out)) << c.what;
         std::string text = to_string(out);
         EXPECT_EQ(test::count_of(text, kStores), c.stores ? 1u : 0u) << c.what << "\n" << text;
+        EXPECT_EQ(test::count_of(text, "$acc_fill"), c.fill == Fill::Shrunk ? 2u : 0u) << c.what << "\n" << text;
+        if (c.fill == Fill::Shrunk) {
+            EXPECT_EQ(test::count_of(text, c.fill_head), 1u) << c.what << "\n" << text;
+            EXPECT_EQ(test::count_of(text, "$acc[$acc_fill] = 0"), 1u) << c.what << "\n" << text;
+        }
         if (!c.stores) {
             EXPECT_EQ(text, to_string(m)) << c.what;
         }
