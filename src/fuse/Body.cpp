@@ -134,6 +134,17 @@ std::optional<Body> make_body(const TensorDef &def, const AnalysisContext &ctx, 
         if (!d || !d->is_reduction() || d->is_topk()) return 0;
         return d->body->rop == ReduceOp::Max ? 1 : d->body->rop == ReduceOp::Min ? -1 : 0;
     };
+    // Whether an expression reads the running value of a sum or product member of this pass (through
+    // plain definitions too): a value that can move either way before it settles (a running mean).
+    std::function<bool(Expr, int)> reads_running_sum = [&](Expr e, int depth) -> bool {
+        return depth < 8 && ctx.program && any_of(e, [&](Expr n) {
+                   if (n->kind != Kind::Load) return false;
+                   const TensorDef *d = ctx.program->find_def(n->name);
+                   if (!d || !d->body || d->is_topk()) return false;
+                   if (!d->is_reduction()) return reads_running_sum(d->body, depth + 1);
+                   return ctx.pass_members.count(n->name) && (d->body->rop == ReduceOp::Sum || d->body->rop == ReduceOp::Prod);
+               });
+    };
     std::map<Expr, Expr> delta_of;
     auto delta_for = [&](Expr d_expr) -> Expr {
         // δ stands for the expression without its numeric coefficient (m, not -m), which reads better.
@@ -148,6 +159,7 @@ std::optional<Body> make_body(const TensorDef &def, const AnalysisContext &ctx, 
             b.delta_syms.push_back(sym);
             b.delta_exprs.push_back(rest);
             b.delta_directions.push_back(direction_of(rest));
+            b.delta_running_sums.push_back(reads_running_sum(rest, 0));
         }
         return coef == 1 ? sym : make_mul(make_const(coef), sym);
     };

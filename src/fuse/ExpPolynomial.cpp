@@ -117,10 +117,18 @@ bool derive_exp_polynomial(const Body &b, MemberAnalysis &m, std::string &reason
     // (exp(X - m + mu)·(X - m): exp(mu) at its final value, not the running one, which can overflow
     // where the spec does not; Multiplicative.cpp split_deferred for the same split of H).
     std::vector<double> run_rates = rates, def_rates(rates.size(), 0.0);
-    bool stable = false, other = false;
+    bool stable = false, other = false, unbounded = false;
     for (size_t i = 0; i < rates.size(); i++) {
         if (b.stabilizes(i, rates[i])) stable = true;
         else if (rates[i] != 0) other = true;
+        unbounded = unbounded || b.unbounded_alone(i, rates[i]);
+    }
+    // A rate on a running sum or mean with no stabilizing rate beside it: as in the multiplicative form
+    // (Multiplicative.cpp), the running terms could overflow where the spec's do not.
+    if (unbounded && !stable) {
+        reason = "F · exp(-λ·d) = " + shown(q.F) + ": a rate on a running value that moves either way (not a running max "
+                 "or min), with no stabilizing rate beside it: the running terms could overflow where the spec's do not";
+        return false;
     }
     if (stable && other)
         for (size_t i = 0; i < rates.size(); i++)

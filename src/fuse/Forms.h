@@ -27,6 +27,9 @@ struct Body {
      *  running min, 0 anything else. A term c·δ_i of an exponent with c·direction < 0 keeps the
      *  running terms in range (exp(X - m) <= 1); other exponent terms are deferred where one does. */
     std::vector<int> delta_directions;
+    /** Per δ_i: true when it reads the running value of a sum or product member of the pass (a running
+     *  mean, say), which can move either way before it settles. */
+    std::vector<bool> delta_running_sums;
     Facts facts;                    ///< sign facts: member tensors, δ symbols, input intervals
     bool inexact = false;           ///< a narrow cast mixes x and d somewhere in F
     std::string inexact_cast;       ///< the first such cast, as text
@@ -36,6 +39,13 @@ struct Body {
      *  (per exponent term, Multiplicative.cpp split_deferred) and the exponential-polynomial form
      *  (per rate, ExpPolynomial.cpp) defer the other exponent terms by. */
     bool stabilizes(size_t i, double c) const { return c * delta_directions[i] < 0; }
+    /** Whether the exponent term c·δ_i, kept in the running state with nothing stabilizing beside it,
+     *  can overflow where the spec does not: δ_i reads a running sum or product, which moves either way
+     *  before it settles (the running mean of a row of values near 100 starts near 0, so exp(X - mu_run)
+     *  is near exp(100) while every term of the spec is near exp(0)). A running max or min moves one
+     *  way only: with the stabilizing sign it keeps the terms in range, with the other its terms stay
+     *  below the spec's (Multiplicative.cpp, ExpPolynomial.cpp). */
+    bool unbounded_alone(size_t i, double c) const { return c != 0 && delta_running_sums[i]; }
 };
 
 bool depends_on_x(const Body &b, Expr e);

@@ -165,6 +165,24 @@ bool stabilizing(const Body &b, Expr term) {
     return false;
 }
 
+/** An exponent term c·δ_i that, alone in the running state, can overflow where the spec does not
+ *  (Body::unbounded_alone); null when no term of H's exp factors is one, or when one of their terms
+ *  stabilizes (split_deferred then defers the others). */
+Expr unbounded_exponent_term(const Body &b, Expr H) {
+    Expr unbounded = nullptr;
+    bool stable = false;
+    for (Expr f : H->kind == Kind::Mul ? H->args : std::vector<Expr>{H}) {
+        if (!(f->kind == Kind::Call && f->func == Func::exp)) continue;
+        for (Expr t : f->args[0]->kind == Kind::Add ? f->args[0]->args : std::vector<Expr>{f->args[0]}) {
+            stable = stable || stabilizing(b, t);
+            auto [coef, rest] = split_coefficient(t);
+            for (size_t i = 0; i < b.delta_syms.size(); i++)
+                if (rest == b.delta_syms[i] && b.unbounded_alone(i, coef) && !unbounded) unbounded = t;
+        }
+    }
+    return stable ? nullptr : unbounded;
+}
+
 /** H = H_run · H_def: exp factors stay in the running state (they keep exp(x) in range); every other
  *  factor is deferred to the epilogue. For a sum, where some exponent term is stabilizing (c·m with
  *  m a running max, c < 0), the other exponent terms are deferred too: with
@@ -173,7 +191,8 @@ bool stabilizing(const Body &b, Expr term) {
  *  — bounded as the spec's own terms are — and exp(mu) is applied once, at its final value. Kept in
  *  the state instead, exp(mu_run) can overflow where the spec does not (a running mean of a row
  *  whose first half is 200 and second half -200 is 100 half-way and 0 at the end). Without a
- *  stabilizing term (exp(X - mu) alone), exp(-mu_run) is what keeps the state in range: all stay. */
+ *  stabilizing term all stay; derive_multiplicative has already refused the exponent terms on a
+ *  running sum there (exp(X - mu) alone: unbounded_exponent_term). */
 void split_deferred(const Body &b, ReduceOp op, Expr H, Expr &H_run, Expr &H_def, bool &defers_exp) {
     std::vector<Expr> factors = H->kind == Kind::Mul ? H->args : std::vector<Expr>{H};
     std::vector<Expr> run, def, stable, unstable;
@@ -200,6 +219,15 @@ void split_deferred(const Body &b, ReduceOp op, Expr H, Expr &H_run, Expr &H_def
 bool derive_multiplicative(const Body &b, MemberAnalysis &m, std::string &reason) {
     Split s;
     if (!split(b, b.F, s, reason)) return false;
+    // exp(X - mu) with mu a running sum or mean and no running max beside it: the state's terms
+    // exp(X - mu_run) can overflow where the spec's exp(X - mu) do not (a row of values near 100 has a
+    // running mean near 0 at first). The member then runs after the pass that finishes mu.
+    if (Expr t = unbounded_exponent_term(b, s.H)) {
+        reason = "H = " + shown(s.H) + ": its exponent term " + shown(t) +
+                 " runs with a value that moves either way (not a running max or min), and nothing beside it keeps "
+                 "the running terms in range: they could overflow where the spec's do not";
+        return false;
+    }
     m.G = s.G;
     m.H = s.H;
     split_deferred(b, m.op, s.H, m.H_run, m.H_def, m.defers_exp);

@@ -376,6 +376,12 @@ inline std::vector<StabilityCase> stability_cases() {
         out.push_back({"running mean far above the final one, C = " + std::to_string(C), spec_path("exp_deferred_mean.rf"),
                        {{"R", 3}, {"C", C}}, {}, thirds});
     }
+    // Rows of values near 200 under exp(X - mu) with no running max: the running mean starts near 0,
+    // so a running state exp(X - mu_run) would pass exp(88), beyond float32, where the spec's terms
+    // are near 1; the member runs after the pass that finishes mu.
+    for (int64_t C : {37, 2053})
+        out.push_back({"exp of a running mean alone, rows near 200, C = " + std::to_string(C), spec_path("exp_running_mean_alone.rf"),
+                       {{"R", 3}, {"C", C}}, {}, [](double v, size_t) { return 200 + v; }});
     // Softmax with P and the top-k of its probabilities as outputs: PoCL 3.1 skipped the top-k
     // stores (a loop over the slots in one round of threads) when P's row epilogue followed.
     for (int64_t C : {3, 700})

@@ -100,6 +100,17 @@ t[r]  = sum(c: max(X[r,c], mu[r]))
 output t
 )";
 
+const char *kExpOfMean = R"(
+size R = 3, C = 11
+input X[R, C] : f32
+m[r]  = max(c: X[r,c])
+mu[r] = sum(c: X[r,c]) / C
+t[r]  = sum(c: exp(X[r,c] - mu[r]))
+u[r]  = sum(c: exp(X[r,c] - m[r] + mu[r]))
+v[r]  = sum(c: exp(X[r,c] + m[r]))
+output t, u, v
+)";
+
 const char *kExpProduct = R"(
 size R = 3, C = 11
 input X[R, C] : f32
@@ -226,6 +237,27 @@ TEST(Verdicts, UnfusibleBodiesCarryAReasonAndACounterexample) {
         EXPECT_FALSE(chain_of(*c, "t")->fused);
         EXPECT_EQ(chain_of(*c, "t")->strategy, Strategy::MultiPass);
     }
+}
+
+TEST(Verdicts, AnExponentOnARunningMeanAloneDoesNotFuse) {
+    // exp(X - mu) with mu a running mean: the running terms exp(X - mu_run) could overflow where the
+    // spec's do not, so t runs in a later pass. Beside a running max (u) the mean's factor is deferred
+    // and u fuses; a running max with the other sign (v) only makes the running terms smaller.
+    ArenaScope arena;
+    auto c = compile(kExpOfMean);
+    const MemberAnalysis *t = verdict(*c, "t");
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->relation, Relation::None);
+    EXPECT_NE(t->reason.find("could overflow where the spec"), std::string::npos) << t->reason;
+    for (const char *name : {"u", "v"}) {
+        const MemberAnalysis *f = verdict(*c, name);
+        ASSERT_TRUE(f) << name;
+        EXPECT_EQ(f->relation, Relation::Multiplicative) << name << ": " << f->reason;
+    }
+    EXPECT_TRUE(verdict(*c, "u")->defers_exp);
+    EXPECT_FALSE(verdict(*c, "v")->defers_exp);
+    ASSERT_EQ(c->plan.not_fused.size(), 1u);
+    EXPECT_EQ(c->plan.not_fused[0].name, "t");
 }
 
 TEST(Verdicts, ChainsAreNotGroupedByEqualExtents) {
