@@ -157,13 +157,21 @@ bool split(const Body &b, Expr e, Split &out, std::string &reason) {
     return false;
 }
 
-/** True for an exponent term c·δ_i that keeps the running terms in range (Body::stabilizes). */
-bool stabilizing(const Body &b, Expr term) {
+/** The factors of a product (e itself when it is not one), and the terms of a sum. */
+std::vector<Expr> factors_of(Expr e) { return e->kind == Kind::Mul ? e->args : std::vector<Expr>{e}; }
+std::vector<Expr> terms_of(Expr e) { return e->kind == Kind::Add ? e->args : std::vector<Expr>{e}; }
+bool is_exp(Expr f) { return f->kind == Kind::Call && f->func == Func::exp; }
+
+/** For an exponent term c·δ_i, whether pred(i, c) holds (false for any other term). */
+bool delta_term_where(const Body &b, Expr term, bool (Body::*pred)(size_t, double) const) {
     auto [coef, rest] = split_coefficient(term);
     for (size_t i = 0; i < b.delta_syms.size(); i++)
-        if (rest == b.delta_syms[i]) return b.stabilizes(i, coef);
+        if (rest == b.delta_syms[i]) return (b.*pred)(i, coef);
     return false;
 }
+
+/** True for an exponent term c·δ_i that keeps the running terms in range (Body::stabilizes). */
+bool stabilizing(const Body &b, Expr term) { return delta_term_where(b, term, &Body::stabilizes); }
 
 /** An exponent term c·δ_i that, alone in the running state, can overflow where the spec does not
  *  (Body::unbounded_alone); null when no term of H's exp factors is one, or when one of their terms
@@ -171,13 +179,11 @@ bool stabilizing(const Body &b, Expr term) {
 Expr unbounded_exponent_term(const Body &b, Expr H) {
     Expr unbounded = nullptr;
     bool stable = false;
-    for (Expr f : H->kind == Kind::Mul ? H->args : std::vector<Expr>{H}) {
-        if (!(f->kind == Kind::Call && f->func == Func::exp)) continue;
-        for (Expr t : f->args[0]->kind == Kind::Add ? f->args[0]->args : std::vector<Expr>{f->args[0]}) {
+    for (Expr f : factors_of(H)) {
+        if (!is_exp(f)) continue;
+        for (Expr t : terms_of(f->args[0])) {
             stable = stable || stabilizing(b, t);
-            auto [coef, rest] = split_coefficient(t);
-            for (size_t i = 0; i < b.delta_syms.size(); i++)
-                if (rest == b.delta_syms[i] && b.unbounded_alone(i, coef) && !unbounded) unbounded = t;
+            if (!unbounded && delta_term_where(b, t, &Body::unbounded_alone)) unbounded = t;
         }
     }
     return stable ? nullptr : unbounded;
@@ -194,16 +200,14 @@ Expr unbounded_exponent_term(const Body &b, Expr H) {
  *  stabilizing term all stay; derive_multiplicative has already refused the exponent terms on a
  *  running sum there (exp(X - mu) alone: unbounded_exponent_term). */
 void split_deferred(const Body &b, ReduceOp op, Expr H, Expr &H_run, Expr &H_def, bool &defers_exp) {
-    std::vector<Expr> factors = H->kind == Kind::Mul ? H->args : std::vector<Expr>{H};
     std::vector<Expr> run, def, stable, unstable;
-    for (Expr f : factors) {
-        if (!(f->kind == Kind::Call && f->func == Func::exp)) {
+    for (Expr f : factors_of(H)) {
+        if (!is_exp(f)) {
             def.push_back(f);
             continue;
         }
         run.push_back(f);
-        Expr arg = f->args[0];
-        for (Expr t : arg->kind == Kind::Add ? arg->args : std::vector<Expr>{arg}) (stabilizing(b, t) ? stable : unstable).push_back(t);
+        for (Expr t : terms_of(f->args[0])) (stabilizing(b, t) ? stable : unstable).push_back(t);
     }
     if (op == ReduceOp::Sum && !stable.empty() && !unstable.empty()) {
         run = {make_call(Func::exp, make_add(stable))};

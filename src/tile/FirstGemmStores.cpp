@@ -55,44 +55,47 @@ using namespace loop_facts;
 bool positive_constant(Expr e) { return e->is_const() && e->value > 0; }
 
 /** The GEMM into `acc` that the rule lets store on the loop's first iteration: the first statement of
- *  the loop's body mentioning acc, when it is such a GEMM (`stored`: one the rule has rewritten). */
-std::optional<size_t> first_gemm_into(const StmtP &loop, const std::string &acc, bool stored = false) {
+ *  the loop's body mentioning acc, when it is such a GEMM. */
+std::optional<size_t> first_gemm_into(const StmtP &loop, const std::string &acc) {
     for (size_t i = 0; i < loop->body.size(); ++i) {
         const StmtP &s = loop->body[i];
         if (!mentions_anywhere(s, acc)) continue;
         if (s->kind != StmtKind::Gemm) return std::nullopt;
         const GemmInfo &g = *s->gemm;
-        bool fits = g.accumulate && !g.accumulate_if == !stored && g.trans_b && !g.a_transposed() && g.c_base->name == acc &&
+        bool fits = g.accumulate && !g.accumulate_if && g.trans_b && !g.a_transposed() && g.c_base->name == acc &&
                     g.a_base->name != acc && g.b_base->name != acc && positive_constant(g.alpha);
         return fits ? std::optional<size_t>(i) : std::nullopt;
     }
     return std::nullopt;
 }
 
+/** A loop whose first GEMM into a tile now stores its first tile, and that GEMM. */
+struct StoredFirst {
+    StmtP loop;
+    GemmInfo gemm;
+};
+
 /** `loop`, the first statement after the declaration of `acc` to mention it, rewritten when its first
- *  GEMM into acc may store; null when nothing changes. */
-StmtP store_first_tile(const StmtP &loop, const std::string &acc) {
-    if (loop->kind != StmtKind::For || loop->loop != LoopKind::Serial) return nullptr;
+ *  GEMM into acc may store; none when nothing changes. */
+std::optional<StoredFirst> store_first_tile(const StmtP &loop, const std::string &acc) {
+    if (loop->kind != StmtKind::For || loop->loop != LoopKind::Serial) return std::nullopt;
     std::set<std::string> written;
     written_in(loop, written);
-    if (!invariant(loop->begin, written)) return nullptr;
+    if (!invariant(loop->begin, written)) return std::nullopt;
     auto g = first_gemm_into(loop, acc);
-    if (!g) return nullptr;
+    if (!g) return std::nullopt;
     GemmInfo info = *loop->body[*g]->gemm;
     info.accumulate_if = make_cmp(CmpOp::NE, loop->var, loop->begin);
     std::vector<StmtP> body = loop->body;
-    body[*g] = gemm(std::move(info));
-    return with_body(loop, std::move(body), loop->else_body);
+    body[*g] = gemm(info);
+    return StoredFirst{with_body(loop, std::move(body), loop->else_body), info};
 }
 
 /** The fill of `acc` (declared by `d`, one dimension) that the second rule leaves, given the statements
- *  `between` the declaration and `loop` (the loop whose first GEMM into acc now stores); null when a
+ *  `between` the declaration and `loop`, whose first GEMM into acc, `info`, now stores; null when a
  *  precondition fails. */
-StmtP shrunk_fill(const Stmt &d, const std::vector<StmtP> &between, const StmtP &loop) {
+StmtP shrunk_fill(const Stmt &d, const std::vector<StmtP> &between, const StmtP &loop, const GemmInfo &info) {
     if (d.dims.size() != 1) return nullptr;
-    auto g = first_gemm_into(loop, d.name, true);
-    if (!g) return nullptr;
-    const GemmInfo &info = *loop->body[*g]->gemm;
     if (info.c_base->args.size() != 1 || !simplify(info.c_base->args[0])->is_const(0) || !same_value(info.c_si, info.N)) return nullptr;
     std::set<std::string> before, in_loop;
     for (const StmtP &s : between) written_in(s, before);
@@ -115,11 +118,11 @@ public:
                 continue;
             for (size_t i = d + 1; i < out.size(); ++i)
                 if (mentions_anywhere(out[i], s->name)) {
-                    StmtP loop = store_first_tile(out[i], s->name);
-                    if (!loop) break;
-                    out[i] = loop;
+                    std::optional<StoredFirst> stored = store_first_tile(out[i], s->name);
+                    if (!stored) break;
+                    out[i] = stored->loop;
                     std::vector<StmtP> between(out.begin() + static_cast<std::ptrdiff_t>(d) + 1, out.begin() + static_cast<std::ptrdiff_t>(i));
-                    if (StmtP fill = shrunk_fill(*s, between, loop)) {
+                    if (StmtP fill = shrunk_fill(*s, between, stored->loop, stored->gemm)) {
                         StmtP bare = decl(s->name, s->cls, s->dims, nullptr);
                         out[d] = bare;
                         out.insert(out.begin() + static_cast<std::ptrdiff_t>(d) + 1, fill);
