@@ -363,6 +363,112 @@ RFK_KERNEL static void s8_dot_kernel_avx2(int64_t K, const int8_t *a, int64_t ld
         store4_n(c + i * ldc, v, ncols);
     }
 }
+
+// B in place without VNNI: the rows of A are the lanes. A's panels hold R = 8H rows as int16 pairs
+// (A[r][2p], A[r][2p+1]) in one 32-bit lane; each step broadcasts one pair of each of NR B rows, widened to
+// int16 once per K block into an L1-sized buffer, and vpmaddwd adds a[2p]·b[2p] + a[2p+1]·b[2p+1] to each
+// lane, exactly (|a·b| <= 2^14). Against the dot form (both operands widened at every load, horizontal sums)
+// this issues 2 vector operations per 16 products instead of ~3.5 and reads A from L2 once per NR columns
+// (AMD Zen 3, 2 threads, int8 quant->GEMM: bench/results/2026-12-06h-zen3-avx2-full/NOTE.md). Registers:
+// NR·H accumulators + H rows of A + a broadcast, of the 16: 6 columns with 16-row panels, 12 with 8-row ones.
+template <int H>
+constexpr int s16_cols() { return H == 2 ? 6 : 12; }
+constexpr int64_t kS16MC = 128;  // rows of A per block
+
+// out[p·R + r] = A[r][2p] | A[r][2p+1] << 16 (int16 halves) for rows [0, rows) of R, pairs [0, (kc+1)/2);
+// rows past `rows` and the half past an odd kc are zero.
+template <int R>
+static inline void s16_pack_pairs(const int8_t *A, int64_t lda, int64_t rows, int64_t kc, int32_t *out) {
+    const int64_t np = (kc + 1) / 2;
+    std::memset(out, 0, size_t(np * R) * sizeof(int32_t));
+    alignas(32) int32_t units[8];
+    for (int64_t r = 0; r < rows; ++r) {
+        const int8_t *a = A + r * lda;
+        int64_t k = 0;
+        for (; k + 16 <= kc; k += 16) {
+            _mm256_store_si256(reinterpret_cast<__m256i *>(units),
+                               _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a + k))));
+            RFK_UNROLL for (int u = 0; u < 8; ++u) out[(k / 2 + u) * R + r] = units[u];
+        }
+        for (; k < kc; k += 2) {
+            uint32_t lo = uint16_t(int16_t(a[k])), hi = k + 1 < kc ? uint16_t(int16_t(a[k + 1])) : 0u;
+            out[(k / 2) * R + r] = int32_t(lo | (hi << 16));
+        }
+    }
+}
+
+// Rows [0, nr) of B, columns [0, kc), sign-extended into int16 rows ld16 apart; columns kc..ld16 are zero.
+static inline void s16_widen_rows(const int8_t *B, int64_t ldb, int nr, int64_t kc, int16_t *out, int64_t ld16) {
+    for (int j = 0; j < nr; ++j) {
+        const int8_t *b = B + j * ldb;
+        int16_t *o = out + j * ld16;
+        int64_t k = 0;
+        for (; k + 16 <= kc; k += 16)
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(o + k),
+                                _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + k))));
+        for (; k < kc; ++k) o[k] = b[k];
+        for (; k < ld16; ++k) o[k] = 0;
+    }
+}
+
+// tile[j·R + r] = sum over the np pairs of A's panel row r times B row j (int32, exact products).
+template <int H, int NR>
+RFK_KERNEL static void s16_b_in_place_kernel(int64_t np, const int32_t *apanel, const int16_t *b16, int64_t ld16,
+                                             int32_t *tile) {
+    constexpr int R = 8 * H;
+    __m256i acc[NR][H];
+    RFK_UNROLL for (int j = 0; j < NR; ++j) RFK_UNROLL for (int h = 0; h < H; ++h) acc[j][h] = _mm256_setzero_si256();
+    for (int64_t p = 0; p < np; ++p) {
+        __m256i a[H];
+        RFK_UNROLL for (int h = 0; h < H; ++h)
+            a[h] = in_register(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(apanel + p * R + 8 * h)));
+        RFK_UNROLL for (int j = 0; j < NR; ++j) {
+            int32_t pair;
+            std::memcpy(&pair, b16 + j * ld16 + 2 * p, 4);
+            const __m256i bv = _mm256_set1_epi32(pair);
+            RFK_UNROLL for (int h = 0; h < H; ++h) acc[j][h] = _mm256_add_epi32(acc[j][h], _mm256_madd_epi16(bv, a[h]));
+        }
+    }
+    RFK_UNROLL for (int j = 0; j < NR; ++j) RFK_UNROLL for (int h = 0; h < H; ++h)
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(tile + j * R + 8 * h), acc[j][h]);
+}
+
+// C (+)= A B^T for int8 without VNNI, B in place: row blocks of kS16MC, K blocks whose A panels fill at
+// most 256 KiB (half of a Zen 3 L2; the widened B rows, NR·kc·2 bytes, stay in L1 or L2 beside them); per K
+// block and group of NR B rows, the rows are widened once and every panel runs over them. Scratch slots 0
+// (A's panels) and 1 (B's rows); slot 2 may hold the caller's C.
+template <int H>
+static inline void s16_nt_b_in_place(int64_t M, int64_t N, int64_t K, const int8_t *A, int64_t lda, const int8_t *B,
+                                     int64_t ldb, int32_t *C, int64_t ldc, bool accumulate) {
+    constexpr int R = 8 * H, NR = s16_cols<H>();
+    for (int64_t ic = 0; ic < M; ic += kS16MC) {
+        const int64_t mc = min64(kS16MC, M - ic), panels = (mc + R - 1) / R;
+        const int64_t KC = min64(K, std::max<int64_t>(512, (int64_t(256) << 10) / (panels * R * 2) / 16 * 16));
+        const int64_t npmax = (KC + 1) / 2, ld16 = 2 * npmax + 16;
+        int32_t *apack = static_cast<int32_t *>(scratch(0, size_t(panels * npmax * R) * sizeof(int32_t)));
+        int16_t *b16 = static_cast<int16_t *>(scratch(1, size_t(NR * ld16) * sizeof(int16_t)));
+        for (int64_t pc = 0; pc < K; pc += KC) {
+            const int64_t kc = min64(KC, K - pc), np = (kc + 1) / 2;
+            const bool add = accumulate || pc > 0;
+            for (int64_t q = 0; q < panels; ++q)
+                s16_pack_pairs<R>(A + (ic + q * R) * lda + pc, lda, min64(R, mc - q * R), kc, apack + q * np * R);
+            for (int64_t j = 0; j < N; j += NR)
+                with_rows<NR>(int(min64(NR, N - j)), [&](auto nr) {
+                    constexpr int n = decltype(nr)::value;
+                    s16_widen_rows(B + j * ldb + pc, ldb, n, kc, b16, ld16);
+                    alignas(32) int32_t tile[n * R];
+                    for (int64_t q = 0; q < panels; ++q) {
+                        s16_b_in_place_kernel<H, n>(np, apack + q * np * R, b16, ld16, tile);
+                        const int64_t rows = min64(R, mc - q * R);
+                        for (int64_t r = 0; r < rows; ++r) {
+                            int32_t *c = C + (ic + q * R + r) * ldc + j;
+                            RFK_UNROLL for (int t = 0; t < n; ++t) c[t] = add ? int32_t(uint32_t(c[t]) + uint32_t(tile[t * R + r])) : tile[t * R + r];
+                        }
+                    }
+                });
+        }
+    }
+}
 #endif
 #endif  // RFK_SIMD_VECTOR
 
@@ -404,6 +510,10 @@ static inline void gemm_nt_s8s8_s32(int64_t M, int64_t N, int64_t K, const int8_
         });
     }
 #else
+    // 16-row panels from M = 12 (at most a quarter of the lanes idle), 8-row ones from M = 6; fewer rows keep
+    // the dot form, which wastes no lanes (and K = 0, which it stores as zeros).
+    if (M >= 12 && K > 0) return s16_nt_b_in_place<2>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    if (M >= 6 && K > 0) return s16_nt_b_in_place<1>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
     dot_tiles<kDotMR>(M, N, B, ldb, [&](auto mr, int64_t i, int64_t j, const int8_t *const *rows, int64_t ncols) {
         s8_dot_kernel_avx2<decltype(mr)::value>(K, A + i * lda, lda, rows, C + i * ldc + j, ldc, accumulate, ncols);
     });

@@ -300,6 +300,10 @@ void check_s8_gemm(Failures &f) {
     // The dot form's strips: M <= 6 in one strip of up to 6 rows, then strips of 4 and a shorter last one
     // (N < 16 keeps M = 14 on the dot form at a short K).
     shapes.insert(shapes.end(), {{5, 21, 1030}, {6, 19, 1024}, {7, 30, 1029}, {13, 17, 1101}, {14, 6, 200}});
+    // Without VNNI (AVX2) the B-in-place form on int16 pairs: 8-row panels (M = 6..11, groups of 12 B rows) and
+    // 16-row ones (M >= 12, groups of 6), an odd K (the last pair's missing half), N past whole groups, K past
+    // the 1024-deep blocks of a 128-row block (added to C), and a second row block (M > 128).
+    shapes.insert(shapes.end(), {{6, 25, 99}, {11, 13, 517}, {12, 7, 33}, {17, 31, 1500}, {130, 19, 1030}});
     if (kThorough) shapes.insert(shapes.end(), {{128, 256, 8195}});
     int case_index = 0;
     for (const Shape &s : shapes) {
