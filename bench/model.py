@@ -83,14 +83,15 @@ def model(case):
 # are taken too, so that limits whose headline is a slower unit still floor at the fastest.
 PEAK_SOURCES = {
     "bf16": (("bf16_GFLOPs", None), ("bf16_amx_GFLOPs", "amx"), ("bf16_dot_GFLOPs", "avx512_bf16")),
-    "int8": (("int8_GOPs", None), ("int8_amx_GOPs", "amx"), ("int8_dot_GOPs", "avx512_vnni")),
+    "int8": (("int8_GOPs", None), ("int8_amx_GOPs", "amx"), ("int8_dot_GOPs", "avx512_vnni"),
+             ("int8_avx2_GOPs", "avx2")),
 }
 HEADLINE_UNIT = {"bf16": "avx512_bf16", "int8": "avx512_vnni"}
 
 
 def peak_and_unit(limits, kind):
     """(GFLOP/s or GOP/s, unit) of the fastest measured unit for a peak kind: 'amx', 'avx512_bf16',
-    'avx512_vnni', or 'fp32_fma' (also the fallback when the kind has no faster unit)."""
+    'avx512_vnni', 'avx2' (int8 without VNNI), or 'fp32_fma' (also the fallback when the kind has no faster unit)."""
     best, unit = limits.get("fp32_GFLOPs") or 0.0, "fp32_fma"
     for key, name in PEAK_SOURCES.get(kind, ()):
         v = limits.get(key)

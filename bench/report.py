@@ -106,7 +106,8 @@ def machine_lines(res):
         if m.get("int8_dot_GOPs"):
             s += "; int8 dot (AVX512_VNNI) %s / %s GOP/s" % (m["int8_dot_GOPs"]["all_cores"],
                                                              m["int8_dot_GOPs"]["one_core"])
-        for key, what, per in (("bf16_amx_GFLOPs", "bf16 AMX tiles (tdpbf16ps)", "GFLOP/s"),
+        for key, what, per in (("int8_avx2_GOPs", "int8 without VNNI (AVX2 vpmaddubsw)", "GOP/s"),
+                               ("bf16_amx_GFLOPs", "bf16 AMX tiles (tdpbf16ps)", "GFLOP/s"),
                                ("int8_amx_GOPs", "int8 AMX tiles (tdpbssd)", "GOP/s"),
                                ("fp16_fma_GFLOPs", "fp16 FMA (AVX512_FP16)", "GFLOP/s")):
             if m.get(key):

@@ -123,6 +123,11 @@ class Cases(unittest.TestCase):
         # No bf16 unit, or one slower than the FMAs: the floor is at the FP32 peak (never below it).
         self.assertEqual(model.peak_and_unit(dict(old, bf16_GFLOPs=None), "bf16"), (110.0, "fp32_fma"))
         self.assertEqual(model.peak_and_unit(dict(old, bf16_GFLOPs=50.0), "bf16"), (110.0, "fp32_fma"))
+        # AVX2 without VNNI (AMD Zen 3): int8 floors at the vpmaddubsw figure, faster than the FMAs.
+        avx2 = {"mem_GBps": 35.0, "fp32_GFLOPs": 200.0, "bf16_GFLOPs": None, "int8_GOPs": 390.0,
+                "int8_unit": "avx2", "int8_dot_GOPs": None, "int8_avx2_GOPs": 390.0}
+        self.assertEqual(model.peak_and_unit(avx2, "int8"), (390.0, "avx2"))
+        self.assertEqual(model.peak_and_unit(avx2, "bf16"), (200.0, "fp32_fma"))
 
 
 class Hook(unittest.TestCase):

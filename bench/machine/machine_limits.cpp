@@ -36,6 +36,10 @@
 // bf16 dot rate (AVX512_BF16, vdpbf16ps): each instruction does 16 lanes x 2 products + 2 adds
 // = 64 FLOP. int8 dot rate (AVX512_VNNI, vpdpbusd): 16 lanes x 4 u8*s8 products + 4 adds = 128 OP.
 // Both use the same register blocking; they are skipped (null) when the CPU lacks the extension.
+// int8 rate without VNNI (AVX2, measured only when AVX512_VNNI is absent): vpmaddubsw (u8 x s8 pairs into
+// saturating int16), vpmaddwd by ones (pairs into int32) and vpaddd, the sequence of PyTorch's AVX2 int8
+// GEMMs: 8 lanes x 4 products + 4 adds = 64 OP per three instructions. (redfuse's exact AVX2 form,
+// vpmaddwd on widened int16 and vpaddd, does 32 OP per two; the floor is the faster sequence.)
 // Each function is compiled with a target attribute, so the file builds on any x86-64 compiler and
 // the ISA is chosen at run time (cpuid via __builtin_cpu_supports).
 //
@@ -269,6 +273,24 @@ __attribute__((target("avx512f,avx512vnni"))) double dot_int8(long iters) {
   _mm512_storeu_si512(t, s);
   g_isink = t[0] + t[15];
   return static_cast<double>(iters) * NACC * 128;
+}
+
+__attribute__((target("avx2"))) double dot_int8_avx2(long iters) {
+  const __m256i a = _mm256_set1_epi8(static_cast<char>(g_isink + 3));
+  const __m256i b = _mm256_set1_epi8(static_cast<char>(g_isink - 2));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[NACC];
+  for (int i = 0; i < NACC; ++i) acc[i] = _mm256_set1_epi32(i);
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < NACC; ++i) acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+  }
+  __m256i s = acc[0];
+  for (int i = 1; i < NACC; ++i) s = _mm256_add_epi32(s, acc[i]);
+  int t[8];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(t), s);
+  g_isink = t[0] + t[7];
+  return static_cast<double>(iters) * NACC * 64;
 }
 
 // ---------------------------------------------------------------- AMX and AVX512_FP16
@@ -557,6 +579,13 @@ int main(int argc, char** argv) {
     i8_all = peak(dot_int8, threads, reps, seconds);
     i8_one = peak(dot_int8, 1, reps, seconds);
   }
+  const bool run_int8_avx2 = has_avx2 && !has_vnni;
+  double i8_avx2_all = 0, i8_avx2_one = 0;
+  if (run_int8_avx2) {
+    std::fprintf(stderr, "machine_limits: int8 (AVX2 vpmaddubsw)\n");
+    i8_avx2_all = peak(dot_int8_avx2, threads, reps, seconds);
+    i8_avx2_one = peak(dot_int8_avx2, 1, reps, seconds);
+  }
   double amx_bf16_all = 0, amx_bf16_one = 0, amx_i8_all = 0, amx_i8_one = 0, fp16_all = 0, fp16_one = 0;
   if (run_amx_bf16) {
     std::fprintf(stderr, "machine_limits: AMX bf16 tiles\n");
@@ -575,12 +604,13 @@ int main(int argc, char** argv) {
     fp16_one = peak(fma_fp16, 1, reps, seconds);
   }
   // The floor of a dtype is set by the fastest unit that computes it (issue 13: "honest floors").
-  const bool have_bf16 = has_bf16 || run_amx_bf16, have_int8 = has_vnni || run_amx_int8;
+  const bool have_bf16 = has_bf16 || run_amx_bf16, have_int8 = has_vnni || run_amx_int8 || run_int8_avx2;
   const bool bf16_amx = run_amx_bf16 && amx_bf16_all > bf16_all;
   const bool int8_amx = run_amx_int8 && amx_i8_all > i8_all;
-  const double bf16_best = bf16_amx ? amx_bf16_all : bf16_all, int8_best = int8_amx ? amx_i8_all : i8_all;
+  const double bf16_best = bf16_amx ? amx_bf16_all : bf16_all;
+  const double int8_best = int8_amx ? amx_i8_all : run_int8_avx2 ? i8_avx2_all : i8_all;
   const char* bf16_unit = !have_bf16 ? "null" : bf16_amx ? "\"amx\"" : "\"avx512_bf16\"";
-  const char* int8_unit = !have_int8 ? "null" : int8_amx ? "\"amx\"" : "\"avx512_vnni\"";
+  const char* int8_unit = !have_int8 ? "null" : int8_amx ? "\"amx\"" : run_int8_avx2 ? "\"avx2\"" : "\"avx512_vnni\"";
   const double fp32_peak = std::max(fma_all, avx2_all);
   const double mem_peak = std::max({bw_all.copy, bw_all.scale, bw_all.add, bw_all.triad, bw_all.read});
 
@@ -628,6 +658,7 @@ int main(int argc, char** argv) {
   };
   std::printf("  \"bf16_dot_GFLOPs\": %s,\n", both(has_bf16, bf16_all, bf16_one).c_str());
   std::printf("  \"int8_dot_GOPs\": %s,\n", both(has_vnni, i8_all, i8_one).c_str());
+  std::printf("  \"int8_avx2_GOPs\": %s,\n", both(run_int8_avx2, i8_avx2_all, i8_avx2_one).c_str());
   std::printf("  \"bf16_amx_GFLOPs\": %s,\n", both(run_amx_bf16, amx_bf16_all, amx_bf16_one).c_str());
   std::printf("  \"int8_amx_GOPs\": %s,\n", both(run_amx_int8, amx_i8_all, amx_i8_one).c_str());
   std::printf("  \"fp16_fma_GFLOPs\": %s,\n", both(has_fp16, fp16_all, fp16_one).c_str());
@@ -638,9 +669,10 @@ int main(int argc, char** argv) {
   std::printf("             \"fp32_unit\": \"%s\", \"bf16_unit\": %s, \"int8_unit\": %s, \"fp16_GFLOPs\": %s, \"fp16_unit\": %s,\n",
               fp32_peak > fma_all ? "avx2" : fma_isa, bf16_unit, int8_unit, opt_num(has_fp16, fp16_all).c_str(),
               has_fp16 ? "\"avx512_fp16\"" : "null");
-  std::printf("             \"bf16_dot_GFLOPs\": %s, \"bf16_amx_GFLOPs\": %s, \"int8_dot_GOPs\": %s, \"int8_amx_GOPs\": %s}\n",
+  std::printf("             \"bf16_dot_GFLOPs\": %s, \"bf16_amx_GFLOPs\": %s, \"int8_dot_GOPs\": %s, \"int8_amx_GOPs\": %s,\n",
               opt_num(has_bf16, bf16_all).c_str(), opt_num(run_amx_bf16, amx_bf16_all).c_str(),
               opt_num(has_vnni, i8_all).c_str(), opt_num(run_amx_int8, amx_i8_all).c_str());
+  std::printf("             \"int8_avx2_GOPs\": %s}\n", opt_num(run_int8_avx2, i8_avx2_all).c_str());
   std::printf("}\n");
   return 0;
 }
