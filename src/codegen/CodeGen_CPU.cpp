@@ -250,7 +250,7 @@ private:
     void print_accum(const StmtP &s, int ind) override {
         std::string T = target_type(s->target), t = lvalue(s->target), v = cast_to(T, s->value, simd_);
         switch (s->op) {
-        case ReduceOp::Sum: pad(ind) << t << " += " << v << ";\n"; break;
+        case ReduceOp::Sum: pad(ind) << (sum_into_.count(t) ? sum_into_.at(t) : t) << " += " << v << ";\n"; break;
         case ReduceOp::Prod: pad(ind) << t << " *= " << v << ";\n"; break;
         default: {
             bool mx = s->op == ReduceOp::Max;
@@ -337,8 +337,9 @@ private:
         const Buffer *b = it->second;
         std::vector<std::string> idx;
         for (Expr a : s->target->args) idx.push_back(int_expr(a));
-        pad(ind) << "rfk::prefetch_l2(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], (" << int_expr(s->end) << ") * "
-                 << dtype_bytes(b->dtype) << ");\n";
+        // During the row copy that follows: the worker's RowStream asks for it between its streamed stores.
+        pad(ind) << (s->during_copy ? "rs_.prefetch_next(&" : "rfk::prefetch_l2(&") << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], ("
+                 << int_expr(s->end) << ") * " << dtype_bytes(b->dtype) << ");\n";
     }
 
     void print_store(const StmtP &s, int ind) override {
@@ -451,6 +452,7 @@ private:
             (print_exp2_row_in_place(s, ind) || print_exp2_row_sum(s, ind) || print_row_extreme(s, ind) || print_row_sum(s, ind) ||
              print_staged_exp2(s, ind)))
             return;
+        if (s->loop == LoopKind::Simd && !staging_ && print_blocked_sums(s, ind)) return;
         if (s->loop == LoopKind::Simd) {
             std::vector<std::string> reds, flags;
             for (const StmtP &c : s->body) {
@@ -482,6 +484,51 @@ private:
         pad(ind) << head << " {\n";
         body(s->body, ind + 1, false);
         pad(ind) << "}\n";
+    }
+
+    /** A vector loop whose reductions are all float or double sums into scalars, at the loop's top
+     *  level: summed in blocks of rfk::kSumBlockBytes, element j of each block into its own partial
+     *  sum, then the partial sums pairwise, then the loop's rest as a vector reduction. `omp simd
+     *  reduction` keeps one vector of partial sums, whose adds wait on each other (latency 3-4 cycles
+     *  on the CPUs measured against one add issued per cycle or two); a block of four vectors keeps
+     *  four chains (f32 LayerNorm [4096, 8192], AVX2 Zen 3: see docs/tile-ir.md). The sum's order
+     *  changes, as any vector reduction's order does; it stays fixed for given sizes. */
+    bool print_blocked_sums(const StmtP &s, int ind) {
+        std::vector<std::pair<std::string, std::string>> sums;  // (the scalar, its type)
+        for (const StmtP &c : s->body) {
+            if (c->kind != StmtKind::Accum) continue;
+            const std::string T = target_type(c->target);
+            if (c->op != ReduceOp::Sum || c->target->kind != Kind::Var || (T != "float" && T != "double")) return false;
+            sums.push_back({lvalue(c->target), T});
+        }
+        size_t all = 0;
+        for_each_stmt(s, [&](const StmtP &c) { all += c->kind == StmtKind::Accum; });
+        if (sums.empty() || all != sums.size()) return false;  // an accumulation below the top level
+        bool wide = false;
+        for (const auto &t : sums) wide = wide || t.second == "double";
+        const std::string v = local_name(s->var->name), w = std::string("rfk::kSumBlockBytes / ") + (wide ? "8" : "4");
+        pad(ind) << "{\n";
+        pad(ind + 1) << "const int64_t b0_ = " << int_expr(s->begin) << ", e_ = " << int_expr(s->end) << ";\n";
+        pad(ind + 1) << "int64_t b_ = b0_;\n";
+        for (size_t i = 0; i < sums.size(); i++) pad(ind + 1) << "alignas(64) " << sums[i].second << " part" << i << "_[" << w << "] = {};\n";
+        pad(ind + 1) << "for (; b_ + " << w << " <= e_; b_ += " << w << ") {\n";
+        pad(ind + 2) << "#pragma omp simd\n";
+        pad(ind + 2) << "for (int64_t " << v << " = b_; " << v << " < b_ + " << w << "; ++" << v << ") {\n";
+        for (size_t i = 0; i < sums.size(); i++) sum_into_[sums[i].first] = "part" + std::to_string(i) + "_[" + v + " - b_]";
+        body(s->body, ind + 3, true);
+        sum_into_.clear();
+        pad(ind + 2) << "}\n";
+        pad(ind + 1) << "}\n";
+        pad(ind + 1) << "#pragma omp simd";
+        for (const auto &t : sums) os_ << " reduction(+:" << t.first << ")";
+        os_ << "\n";
+        pad(ind + 1) << "for (int64_t " << v << " = b_; " << v << " < e_; ++" << v << ") {\n";
+        body(s->body, ind + 2, true);
+        pad(ind + 1) << "}\n";
+        for (size_t i = 0; i < sums.size(); i++)
+            pad(ind + 1) << "if (b_ != b0_) " << sums[i].first << " += rfk::sum_pairwise(part" << i << "_, " << w << ");\n";
+        pad(ind) << "}\n";
+        return true;
     }
 
     /** A float vector loop `T[i(j)] = exp2(arg)` into a contiguous float tile row
@@ -712,6 +759,7 @@ private:
      *  cpu_half_accuracy_exp2 holds, else empty (the default, Float). */
     std::string exp2_accuracy_;
     bool simd_ = false;  ///< printing inside a simd loop
+    std::map<std::string, std::string> sum_into_;  ///< print_blocked_sums: a sum's scalar -> its partial sum
     bool staging_ = false;  ///< printing the strip loop of print_staged_exp2
     std::map<std::string, const Buffer *> bufs_;
     std::map<std::string, const Stmt *> locals_;

@@ -29,7 +29,13 @@ namespace {
  * 8.1 -> 6.9-7.1 ms; f32 softmax C = 1024 1.03 -> 0.91 ms, C = 8192 11.2-12.2 -> 9.0-9.6 ms;
  * `redfuse bench` with the pass on and off). The next row is the next iteration's on this thread (the
  * row loop's chunks are consecutive rows); at a chunk's end it is another thread's, and the prefetch
- * only warms a line that thread reads. */
+ * only warms a line that thread reads. When the sweep ends with a row copy (an epilogue chunk), the
+ * prefetches are marked during_copy: the worker's row copier asks for their lines one by one between
+ * its streamed stores instead of in a burst before the chunk's work (f32 LayerNorm [4096, 8192] on an
+ * AVX2 AMD EPYC Zen 3: see docs/tile-ir.md). */
+
+/** Whether the sweep ends with a row copy of its own (an epilogue chunk: LowerMerge.cpp chunked_row_output). */
+bool copies_row(const StmtP &sweep) { return !sweep->body.empty() && sweep->body.back()->kind == StmtKind::CopyRow; }
 
 /** A tile loop, or an epilogue chunk loop ($ecN, $pK_ecN: LowerMerge.cpp chunked_row_output). */
 bool is_sweep(const StmtP &s) {
@@ -61,7 +67,7 @@ bool row_of_block(Expr row) {
 }
 
 /** Prefetches of the next row of each input the loop reads by row and element. */
-std::vector<StmtP> next_row_prefetches(const Module &m, const StmtP &loop, Expr tb, Expr te) {
+std::vector<StmtP> next_row_prefetches(const Module &m, const StmtP &loop, Expr tb, Expr te, bool during_copy) {
     std::set<std::string> seen;
     std::vector<StmtP> out;
     const Expr next = make_add(local_var("$rbase", SType::Int), int_c(1));
@@ -74,7 +80,7 @@ std::vector<StmtP> next_row_prefetches(const Module &m, const StmtP &loop, Expr 
                 if (!b || b->role != Buffer::Role::Input || b->dims.size() != 2) return;
                 if (!row_of_block(n->args[0]) || n->args[1]->kind != Kind::Var) return;
                 seen.insert(n->name);
-                StmtP p = prefetch(make_load(n->name, {next, tb}, n->dtype, n->stype), make_sub(te, tb));
+                StmtP p = prefetch(make_load(n->name, {next, tb}, n->dtype, n->stype), make_sub(te, tb), during_copy);
                 out.push_back(if_then(make_cmp(CmpOp::LT, next, b->dims[0]), {p}));
             });
         };
@@ -104,7 +110,7 @@ StmtP with_prefetches(const Module &m, const StmtP &row_loop) {
         const StmtP &loop = sweeps[i];
         auto [lo, hi] = sweep_range(loop);
         if (!lo) continue;
-        std::vector<StmtP> hints = next_row_prefetches(m, loop, lo, hi);
+        std::vector<StmtP> hints = next_row_prefetches(m, loop, lo, hi, copies_row(loop));
         if (hints.empty()) continue;
         // After the range's two declarations, before the sweep's work.
         std::vector<StmtP> body(loop->body.begin(), loop->body.begin() + 2);

@@ -120,6 +120,9 @@ struct Stmt {
     std::vector<std::vector<int>> alphas;  ///< PolyShift multi-indices
     std::shared_ptr<const GemmInfo> gemm;
     std::vector<StmtP> body, else_body;
+    /** Prefetch: asked for line by line between the streamed stores of the row copy that follows in
+     *  the same sweep (rfk::RowStream::prefetch_next) rather than all at once. */
+    bool during_copy = false;
 };
 
 // ---- Builders (the only way passes create statements).
@@ -138,8 +141,9 @@ StmtP store(Expr target, Expr value);
 /** target: a Load of an f32 output at the row's first element; source: a Load of a local array;
  *  scale (optional): a scalar each value is multiplied by, in the compute type, before rounding. */
 StmtP copy_row(Expr target, Expr source, Expr count, Expr scale = nullptr);
-/** at: a Load of an input at the first element of a run of `count` consecutive elements. */
-StmtP prefetch(Expr at, Expr count);
+/** at: a Load of an input at the first element of a run of `count` consecutive elements;
+ *  during_copy: asked for during the row copy that follows (Stmt::during_copy). */
+StmtP prefetch(Expr at, Expr count, bool during_copy = false);
 StmtP comment(const std::string &text);
 /** A copy of s with new children. */
 StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else_body = {});

@@ -68,6 +68,23 @@ struct LocalArray {
     LocalArray &operator=(const LocalArray &) = delete;
 };
 
+// The partial sums a blocked vector sum keeps (the CPU printer's print_blocked_sums): four vectors'
+// worth, four chains of adds that do not wait on each other.
+#if defined(__AVX512F__)
+constexpr int64_t kSumBlockBytes = 256;
+#elif defined(__AVX__)
+constexpr int64_t kSumBlockBytes = 128;
+#else
+constexpr int64_t kSumBlockBytes = 64;
+#endif
+// The sum of the n partial sums p[0..n) (n a power of two), pairwise: p[i] + p[i + n/2], halving.
+template <typename T>
+static inline T sum_pairwise(T *p, int64_t n) {
+    for (int64_t h = n / 2; h >= 1; h /= 2)
+        for (int64_t i = 0; i < h; i++) p[i] += p[i + h];
+    return p[0];
+}
+
 // p * 2^k for integral k in [-151, 129], in two halves 2^(k/2) 2^(k - k/2), each a normal float, so
 // results reach the subnormals and inf without an out-of-range exponent field (exp_f, exp2_f).
 static inline RFK_ALWAYS_INLINE float scale_by_pow2(float p, float k) {

@@ -508,6 +508,26 @@ static inline void copy_row_bf16(uint16_t *dst, const float *src, int64_t n, boo
     for (int64_t q = i; q < n; q++) dst[q] = store_bf16(scale(src[q]));
 }
 
+#if defined(__AVX2__)
+// Eight floats rounded to bf16 exactly as store_bf16 rounds each (round to nearest even on the bits,
+// NaN -> the quiet NaN 0x7FC0, inf kept, finite values rounding past the largest bf16 saturate to it),
+// widened to 32 bits: the branch-free formula of store_bf16, lane by lane. mag <= 0x7FFFFFFF, so the
+// signed compares order magnitudes as unsigned ones would.
+static inline RFK_ALWAYS_INLINE __m256i bf16_bits_avx2(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x), mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(mag, 16), _mm256_set1_epi32(1));
+    __m256i out = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(mag, _mm256_set1_epi32(0x7FFF)), odd), 16);
+    out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7F7F), _mm256_cmpgt_epi32(out, _mm256_set1_epi32(0x7F7F)));
+    out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7F80), _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F800000)));
+    out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7FC0), _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7F800000)));
+    return _mm256_or_si256(out, _mm256_srli_epi32(_mm256_andnot_si256(mag, u), 16));  // the sign bit, at bit 15
+}
+// Sixteen floats as sixteen bf16 values in order (vpackusdw packs within 128-bit halves: reordered).
+static inline RFK_ALWAYS_INLINE __m256i bf16_pack_avx2(__m256 lo, __m256 hi) {
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_bits_avx2(lo), bf16_bits_avx2(hi)), 0xD8);
+}
+#endif
+
 // Row copies of a worker, chunk after chunk (the CPU epilogue computes a row output a chunk at a time
 // and copies each out as it is done; LowerMerge.cpp chunked_row_output). Unstreamed copies are the
 // copy_row_* above. Streamed ones store whole 64-byte lines of dst non-temporally and hold a chunk's
@@ -520,6 +540,11 @@ static inline void copy_row_bf16(uint16_t *dst, const float *src, int64_t n, boo
 // stores; the kernels call it when a worker's rows are done. A streamed output is not read back by
 // the kernel that writes it (row outputs are those nobody reads; RowCopies.cpp's have no float64
 // temporary, which is what readers load).
+//
+// prefetch_next() holds a range of the next row's input until the next copy, which asks for it line
+// by line between its streamed stores (all of it before a plain copy): the next row's reads and this
+// row's writes then share the memory evenly, where a burst of prefetches before the chunk's work
+// filled the miss queue and left the streamed stores waiting behind it (PrefetchNextRows.cpp).
 class RowStream {
   public:
     void f32(float *dst, const float *src, int64_t n, bool stream) { copy(dst, src, n, stream, Unscaled{}); }
@@ -527,17 +552,49 @@ class RowStream {
     // dst[i] = src[i] · scale, rounded to the output's type (a scaled row copy).
     void f32(float *dst, const float *src, int64_t n, bool stream, float scale) { copy(dst, src, n, stream, Scaled{scale}); }
     void bf16(uint16_t *dst, const float *src, int64_t n, bool stream, float scale) { copy(dst, src, n, stream, Scaled{scale}); }
+    // [p, p + bytes) into L2 during the next copy (at once when kMaxPending ranges are already held).
+    void prefetch_next(const void *p, int64_t bytes) {
+        if (bytes <= 0) return;
+        if (pending_ == kMaxPending) {
+            prefetch_l2(p, bytes);
+            return;
+        }
+        pf_at_[pending_] = static_cast<const char *>(p);
+        pf_left_[pending_] = bytes;
+        pending_++;
+    }
     void flush() {
         put_held();
-#if defined(__AVX512F__)
+        prefetch_all();
+#if defined(__AVX512F__) || defined(__AVX2__)
         _mm_sfence();
 #endif
     }
 
   private:
+    static constexpr int kMaxPending = 4;
     unsigned char *held_at_ = nullptr;  // the held line's address in dst (64-byte aligned), or none
     int64_t held_bytes_ = 0;            // bytes of it held, from its start
     alignas(64) unsigned char line_[64];
+    const char *pf_at_[kMaxPending] = {};  // the held prefetch ranges: next line, bytes left
+    int64_t pf_left_[kMaxPending] = {};
+    int pending_ = 0;
+
+    void prefetch_all() {
+        for (int r = 0; r < pending_; r++) prefetch_l2(pf_at_[r], pf_left_[r]);
+        pending_ = 0;
+    }
+    // The next `lines` lines of every held range.
+    void prefetch_some(int64_t lines) {
+        for (int r = 0; r < pending_; r++)
+            for (int64_t l = 0; l < lines && pf_left_[r] > 0; l++, pf_at_[r] += 64, pf_left_[r] -= 64) __builtin_prefetch(pf_at_[r], 0, 2);
+    }
+    // Lines of each held range to ask for per streamed line, for `lines` streamed lines to cover them.
+    int64_t prefetch_rate(int64_t lines) const {
+        int64_t most = 0;
+        for (int r = 0; r < pending_; r++) most = std::max(most, (pf_left_[r] + 63) / 64);
+        return lines > 0 ? (most + lines - 1) / lines : most;
+    }
 
     template <typename Scale>
     static void plain(float *dst, const float *src, int64_t n, Scale scale) { copy_row_f32(dst, src, n, false, scale); }
@@ -567,18 +624,36 @@ class RowStream {
             _mm512_stream_si512(reinterpret_cast<__m512i *>(dst), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
             return;
         }
-#endif
         alignas(64) uint16_t t[32];
         convert(t, src, 32, scale);
         _mm512_stream_si512(reinterpret_cast<__m512i *>(dst), _mm512_load_si512(t));
+#else
+        const __m256i a = bf16_pack_avx2(scale(_mm256_loadu_ps(src)), scale(_mm256_loadu_ps(src + 8)));
+        const __m256i b = bf16_pack_avx2(scale(_mm256_loadu_ps(src + 16)), scale(_mm256_loadu_ps(src + 24)));
+        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst), a);
+        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + 16), b);
+#endif
+    }
+#elif defined(__AVX2__)
+    template <typename Scale>
+    static void stream_line(float *dst, const float *src, Scale scale) {
+        _mm256_stream_ps(dst, scale(_mm256_loadu_ps(src)));
+        _mm256_stream_ps(dst + 8, scale(_mm256_loadu_ps(src + 8)));
+    }
+    template <typename Scale>
+    static void stream_line(uint16_t *dst, const float *src, Scale scale) {
+        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst), bf16_pack_avx2(scale(_mm256_loadu_ps(src)), scale(_mm256_loadu_ps(src + 8))));
+        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + 16),
+                            bf16_pack_avx2(scale(_mm256_loadu_ps(src + 16)), scale(_mm256_loadu_ps(src + 24))));
     }
 #endif
 
     template <typename T, typename Scale>
     void copy(T *dst, const float *src, int64_t n, bool stream, Scale scale) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
         constexpr int64_t E = 64 / static_cast<int64_t>(sizeof(T));  // elements per line
         if (!stream || n <= 0) {
+            prefetch_all();
             plain(dst, src, n, scale);
             return;
         }
@@ -589,7 +664,7 @@ class RowStream {
             convert(reinterpret_cast<T *>(line_ + held_bytes_), src, i, scale);
             held_bytes_ += i * static_cast<int64_t>(sizeof(T));
             if (held_bytes_ < 64) return;
-            _mm512_stream_si512(reinterpret_cast<__m512i *>(held_at_), _mm512_load_si512(line_));
+            stream_held_line(held_at_, line_);
             held_at_ = nullptr;
         } else {
             // A new row: its partial first line is stored plainly.
@@ -598,21 +673,37 @@ class RowStream {
             i = std::min<int64_t>(n, static_cast<int64_t>(to_line / sizeof(T)));
             plain(dst, src, i, scale);
         }
-        for (; i + E <= n; i += E) stream_line(dst + i, src + i, scale);
+        if (pending_ == 0) {
+            for (; i + E <= n; i += E) stream_line(dst + i, src + i, scale);
+        } else {
+            const int64_t rate = prefetch_rate((n - i) / E);
+            for (; i + E <= n; i += E) {
+                prefetch_some(rate);
+                stream_line(dst + i, src + i, scale);
+            }
+            prefetch_all();
+        }
         if (i < n) {
             held_at_ = reinterpret_cast<unsigned char *>(dst + i);
             held_bytes_ = (n - i) * static_cast<int64_t>(sizeof(T));
             convert(reinterpret_cast<T *>(line_), src + i, n - i, scale);
         }
 #else
-        copy_row(dst, src, n, stream, scale);
+        prefetch_all();
+        if constexpr (std::is_same_v<T, float>) copy_row_f32(dst, src, n, stream, scale);
+        else copy_row_bf16(dst, src, n, stream, scale);
 #endif
     }
-#if !defined(__AVX512F__)
-    template <typename Scale>
-    static void copy_row(float *dst, const float *src, int64_t n, bool stream, Scale scale) { copy_row_f32(dst, src, n, stream, scale); }
-    template <typename Scale>
-    static void copy_row(uint16_t *dst, const float *src, int64_t n, bool stream, Scale scale) { copy_row_bf16(dst, src, n, stream, scale); }
+#if defined(__AVX512F__) || defined(__AVX2__)
+    // A completed 64-byte line (aligned, in line_) streamed to its place in dst.
+    static void stream_held_line(unsigned char *to, const unsigned char *line) {
+#if defined(__AVX512F__)
+        _mm512_stream_si512(reinterpret_cast<__m512i *>(to), _mm512_load_si512(line));
+#else
+        _mm256_stream_si256(reinterpret_cast<__m256i *>(to), _mm256_load_si256(reinterpret_cast<const __m256i *>(line)));
+        _mm256_stream_si256(reinterpret_cast<__m256i *>(to + 32), _mm256_load_si256(reinterpret_cast<const __m256i *>(line + 32)));
+#endif
+    }
 #endif
 };
 

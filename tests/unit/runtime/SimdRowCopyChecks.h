@@ -20,8 +20,9 @@ namespace simd_check {
 /** rfk::RowStream (redfuse_cpu_rows.h): rows copied in chunks — shorter than a line, a few lines, not a
  *  multiple of a line — starting at every 4-byte offset of a line, streamed or not, contiguous rows (a
  *  held line continues into the next row) and a copy elsewhere in between (the held line is stored
- *  plainly): after flush() every value is the row copy's (store_bf16's bits for bf16) and nothing
- *  outside the rows changed. With `scale` (a scaled copy, ScaleRowCopies.cpp): each value is the
+ *  plainly), with prefetches of the next row held for the copies (prefetch_next): after flush() every
+ *  value is the row copy's (store_bf16's bits for bf16, also for the special values of `src`: NaN,
+ *  inf, denormals, finite overflow) and nothing outside the rows changed. With `scale` (a scaled copy, ScaleRowCopies.cpp): each value is the
  *  float product src · scale, rounded as above. */
 template <typename T>
 void check_row_stream(const std::vector<float> &src, Failures &f, const float *scale = nullptr) {
@@ -52,6 +53,9 @@ void check_row_stream(const std::vector<float> &src, Failures &f, const float *s
                 for (int64_t r = 0; r < rows; r++) {
                     for (int64_t e0 = 0; e0 < n; e0 += chunk) {
                         const int64_t k = std::min(chunk, n - e0);
+                        // Held prefetches of the next row (none to six ranges: past four they are
+                        // asked for at once) change no value.
+                        for (int64_t q = 0; q < (e0 / chunk + int64_t(off)) % 7; q++) rs.prefetch_next(src.data() + (r + 1) * n % 2200 + q, k * 4);
                         copy(rs, base + r * n + e0, src.data() + r * n + e0, k, stream);
                     }
                     if (r == 1) copy(rs, other.data() + 1, src.data(), 50, stream);  // somewhere else between two rows

@@ -594,6 +594,14 @@ void check_bf16_casts(Failures &f) {
     for (int i = 0; i < 3400; ++i) rows.push_back(rng2.uniform(-3.0f, 3.0f));
     check_row_stream<uint16_t>(rows, f);
     check_row_stream<float>(rows, f);
+    // Rows of bit patterns (the special values first, then a stride over every pattern): the streamed
+    // bf16 lines round each as store_bf16 does (AVX2's vector rounding, AVX512_BF16's rare lanes).
+    std::vector<float> special(3400);
+    for (size_t i = 0; i < special.size(); i++) {
+        const uint32_t bits = i < 11 ? patterns[i] : patterns[11 + (i * 977) % (patterns.size() - 11)];
+        std::memcpy(&special[i], &bits, 4);
+    }
+    check_row_stream<uint16_t>(special, f);
     for (float by : {0.37f, 0x1p-130f, 0x1p+127f}) {  // a plain scale, products in the subnormals, past the largest bf16
         check_row_stream<uint16_t>(rows, f, &by);
         check_row_stream<float>(rows, f, &by);
