@@ -486,8 +486,8 @@ private:
         pad(ind) << "}\n";
     }
 
-    /** A vector loop whose reductions are all float or double sums into scalars, at the loop's top
-     *  level: summed in blocks of rfk::kSumBlockBytes, element j of each block into its own partial
+    /** A vector loop whose reductions are all float or double sums into scalars (one to four), at the
+     *  loop's top level, whose loads are unit-stride (cpu_exp2::unit_stride_loads): summed in blocks of rfk::kSumBlockBytes (half of it for three or four sums), element j of each block into its own partial
      *  sum, then the partial sums pairwise, then the loop's rest as a vector reduction. `omp simd
      *  reduction` keeps one vector of partial sums, whose adds wait on each other (latency 3-4 cycles
      *  on the CPUs measured against one add issued per cycle or two); a block of four vectors keeps
@@ -503,10 +503,17 @@ private:
         }
         size_t all = 0;
         for_each_stmt(s, [&](const StmtP &c) { all += c->kind == StmtKind::Accum; });
-        if (sums.empty() || all != sums.size()) return false;  // an accumulation below the top level
+        // Below the top level: an accumulation. Past four sums: their partial sums alone would fill AVX2's
+        // 16 vector registers (moment of inertia's five sums spilled them).
+        if (sums.empty() || all != sums.size() || sums.size() > 4) return false;
+        // Gathered or strided loads (moment of inertia's points, three floats apart): the loop is bound by
+        // its loads, not by the adds' latency, and blocks of it measured slower.
+        if (!cpu_exp2::unit_stride_loads(s)) return false;
         bool wide = false;
         for (const auto &t : sums) wide = wide || t.second == "double";
-        const std::string v = local_name(s->var->name), w = std::string("rfk::kSumBlockBytes / ") + (wide ? "8" : "4");
+        // Four vectors per sum for one or two sums, two for three or four.
+        const int per = (wide ? 8 : 4) * (sums.size() > 2 ? 2 : 1);
+        const std::string v = local_name(s->var->name), w = "rfk::kSumBlockBytes / " + std::to_string(per);
         pad(ind) << "{\n";
         pad(ind + 1) << "const int64_t b0_ = " << int_expr(s->begin) << ", e_ = " << int_expr(s->end) << ";\n";
         pad(ind + 1) << "int64_t b_ = b0_;\n";

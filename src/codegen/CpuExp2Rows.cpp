@@ -249,4 +249,22 @@ std::optional<RowSum> row_sum(const StmtP &loop, const std::function<bool(const 
     return RowSum{only->value, only->target};
 }
 
+bool unit_stride_loads(const StmtP &loop) {
+    bool unit = true;
+    const Expr j = loop->var;
+    auto check = [&](Expr e) {
+        if (!e) return;
+        visit(e, [&](Expr n) {
+            if (n->kind != Kind::Load || n->args.empty() || !mentions(n, j->name)) return;
+            for (size_t i = 0; i + 1 < n->args.size(); i++) unit = unit && !mentions(n->args[i], j->name);
+            unit = unit && offset_of_loop_var(n->args.back(), j);
+        });
+    };
+    for (const StmtP &c : loop->body)
+        for_each_stmt(c, [&](const StmtP &s) {
+            for (Expr e : {s->value, s->index, s->cond, s->target}) check(e);
+        });
+    return unit;
+}
+
 }  // namespace rf::cpu_exp2

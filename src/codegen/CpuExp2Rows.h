@@ -90,4 +90,9 @@ struct RowSum {
 };
 std::optional<RowSum> row_sum(const tile::StmtP &loop, const std::function<bool(const std::string &)> &is_row);
 
+/** Whether every load of the loop's statements that reads its variable j reads consecutive elements:
+ *  its last index j + (terms without j), its other indices free of j (the loop's vector loads are whole
+ *  vectors, no gathers). */
+bool unit_stride_loads(const tile::StmtP &loop);
+
 }  // namespace rf::cpu_exp2

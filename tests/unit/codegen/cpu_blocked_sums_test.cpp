@@ -1,7 +1,7 @@
 /** \file cpu_blocked_sums_test.cpp
  * The CPU's blocked vector sums (src/codegen/CodeGen_CPU.cpp print_blocked_sums): which loops sum
- * into blocks of partial sums (float and double sums at the loop's top level) and which keep the
- * plain `omp simd reduction` (a max, a sum below an if), and that the kernels match the reference at
+ * into blocks of partial sums (one to four float and double sums at the loop's top level, unit-stride
+ * loads) and which keep the plain `omp simd reduction` (a max, gathered loads), and that the kernels match the reference at
  * lengths below, at and around the block (rfk::kSumBlockBytes: 16 to 64 floats).
  */
 #include <gtest/gtest.h>
@@ -39,11 +39,25 @@ TEST(CpuBlockedSums, SumsAreBlockedAndMaxesAreNot) {
     EXPECT_TRUE(cpp.find("reduction(max:") != std::string::npos || cpp.find("rfk::row_max(") != std::string::npos) << cpp;
 }
 
+TEST(CpuBlockedSums, NotForStridedLoadsAndHalfBlocksForFourSums) {
+    // Every third float (a gathered load): the loop waits on its loads, not on its adds.
+    const char *strided = "size R = 4, C = 100\ninput X[R, C, 3] : f32\ns[r] = sum(c: X[r,c,1])\noutput s\n";
+    EXPECT_EQ(cpu_source(strided, "strided.rf").find("part0_"), std::string::npos);
+    // Four sums in one loop (the shift form of a fourth central moment): blocks of half the bytes.
+    const char *fourth = "size R = 4, C = 100\ninput X[R, C] : f32\nmu[r] = sum(c: X[r,c]) / C\n"
+                         "k[r] = sum(c: (X[r,c] - mu[r]) * (X[r,c] - mu[r]) * (X[r,c] - mu[r]) * (X[r,c] - mu[r]))\noutput k\n";
+    const std::string cpp = cpu_source(fourth, "fourth.rf");
+    EXPECT_NE(cpp.find("part3_[rfk::kSumBlockBytes / 8] = {};"), std::string::npos) << cpp;
+    EXPECT_EQ(cpu_source(kSpec, "sums.rf").find("kSumBlockBytes / 8"), std::string::npos);  // one sum a loop: whole blocks
+}
+
 TEST(CpuBlockedSums, KernelsMatchTheReferenceAroundTheBlock) {
     for (int64_t C : {1, 17, 32, 33, 100, 1000}) {
         RunOptions o;
         o.sizes = {{"C", C}};
         test::check_run("sums.rf", kSpec, o, "cpu", {1, uint64_t(C)});
+        test::check_run("fourth.rf", "size R = 4, C = 100\ninput X[R, C] : f32\nmu[r] = sum(c: X[r,c]) / C\n"
+                        "k[r] = sum(c: (X[r,c] - mu[r]) * (X[r,c] - mu[r]) * (X[r,c] - mu[r]) * (X[r,c] - mu[r]))\noutput k\n", o, "cpu", {3});
     }
 }
 
