@@ -1,5 +1,5 @@
 /** \file StmtPrinter.h
- * The statement printer the CPU backend (CodeGen_CPU.cpp) and the GPU backend's one-thread context
+ * The statement printer the CPU backend (CpuKernelPrinter.cpp) and the GPU backend's one-thread context
  * (CodeGen_GPU.cpp) share: one dispatch over the statement kinds, the forms both print alike, and a
  * hook per kind for what differs. Internal to src/codegen.
  */

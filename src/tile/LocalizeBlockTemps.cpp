@@ -87,7 +87,7 @@ private:
         }
         auto rewrite = [&](Expr e) { return substitute(e, [&](Expr n) { return load(n); }); };
         if (c->kind != StmtKind::Store || c->target->kind != Kind::Load || c->target->name != t_.name) return map_own_exprs(c, rewrite);
-        // A store writes every buffer of its tensor (CodeGen_CPU.cpp): an output of the same name
+        // A store writes every buffer of its tensor (CpuKernelPrinter.cpp): an output of the same name
         // keeps its store, now of the local's value.
         Expr element = load(c->target);
         StmtP a = assign(element, rewrite(c->value));

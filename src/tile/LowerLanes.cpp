@@ -195,7 +195,7 @@ std::vector<StmtP> PassLowering::lanes_topk(const std::string &P, const MemberIn
     lane.push_back(assign(count, make_min(make_add(count, real_c(1)), real_c(static_cast<double>(K)))));
     // The rows loop is Lanes, not Simd: the list's slots and comparisons stay float64 states. The
     // candidate itself is computed in the compute type (a Tile local), like the row-at-a-time
-    // insertion (CodeGen_CPU.cpp selected_value): the listed value must be the element every other
+    // insertion (CpuKernelPrinter.cpp selected_value): the listed value must be the element every other
     // pass recomputes, bit for bit — in float64 it rounded to a top-k output one ulp away from the
     // float recomputation, and `f(X) >= TV[r,0]` (TV the top-1 of f(X)) failed on its own maximum
     // (scripts/fuzz_specs.py seed 1204 #53). Two elements equal in float now tie (lower index

@@ -14,7 +14,7 @@
 namespace rfk {
 
 // 2^x for a row in place: what the code generator calls for the exp2 of a float vector loop (staged
-// through a small array, CodeGen_CPU.cpp), because inside an `omp simd` loop GCC 12 builds exp2_f's
+// through a small array, CpuKernelPrinter.cpp), because inside an `omp simd` loop GCC 12 builds exp2_f's
 // clamp as compare-and-blend chains and its two-half scaling as nine integer and float operations
 // (~22 instructions per 16 values), while AVX-512 has the whole range reduction and scaling in three.
 // k = rint(x) (vrndscaleps) and r = x - k (vreduceps, exact, |r| <= 1/2); 2^r = 1 + r q(r) with q of
@@ -220,7 +220,7 @@ static inline void copy_row_f32(float *dst, const float *src, int64_t n, bool st
 // Σ_i (2^((x_i + c) · a) + d) for the n elements x_i of a float or bf16 row, each 2^((x_i + c) · a)
 // also stored to dst[i] when dst is not null (dst may be src when src is float): the exp2 loop of a
 // softmax — its sum, and the terms kept for its epilogue — in one pass over the row, where the staged
-// form (CodeGen_CPU.cpp print_staged_exp2) makes three: the argument into an array, exp2_row on it, a
+// form (CpuKernelPrinter.cpp print_staged_exp2) makes three: the argument into an array, exp2_row on it, a
 // loop summing and copying it (softmax bf16 [4096, 4096] on an AMX Xeon: see docs/tile-ir.md). The
 // argument is rounded as the inline form rounds it (the sum, then the product); 2^v as exp2_row; the
 // sum in two vector accumulators (an order of its own, as a vector reduction's is).
@@ -300,7 +300,7 @@ static inline float exp2_row_sum(float *dst, const T *src, int64_t n, float c, f
 
 // max(init, x_0 c, .., x_{n-1} c) (row_max) or the min, NaN when init or any product is NaN (rfk::max's
 // rule), for a float or bf16 row x: what the code generator calls for `t = max(t, S[k(j)] * c)` (c = 1
-// when absent; CodeGen_CPU.cpp print_row_extreme) in place of an `omp simd` reduction with a NaN flag
+// when absent; CpuKernelPrinter.cpp print_row_extreme) in place of an `omp simd` reduction with a NaN flag
 // per element (a compare and two blends per 16 values). For a finite c > 0, max_i(x_i c) = (max_i x_i) c
 // exactly (rounding is monotonic) and x_i c is NaN iff x_i is; for a finite c < 0 it is the min times
 // c; other c (0, inf, NaN) go element by element. bf16 rows are reduced on their 16-bit patterns, 32 per
@@ -398,7 +398,7 @@ template <typename T> static inline float row_max(const T *p, int64_t n, float c
 template <typename T> static inline float row_min(const T *p, int64_t n, float c, float init) { return row_extreme_scaled<false>(p, n, c, init); }
 
 // x_0 + .. + x_{n-1} for a float or bf16 row, summed in float: what the code generator calls for an
-// `omp simd` loop `t += S[k(j)]` (CodeGen_CPU.cpp print_row_sum). Four vector partial sums, combined
+// `omp simd` loop `t += S[k(j)]` (CpuKernelPrinter.cpp print_row_sum). Four vector partial sums, combined
 // in a tree; GCC's own ending of that reduction added its 16 lanes one after another from the stack
 // (16 dependent scalar adds per row of a 256-wide tile in attention's row sums). Any order is a valid
 // order for the reduction; this one is fixed, so results repeat run to run.

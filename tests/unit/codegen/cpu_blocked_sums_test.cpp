@@ -1,5 +1,5 @@
 /** \file cpu_blocked_sums_test.cpp
- * The CPU's blocked vector sums (src/codegen/CodeGen_CPU.cpp print_blocked_sums): which loops sum
+ * The CPU's blocked vector sums (src/codegen/CpuKernelPrinter.cpp print_blocked_sums): which loops sum
  * into blocks of partial sums (one to four float and double sums at the loop's top level, unit-stride
  * loads) and which keep the plain `omp simd reduction` (a max, gathered loads), and that the kernels match the reference at
  * lengths below, at and around the block (rfk::kSumBlockBytes: 16 to 64 floats).

@@ -1,5 +1,5 @@
 /** \file cpu_exp2_rows_test.cpp
- * The exp2 of float vector loops staged through rfk::exp2_row (CodeGen_CPU.cpp print_staged_exp2):
+ * The exp2 of float vector loops staged through rfk::exp2_row (CpuKernelPrinter.cpp print_staged_exp2):
  * a loop accumulating into locals computes its exp2 arguments into a stack array per strip of 1024
  * and calls the row primitive; a loop storing to an output keeps the inline exp2_f. The kernels so
  * built pass the reference check on rows shorter than a vector, across strip boundaries, with results

@@ -1,5 +1,5 @@
 /** \file cpu_nan_flag_test.cpp
- * The NaN flag of the CPU's vector max/min loops (src/codegen/CodeGen_CPU.cpp print_accum): a vector
+ * The NaN flag of the CPU's vector max/min loops (src/codegen/CpuKernelPrinter.cpp print_accum): a vector
  * max ignores NaN, so a flag per loop remembers one. It is a select under `reduction(max:)`: GCC 12.2
  * at -O3 with AVX-512 and -fno-trapping-math left garbage in an OR-reduced `flag |= (v != v)` of a
  * nested select, and every row came out NaN (scripts/fuzz_specs.py seed 12 #89).

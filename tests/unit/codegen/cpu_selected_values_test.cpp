@@ -1,5 +1,5 @@
 /** \file cpu_selected_values_test.cpp
- * The value a CPU selection keeps (arg-max/min, top-k; CodeGen_CPU.cpp selected_value, LowerLanes.cpp
+ * The value a CPU selection keeps (arg-max/min, top-k; CpuKernelPrinter.cpp selected_value, LowerLanes.cpp
  * lanes_topk) is the element computed in the compute type, as every vectorized pass computes it: kept
  * in float64, a top-k value rounded to its f32 output one ulp away from the same element recomputed
  * in float, and `f(X) >= TV[r,0]` failed on the row's own maximum (scripts/fuzz_specs.py seed 1204

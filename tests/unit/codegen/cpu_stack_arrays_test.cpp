@@ -1,5 +1,5 @@
 /** \file cpu_stack_arrays_test.cpp
- * Where the CPU printer (src/codegen/CodeGen_CPU.cpp alloc) puts a worker's arrays: small arrays of
+ * Where the CPU printer (src/codegen/CpuKernelPrinter.cpp alloc) puts a worker's arrays: small arrays of
  * a constant size on the stack, arrays of a run-time size or larger than 4 KiB on the heap
  * (rfk::LocalArray), 16 KiB of stack at most per kernel, all zeroed and on 64-byte boundaries, with
  * the rows of a block's tiles whole cache lines (272 floats apart for 256-element tiles); kernels

@@ -18,6 +18,13 @@
 
 namespace simd_check {
 
+#if defined(RFK_SIMD_DRIVER)
+constexpr bool kThorough = true;  // -O2 child process: the full shape set and a denser exp scan
+#else
+constexpr bool kThorough = false;  // may run at -O0 under sanitizers
+#endif
+
+
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
 const double kEps = std::ldexp(1.0, -24);

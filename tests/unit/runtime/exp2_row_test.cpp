@@ -1,6 +1,6 @@
 /** \file exp2_row_test.cpp
  * rfk::exp2_row (redfuse_cpu_rows.h), the row exp2 that generated float vector loops call for their exp2
- * (CodeGen_CPU.cpp print_staged_exp2), against float64 exp2: within 1 ulp over a dense sweep and a
+ * (CpuKernelPrinter.cpp print_staged_exp2), against float64 exp2: within 1 ulp over a dense sweep and a
  * stride through every float, exact at 2^k, special values (±inf, NaN, ±0) as exp2 gives them, and
  * every length up to a few vectors without touching the element past the end; rfk::exp2_affine_row
  * (2^(x·a + b), into another row or in place) likewise; rfk::exp2_row_sum (Σ 2^((x + c)·a) + d over a

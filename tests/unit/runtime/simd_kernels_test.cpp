@@ -40,12 +40,6 @@
 
 namespace simd_check {
 
-#if defined(RFK_SIMD_DRIVER)
-constexpr bool kThorough = true;  // -O2 child process: the full shape set and a denser exp scan
-#else
-constexpr bool kThorough = false;  // may run at -O0 under sanitizers
-#endif
-
 /** The cross product of edge sizes plus shapes that cross the kernels' block sizes (KC, NC, MC). */
 std::vector<Shape> gemm_shapes() {
     std::vector<int64_t> sizes = kThorough ? std::vector<int64_t>{0, 1, 3, 7, 16, 17, 33, 65, 130}
@@ -554,64 +548,6 @@ void check_rows(Failures &f) {
     }
 }
 
-void check_bf16_casts(Failures &f) {
-    for (uint32_t h = 0; h < 65536; ++h) {
-        float v = rfk::bf16_to_f32(uint16_t(h));
-        uint32_t bits;
-        std::memcpy(&bits, &v, 4);
-        if (bits != h << 16) {
-            f.add("bf16_to_f32(" + std::to_string(h) + ") is not exact");
-            break;
-        }
-    }
-    // f32 -> bf16 must agree with the spec's cast (round to nearest even, saturating finite overflow) on a
-    // sweep of all bit patterns and on the rounding boundaries of random ones.
-    Rng rng(3);
-    std::vector<uint32_t> patterns = {0x7f7fffffu, 0xff7fffffu, 0x7f7f7fffu, 0x7f7f8000u, 0x7f800000u, 0x7fc00001u,
-                                      0xff800001u, 0x00000001u, 0x00008000u, 0x00018000u, 0x80000000u};
-    for (uint64_t b = 0; b < (uint64_t(1) << 32); b += kThorough ? 4099 : 65537) patterns.push_back(uint32_t(b));
-    for (int i = 0; i < 20000; ++i) {
-        uint32_t hi = uint32_t(rng.next()) & 0xffff0000u;
-        for (uint32_t lo : {0x7fffu, 0x8000u, 0x8001u, 0x0000u}) patterns.push_back(hi | lo);
-    }
-    for (uint32_t p : patterns) {
-        float v;
-        std::memcpy(&v, &p, 4);
-        uint16_t got = rfk::f32_to_bf16(v);
-        double want = rfk::cast_bf16(double(v));
-        double got_v = double(rfk::bf16_to_f32(got));
-        bool ok = std::isnan(want) ? std::isnan(got_v) : (got_v == want && std::signbit(got_v) == std::signbit(want));
-        if (!ok) {
-            std::ostringstream m;
-            m << std::hex << "f32_to_bf16(0x" << p << ") = 0x" << got << std::dec << " (" << got_v << "), cast_bf16 gives " << want;
-            f.add(m.str());
-            break;
-        }
-    }
-    check_bf16_rows(patterns, f);
-    std::vector<float> rows;
-    Rng rng2(9);
-    for (int i = 0; i < 3400; ++i) rows.push_back(rng2.uniform(-3.0f, 3.0f));
-    check_row_stream<uint16_t>(rows, f);
-    check_row_stream<float>(rows, f);
-    // Rows of bit patterns (the special values first, then a stride over every pattern): the streamed
-    // bf16 lines round each as store_bf16 does (AVX2's vector rounding, AVX512_BF16's rare lanes).
-    std::vector<float> special(3400);
-    for (size_t i = 0; i < special.size(); i++) {
-        const uint32_t bits = i < 11 ? patterns[i] : patterns[11 + (i * 977) % (patterns.size() - 11)];
-        std::memcpy(&special[i], &bits, 4);
-    }
-    check_row_stream<uint16_t>(special, f);
-    for (float by : {0.37f, 0x1p-130f, 0x1p+127f}) {  // a plain scale, products in the subnormals, past the largest bf16
-        check_row_stream<uint16_t>(rows, f, &by);
-        check_row_stream<float>(rows, f, &by);
-    }
-}
-
-/** rfk::topk_insert (redfuse_cpu.h: the strict-compare fast path, `better` for ties and NaNs) against a
- *  sort of every offered (value, index) by `better`: values with many ties and NaNs, offered in the
- *  axis order and in a shuffled order (a segment merge offers lower indices after higher ones), k from
- *  1 to past the number of values. */
 void check_topk(Failures &f) {
     Rng rng(31);
     for (int trial = 0; trial < 400; ++trial) {
