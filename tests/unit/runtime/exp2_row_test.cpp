@@ -7,7 +7,8 @@
  * float or bf16 row, the terms stored or not, in place) to 1 ulp per term and a sum within float
  * rounding of the float64 one, NaN and ±inf among the elements; rfk::row_max / row_min (the max or
  * min of a scaled float or bf16 row, NaN-propagating) equal to a fold in float; the Half accuracy of
- * all three (rfk::Exp2Accuracy::Half: 3e-6 relative, exact at 2^k). The in-process test
+ * all three (rfk::Exp2Accuracy::Half: 3e-6 relative, exact at 2^k); on AVX2, Exp2x8's lockstep groups
+ * (their fast path) bit for bit equal to its clamped method. The in-process test
  * runs the path of the default flags (scalar); the same checks are compiled again with AVX-512 and
  * AVX2 flags by the system compiler (this file with RFK_EXP2_ROW_DRIVER defined) and run as a child.
  */
@@ -207,6 +208,40 @@ void check_half(bool vector_path, const std::function<void(const std::string &)>
     }
 }
 
+#if !(defined(__AVX512F__) && defined(__AVX512DQ__)) && defined(__AVX2__) && defined(__FMA__)
+/** AVX2: the lockstep groups of Exp2x8 (fast path, or the clamped method when a lane is outside
+ *  its range) give the same bits as the clamped method one vector at a time, for every x in xs
+ *  in groups of 1 to 3 vectors, at both accuracies. */
+template <rfk::Exp2Accuracy A>
+void check_lockstep_bits(const std::vector<float> &xs, const std::function<void(const std::string &)> &fail) {
+    const rfk::Exp2x8<A> e;
+    auto group = [&](auto vectors) {
+        constexpr int U = decltype(vectors)::value;
+        for (size_t i = 0; i + 8 * U <= xs.size(); i += 8 * U) {
+            __m256 v[U];
+            for (int u = 0; u < U; ++u) v[u] = _mm256_loadu_ps(xs.data() + i + 8 * u);
+            e.template lockstep<U>(v);
+            for (int u = 0; u < U; ++u) {
+                alignas(32) float got[8], want[8];
+                _mm256_store_ps(got, v[u]);
+                _mm256_store_ps(want, e(_mm256_loadu_ps(xs.data() + i + 8 * u)));
+                if (std::memcmp(got, want, sizeof got) != 0) {
+                    for (int l = 0; l < 8; ++l)
+                        if (std::memcmp(got + l, want + l, 4) != 0) {
+                            std::ostringstream m;
+                            m << "Exp2x8::lockstep<" << U << "> differs from the clamped method at x = " << std::hexfloat << xs[i + 8 * u + l];
+                            return fail(m.str());
+                        }
+                }
+            }
+        }
+    };
+    group(std::integral_constant<int, 1>{});
+    group(std::integral_constant<int, 2>{});
+    group(std::integral_constant<int, 3>{});
+}
+#endif
+
 /** The failures as text ("" when none), at most a few lines. */
 std::string check(bool thorough) {
     std::ostringstream out;
@@ -227,6 +262,10 @@ std::string check(bool thorough) {
         xs.push_back(f);
     }
     for (int k = -149; k <= 127; ++k) xs.push_back(float(k));
+#if !(defined(__AVX512F__) && defined(__AVX512DQ__)) && defined(__AVX2__) && defined(__FMA__)
+    check_lockstep_bits<rfk::Exp2Accuracy::Float>(xs, fail);
+    check_lockstep_bits<rfk::Exp2Accuracy::Half>(xs, fail);
+#endif
     std::vector<float> ys = xs;
     rfk::exp2_row(ys.data(), int64_t(ys.size()));
     double worst = 0;
