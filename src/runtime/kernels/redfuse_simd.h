@@ -153,6 +153,15 @@ static inline void vstore_n(float *p, vf v, int64_t n) { _mm512_mask_storeu_ps(p
 static inline vf widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 static inline vf vload(const uint16_t *p) { return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
 static inline vf vload_n(const uint16_t *p, int64_t n) { return widen_bf16(_mm256_maskz_loadu_epi16(first_n(n), p)); }
+// 2·VW bf16 as they lie, split into their even and odd elements as floats (the low and high halves of
+// each 32-bit lane; `high` = 0xFFFF0000 in every lane): two ALU operations, no shuffle.
+using vi = __m512i;
+static inline vi vset1_i32(int32_t x) { return _mm512_set1_epi32(x); }
+static inline vi vload_raw(const uint16_t *p) { return _mm512_loadu_si512(p); }
+static inline void split_bf16_pairs(vi x, vi high, vf &even, vf &odd) {
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+}
 static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
@@ -248,6 +257,13 @@ static inline vf vload_n(const uint16_t *p, int64_t n) {
     alignas(16) uint16_t tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     std::memcpy(tmp, p, size_t(n) * 2);
     return widen_bf16(_mm_load_si128(reinterpret_cast<const __m128i *>(tmp)));
+}
+using vi = __m256i;  // split_bf16_pairs as above
+static inline vi vset1_i32(int32_t x) { return _mm256_set1_epi32(x); }
+static inline vi vload_raw(const uint16_t *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
+static inline void split_bf16_pairs(vi x, vi high, vf &even, vf &odd) {
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(x, high));
 }
 static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
