@@ -34,7 +34,9 @@ namespace rf {
  *   a · b, products:           x = |a| x(b) + |b| x(a)        (first order: relative excesses add)
  *   a / b:                     x = x(a) / |b| + |a| x(b) / b²  (b's relative excess amplifies a/b)
  *   b ^ p:                     x = |p · b^(p-1)| x(b) (+ |b^p ln b| x(p) for b > 0)
- *   f(a):                      x = |f'(a)| · x(a)    (rounding functions: 0, piecewise constant)
+ *   f(a):                      x = |f'(a)| · x(a)    (rounding functions: 0, piecewise constant);
+ *                              log and log2 of an inexact a: x = |f'(a)| · M(a), since a's own
+ *                              rounding, T·|a|, moves log a by T absolutely (a · log'(a) = 1)
  *   max, min, top-k:           x = max x(candidates) (order statistics are 1-Lipschitz)
  *   select, cast, negation:    x of the chosen / rounded / negated operand
  * Without cancellation every x is 0 and M = |value|: the tolerance of a computation whose sums do

@@ -99,6 +99,34 @@ TEST(Magnitude, ExcessPropagatesThroughFunctionsAndQuotients) {
     EXPECT_DOUBLE_EQ(r.mag.at("z").data[0], 1 / q + xq / (q * q));            // |a| x(b) / b²
 }
 
+TEST(Magnitude, LogNearOneIsHeldToAnAbsoluteBound) {
+    // scripts/fuzz_specs.py seed 1238 #9: lse = m + log(Σ exp(x - m)) over x = {0, -28, -40}: the sum is
+    // 1 + 6.9e-13, which float rounds to 1, and its log to 0 — against 6.9e-13, every digit of which is
+    // the rounding of the sum. log turns the sum's relative rounding into an absolute error, so M(log s)
+    // = |log s| + M(s)/|s| and the check holds lse to the tolerance absolutely; a result off by 1e-3 is
+    // still rejected.
+    ArenaScope scope;
+    Program p = parse_program("size R = 1, C = 3\ninput X[R, C] : f32\n"
+                              "m[r] = max(c: X[r,c])\ns[r] = sum(c: exp(X[r,c] - m[r]))\nlse[r] = m[r] + log(s[r])\n"
+                              "output lse\n",
+                              "lse_near_zero.rf");
+    SizeBinding s = bind_sizes(p, {});
+    Results r = run_both(p, s, {{"X", values({1, 3}, {0, -28, -40})}});
+    const double lse = r.ref.at("lse").data[0];
+    ASSERT_GT(lse, 6e-13);
+    ASSERT_LT(lse, 8e-13);
+    EXPECT_GE(r.mag.at("lse").data[0], 1.0);  // |log s| + M(s)/|s|, s = 1 + 6.9e-13
+    // As run --check compares (driver/Run.cpp): with float32's unit roundoff, since B = |lse| lies far
+    // below one rounding of M.
+    auto run_check = [&](double out) {
+        return compare(values({1}, {out}), round_output(r.ref.at("lse"), DType::f32), tolerance(DType::f32, true, 3), false,
+                       &r.mag.at("lse"), compute_tolerance(true, 3), 0x1p-24);
+    };
+    EXPECT_TRUE(run_check(0.0).ok) << "float's log(1) = 0";
+    EXPECT_FALSE(run_check(1e-3).ok);
+    EXPECT_FALSE(run_check(-1e-3).ok);
+}
+
 TEST(Magnitude, FuzzerCancellationIsAcceptedAndWrongResultsAreStillRejected) {
     // scripts/fuzz_specs.py seed 4 spec 8: t = Σ_c tanh(X - mu) W at C = 2, where the two terms
     // cancel. The CPU's float tanh is a few ulps off; relative to |t| that is far beyond the
