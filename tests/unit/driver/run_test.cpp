@@ -62,3 +62,19 @@ TEST(RunCheck, ACancellationBelowFloat32sResolutionIsNotHeldToTheCap) {
     EXPECT_TRUE(k3.at("widened").get<bool>()) << r.text;
     EXPECT_GT(k3.at("max_abs_err").get<double>(), 0.0) << r.text;  // float32 does leave noise
 }
+
+TEST(RunCheck, AnEntropyWhoseLogRoundsToZeroIsHeldToAnAbsoluteBound) {
+    // scripts/fuzz_specs.py seed 1236 #2: H = log s − t/s where s = 1 + (a term below float's resolution
+    // of 1); float32 rounds log s to 0, and every float32 path is off by the whole of a ~5e-8 reference.
+    // The magnitude model carries s's rounding through log as an absolute error (interp/Magnitude.h).
+    for (TargetKind target : {TargetKind::InterpF32, TargetKind::Cpu}) {
+        RunOptions o;
+        o.target = target;
+        o.check = true;
+        o.seed = 2;
+        o.scale = 50;
+        RunReport r = run_spec(std::string(REDFUSE_SOURCE_DIR) + "/tests/specs/entropy_log_near_one.rf", o);
+        EXPECT_TRUE(r.ok) << r.text;
+        EXPECT_TRUE(r.json.at("outputs").at("H").at("widened").get<bool>()) << r.text;
+    }
+}
