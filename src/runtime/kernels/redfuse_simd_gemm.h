@@ -84,19 +84,6 @@ static inline bool split_columns(int64_t M, int64_t N, int64_t K, F &&part) {
 #endif
 }
 
-// Calls f(std::integral_constant<int, r>) for a run-time r in [1, R]: row tails reuse the register-blocked
-// kernels at a compile-time height.
-template <int R, typename F>
-static inline void with_rows(int r, F &&f) {
-    if constexpr (R >= 1) {
-        if (r == R) {
-            f(std::integral_constant<int, R>{});
-            return;
-        }
-        with_rows<R - 1>(r, f);
-    }
-}
-
 #if defined(RFK_SIMD_AMX)
 // The AMX tile GEMMs (redfuse_simd_amx.h, pasted later), which the public GEMMs try first: each returns
 // false, having done nothing, when the shape is too small for tiles or Linux denies the tile state.
@@ -111,30 +98,6 @@ static inline bool amx_gemm_nn_acc_f32_as_bf16(int64_t M, int64_t N, int64_t K, 
 #endif
 
 #if defined(RFK_SIMD_VECTOR)
-
-// Calls f(std::integral_constant<int, rows>, i) for strips of R rows covering [0, M); the last one is shorter.
-template <int R, typename F>
-static inline void for_strips(int64_t M, F &&f) {
-    int64_t i = 0;
-    for (; i + R <= M; i += R) f(std::integral_constant<int, R>{}, i);
-    if (i < M) with_rows<R - 1>(int(M - i), [&](auto rows) { f(rows, i); });
-}
-
-// for_strips with strips of R - 1 rows in place of a short last one: M = R·a + (R - 1)·b with
-// b = (R - M mod R) mod R strips of R - 1 (then R·a = M - (R - 1)·b, since M + b ≡ 0 mod R), where
-// M allows it. A register block of R - 1 rows keeps its FMA units nearly as busy as one of R (5 x 16
-// on AVX2: 10 accumulators for the 4-cycle latency of 2 FMA pipes; one core, operands in L1, AMD
-// Zen 3: 6 rows ~100 GFLOP/s, 5 rows 92-98, 4 rows 53-66), so attention's 64-row blocks on AVX2 run
-// as 9 x 6 + 2 x 5 instead of 10 x 6 + 4.
-template <int R, typename F>
-static inline void for_even_strips(int64_t M, F &&f) {
-    const int64_t short_strips = (R - M % R) % R;
-    if (R < 3 || short_strips * (R - 1) > M) return for_strips<R>(M, f);
-    const int64_t tall_end = M - short_strips * (R - 1);
-    int64_t i = 0;
-    for (; i < tall_end; i += R) f(std::integral_constant<int, R>{}, i);
-    for (; i < M; i += R - 1) f(std::integral_constant<int, R - 1>{}, i);
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Outer-product GEMM core: an MR x (NV*VW) block of C in registers; per k one broadcast of A[i][k] per row
