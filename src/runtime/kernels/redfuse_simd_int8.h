@@ -412,21 +412,30 @@ static inline void s16_widen_rows(const int8_t *B, int64_t ldb, int nr, int64_t 
 }
 
 // tile[j·R + r] = sum over the np pairs of A's panel row r times B row j (int32, exact products).
+// `next` (when not null) holds the npf int8 rows, ldb apart, that the next group widens: each 32 steps,
+// which read 64 bytes of each widened row, prefetch one line of each, so the whole next group (kc bytes a
+// row) arrives while this panel computes instead of stalling the widening loads.
 template <int H, int NR>
 RFK_KERNEL static void s16_b_in_place_kernel(int64_t np, const int32_t *apanel, const int16_t *b16, int64_t ld16,
-                                             int32_t *tile) {
+                                             int32_t *tile, const int8_t *next, int64_t ldb, int npf) {
     constexpr int R = 8 * H;
     __m256i acc[NR][H];
     RFK_UNROLL for (int j = 0; j < NR; ++j) RFK_UNROLL for (int h = 0; h < H; ++h) acc[j][h] = _mm256_setzero_si256();
-    for (int64_t p = 0; p < np; ++p) {
-        __m256i a[H];
-        RFK_UNROLL for (int h = 0; h < H; ++h)
-            a[h] = in_register(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(apanel + p * R + 8 * h)));
-        RFK_UNROLL for (int j = 0; j < NR; ++j) {
-            int32_t pair;
-            std::memcpy(&pair, b16 + j * ld16 + 2 * p, 4);
-            const __m256i bv = _mm256_set1_epi32(pair);
-            RFK_UNROLL for (int h = 0; h < H; ++h) acc[j][h] = _mm256_add_epi32(acc[j][h], _mm256_madd_epi16(bv, a[h]));
+    for (int64_t p0 = 0; p0 < np; p0 += 32) {
+        if (next)
+            for (int j = 0; j < npf; ++j) _mm_prefetch(reinterpret_cast<const char *>(next + j * ldb + 2 * p0), _MM_HINT_T0);
+        const int64_t pe = min64(np, p0 + 32);
+        for (int64_t p = p0; p < pe; ++p) {
+            __m256i a[H];
+            RFK_UNROLL for (int h = 0; h < H; ++h)
+                a[h] = in_register(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(apanel + p * R + 8 * h)));
+            RFK_UNROLL for (int j = 0; j < NR; ++j) {
+                int32_t pair;
+                std::memcpy(&pair, b16 + j * ld16 + 2 * p, 4);
+                const __m256i bv = _mm256_set1_epi32(pair);
+                RFK_UNROLL for (int h = 0; h < H; ++h)
+                    acc[j][h] = _mm256_add_epi32(acc[j][h], _mm256_madd_epi16(bv, a[h]));
+            }
         }
     }
     RFK_UNROLL for (int j = 0; j < NR; ++j) RFK_UNROLL for (int h = 0; h < H; ++h)
@@ -457,8 +466,13 @@ static inline void s16_nt_b_in_place(int64_t M, int64_t N, int64_t K, const int8
                     constexpr int n = decltype(nr)::value;
                     s16_widen_rows(B + j * ldb + pc, ldb, n, kc, b16, ld16);
                     alignas(32) int32_t tile[n * R];
+                    // The last panel prefetches the next group's rows (the earlier ones would lose them
+                    // to the A panels streaming through L1).
+                    const int npf = int(min64(NR, N - j - NR));
+                    const int8_t *next = npf > 0 ? B + (j + NR) * ldb + pc : nullptr;
                     for (int64_t q = 0; q < panels; ++q) {
-                        s16_b_in_place_kernel<H, n>(np, apack + q * np * R, b16, ld16, tile);
+                        s16_b_in_place_kernel<H, n>(np, apack + q * np * R, b16, ld16, tile,
+                                                    q + 1 == panels ? next : nullptr, ldb, npf);
                         const int64_t rows = min64(R, mc - q * R);
                         for (int64_t r = 0; r < rows; ++r) {
                             int32_t *c = C + (ic + q * R + r) * ldc + j;
