@@ -25,6 +25,7 @@ const std::vector<TilePassInfo> &tile_passes() {
         {TilePass::Prefetch, "prefetch", prefetch_next_rows, false, true, false},
         {TilePass::PrefetchTiles, "prefetch-tiles", prefetch_next_tiles, false, true, false},
         {TilePass::FirstGemmStores, "first-gemm-stores", store_first_gemm_tiles, false, true, false},
+        {TilePass::LiteralTerms, "literal-terms", tabulate_literal_terms, false, true, false},
     };
     return passes;
 }

@@ -91,7 +91,12 @@ Module prefetch_next_tiles(const Module &m);
 Module store_first_gemm_tiles(const Module &m);
 
 /** The passes, in the order they run. */
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, ScaleCopies, Prefetch, PrefetchTiles, FirstGemmStores };
+/** The terms of a literal recompute's sums that the element being recomputed does not change (with a
+ *  nested reduction: attention's exp(S[j] − m), S[j] a sum over d) are evaluated once per row into an
+ *  array before the loop over the elements (TabulateLiteralTerms.cpp). CPU only. */
+Module tabulate_literal_terms(const Module &m);
+
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, ScaleCopies, Prefetch, PrefetchTiles, FirstGemmStores, LiteralTerms };
 
 struct TilePassInfo {
     TilePass id;
@@ -109,8 +114,9 @@ struct TilePassInfo {
  *  the freed tiles; the arrays are coalesced last but one, on the final
  *  statements; gemm-state next, on the GEMMs as they will be printed; skip-masked last, so the others
  *  see one copy of each tile's statements (it duplicates them for the unmasked tiles);
- *  finite-invariants after it, on every copy of the vector loops; first-gemm-stores last, on the
- *  statements as they will be printed. */
+ *  finite-invariants after it, on every copy of the vector loops; first-gemm-stores last but one, on the
+ *  statements as they will be printed; literal-terms last, on the literal recomputes as they will be
+ *  printed (the passes before it match the lowering's own loops). */
 const std::vector<TilePassInfo> &tile_passes();
 
 }  // namespace rf::tile
