@@ -25,13 +25,13 @@ using namespace loop_facts;
  * G = T(j)·V[j,x]). Evaluated as written, each of the X values of x recomputes every T(j): X·N·D work
  * a row where N·D would do (a NaN key in an [8, 2048, 2048, 128] attention made every row of its head
  * literal: minutes instead of a tenth of a second).
- * Rule: for such a loop (independent, serial or lanes; more than one iteration unless its bounds say
+ * Rule: for such a loop (independent or serial; more than one iteration unless its bounds say
  * otherwise; a body of assignments and stores), a reduction R over axes J at the top of a value (not
- * inside another reduction), with extents that are kernel constants, and a maximal real-valued
- * subexpression T of R's body that
+ * inside another reduction; not a top-k), with extents that are kernel constants, and a maximal
+ * real-valued subexpression T of R's body that
  *   - holds a nested reduction (what makes it worth an array),
  *   - mentions one of J, no axis of a reduction between R and T, and nothing the loop declares or
- *     writes (its variable included),
+ *     writes (its variable included), and binds none of J again inside,
  * becomes a load of a new float64 array $tabK[J] (row-major over J), filled before the loop by
  *     for J:  $tabK[J] = T(J)
  * The same operations on the same values in the same type (the loop's values and the array are
@@ -75,6 +75,7 @@ public:
     Expr top(Expr e) {
         return substitute(e, [&](Expr n) -> Expr {
             if (n->kind != Kind::Reduce) return nullptr;
+            if (n->rop == ReduceOp::TopK) return n;
             for (Expr x : n->extents)
                 if (!kernel_constant(x)) return n;
             std::vector<std::string> axes;
@@ -97,7 +98,7 @@ private:
      *  terms replaced. */
     Expr within(Expr r, Expr e, const std::vector<std::string> &axes, std::vector<std::string> bound) {
         if (e->stype == SType::Real && has_reduction(e) && mentions_any(e, axes) && !mentions_any(e, bound) &&
-            invariant_here(e))
+            !rebinds(e, axes) && invariant_here(e))
             return load_of(r, e);
         if (e->kind == Kind::Reduce) {
             for (size_t i = 0; i < e->num_axes(); i++) bound.push_back(e->axis(i)->name);
@@ -111,6 +112,18 @@ private:
             changed = changed || args.back() != a;
         }
         return changed ? with_args(e, std::move(args)) : e;
+    }
+
+    /** A reduction inside e binds one of `axes` again (its uses would not be R's: the fill's renaming
+     *  of R's axes must not reach them). */
+    static bool rebinds(Expr e, const std::vector<std::string> &axes) {
+        return any_of(e, [&](Expr n) {
+            if (n->kind != Kind::Reduce) return false;
+            for (size_t i = 0; i < n->num_axes(); i++)
+                for (const std::string &a : axes)
+                    if (n->axis(i)->name == a) return true;
+            return false;
+        });
     }
 
     /** No Var or Load of a name the loop declares or writes (the nested reductions are allowed:
@@ -177,8 +190,9 @@ public:
 
 private:
     static bool is_candidate(const Stmt &s) {
-        return s.kind == StmtKind::For &&
-               (s.loop == LoopKind::Independent || s.loop == LoopKind::Serial || s.loop == LoopKind::Lanes) &&
+        // Not lanes loops: their values are vector code, whose functions need not round as the fill's
+        // scalar ones do (the literal loops stay independent: element-lanes refuses nested reductions).
+        return s.kind == StmtKind::For && (s.loop == LoopKind::Independent || s.loop == LoopKind::Serial) &&
                !single_iteration(s) && plain_body(s);
     }
 

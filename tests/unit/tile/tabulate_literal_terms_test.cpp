@@ -2,8 +2,8 @@
  * The tile pass that evaluates a literal recompute's element-invariant terms once per row
  * (src/tile/TabulateLiteralTerms.cpp): a table of kernels before and after — attention's literal
  * output loop takes exp(S[j] − m) from an array filled before it, a term of the loop's variable keeps
- * only its nested sum out, and what must stay (a nested sum of the loop's variable, a term without a
- * nested reduction, a one-element loop, an extent that is not a kernel constant) — and, end to end on the CPU, attention whose keys hold +inf, −inf and NaN (rows
+ * only its nested sum out, and what must stay (a nested sum of the loop's variable, one that binds the
+ * outer axis again, a term without a nested reduction, a one-element loop, an extent that is not a kernel constant) — and, end to end on the CPU, attention whose keys hold +inf, −inf and NaN (rows
  * that recompute literally) against the reference.
  */
 #include <gtest/gtest.h>
@@ -102,6 +102,14 @@ std::vector<Case> cases() {
          },
          "  for $x in [0, C) independent:\n"
          "    $t[$x] = sum(j: sum(d: W[j, d] * V[d, $x]))\n"},
+        {"stays: a nested sum that binds the outer axis again (its j is not the outer one)",
+         [=] {
+             return kernel({literal_loop(int_c(0), C, C, [](Expr j, Expr x) {
+                 return make_mul(make_reduce(ReduceOp::Sum, {j}, {make_size("C")}, W(j, j)), V(j, x));
+             })});
+         },
+         "  for $x in [0, C) independent:\n"
+         "    $t[$x] = sum(j: sum(j: W[j, j]) * V[j, $x])\n"},
         {"stays: no nested reduction, a one-element loop, an extent that is not a kernel constant",
          [=] {
              return kernel({literal_loop(int_c(0), C, C, [](Expr j, Expr x) { return make_mul(W(j, int_c(0)), V(j, x)); }),
