@@ -67,10 +67,7 @@ private:
     Expr hoist(Expr e) {
         return substitute(e, [&](Expr n) -> Expr {
             if (!worth_hoisting(n)) return nullptr;
-            std::string name;
-            do name = "$el" + std::to_string(next_++);
-            while (names_.count(name));
-            names_.insert(name);
+            std::string name = fresh_name("$el", names_, next_);
             before_.push_back(decl(name, LocalClass::State, {}, n));
             loads_ = loads_ || reads_memory(n);
             return make_var(name, VarRole::Symbol, SType::Real);

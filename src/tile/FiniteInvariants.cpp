@@ -104,10 +104,7 @@ private:
     }
 
     Expr local(std::vector<StmtP> &head, const std::string &prefix, Expr value) {
-        std::string name;
-        do name = prefix + std::to_string(next_++);
-        while (names_.count(name));
-        names_.insert(name);
+        std::string name = fresh_name(prefix, names_, next_);
         head.push_back(decl(name, LocalClass::Tile, {}, value));
         return make_var(name, VarRole::Symbol, SType::Real);
     }

@@ -214,10 +214,7 @@ private:
         Frame *f = frame_before(level);
         auto it = f->available.find(v);
         if (it == f->available.end()) {
-            std::string name;
-            do name = "$h" + std::to_string(next_++);
-            while (names_.count(name));
-            names_.insert(name);
+            std::string name = fresh_name("$h", names_, next_);
             (level == kTop ? f->top : f->before).push_back(decl(name, LocalClass::Tile, {}, v));
             it = f->available.emplace(v, name).first;
         }

@@ -82,6 +82,14 @@ bool reads_memory(Expr e) {
     return any_of(e, [](Expr n) { return n->kind == Kind::Load; });
 }
 
+std::string fresh_name(const std::string &prefix, std::set<std::string> &taken, int &next) {
+    std::string name;
+    do name = prefix + std::to_string(next++);
+    while (taken.count(name));
+    taken.insert(name);
+    return name;
+}
+
 DeclaredLocals declared_locals(const StmtP &body) {
     std::map<std::string, std::pair<LocalClass, bool>> seen;  // name -> (class, scalar)
     std::set<std::string> mixed;

@@ -52,6 +52,10 @@ bool is_tile_loop(const StmtP &s);
 /** True when e reads memory (a Load of a local array or a buffer). */
 bool reads_memory(Expr e);
 
+/** A local name `prefix` + N not in `taken` (N counting up from `next`), added to `taken`: the name a
+ *  pass gives a local it introduces. */
+std::string fresh_name(const std::string &prefix, std::set<std::string> &taken, int &next);
+
 /** Index locals whose value is known where the walk stands: name -> value, for locals declared
  *  once and never assigned (`$tb`, `$te`), and the ranges of the loops around. */
 struct Facts {

@@ -59,6 +59,13 @@ bool mentions_any(Expr e, const std::vector<std::string> &names) {
     return false;
 }
 
+/** The row-major position of `vars` in an array of `extents`: ((v0·E1 + v1)·E2 + v2)… */
+Expr flat_index(const std::vector<Expr> &vars, const std::vector<Expr> &extents) {
+    Expr index = vars[0];
+    for (size_t i = 1; i < vars.size(); i++) index = make_add(make_mul(index, extents[i]), vars[i]);
+    return index;
+}
+
 /** One array to fill: the term, the reduction axes it is tabulated over and their extents. */
 struct Table {
     std::string name;
@@ -135,18 +142,12 @@ private:
     }
 
     Expr load_of(Expr r, Expr term) {
-        Expr index = nullptr;
-        for (size_t i = 0; i < r->num_axes(); i++)
-            index = index ? make_add(make_mul(index, r->extents[i]), r->axis(i)) : r->axis(i);
+        const std::vector<Expr> axes(r->args.begin() + 1, r->args.end());
+        Expr index = flat_index(axes, r->extents);
         for (const Table &t : tables)
-            if (t.term == term && t.axes == std::vector<Expr>(r->args.begin() + 1, r->args.end()))
-                return make_load(t.name, {index}, DType::f64, SType::Real);
-        std::string name;
-        do name = "$tab" + std::to_string(next_++);
-        while (names_.count(name));
-        names_.insert(name);
-        tables.push_back(Table{name, term, std::vector<Expr>(r->args.begin() + 1, r->args.end()), r->extents});
-        return make_load(name, {index}, DType::f64, SType::Real);
+            if (t.term == term && t.axes == axes) return make_load(t.name, {index}, DType::f64, SType::Real);
+        tables.push_back(Table{fresh_name("$tab", names_, next_), term, axes, r->extents});
+        return make_load(tables.back().name, {index}, DType::f64, SType::Real);
     }
 
     const std::set<std::string> &written_;
@@ -157,20 +158,14 @@ private:
 /** The declaration and the loops that fill t: for fresh variables J': $tab[J'] = T(J'). */
 std::vector<StmtP> fill(const Table &t, std::set<std::string> &names, int &next) {
     std::vector<Expr> vars;
-    Expr term = t.term, index = nullptr;
+    Expr term = t.term;
     for (size_t i = 0; i < t.axes.size(); i++) {
-        std::string n;
-        do n = "$tj" + std::to_string(next++);
-        while (names.count(n));
-        names.insert(n);
-        Expr v = make_index(n);
-        vars.push_back(v);
-        term = substitute(term, t.axes[i], v);
-        index = index ? make_add(make_mul(index, t.extents[i]), v) : v;
+        vars.push_back(make_index(fresh_name("$tj", names, next)));
+        term = substitute(term, t.axes[i], vars.back());
     }
     Expr size = t.extents[0];
     for (size_t i = 1; i < t.extents.size(); i++) size = make_mul(size, t.extents[i]);
-    StmtP loop = assign(make_load(t.name, {index}, DType::f64, SType::Real), term);
+    StmtP loop = assign(make_load(t.name, {flat_index(vars, t.extents)}, DType::f64, SType::Real), term);
     for (size_t i = vars.size(); i-- > 0;) loop = for_loop(vars[i], make_int(0), t.extents[i], {loop});
     return {decl(t.name, LocalClass::State, {size}, nullptr), loop};
 }
