@@ -387,6 +387,21 @@ static inline float row_extreme(const uint16_t *p, int64_t n) {
     const __m128i l4 = _mm_min_epi16(_mm256_castsi256_si128(l8), _mm256_extracti128_si256(l8, 1));
     hi = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(h4, _mm_set1_epi16(0x7FFF)))) ^ 0x7FFF);
     lo = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(l4, _mm_set1_epi16(-32768)))) ^ 0x8000);
+#elif defined(__AVX2__)
+    // The same on 16 lanes. Without it GCC widens every key to 32 bits (vpmovsxwd, two halves): the
+    // bf16 row max was 15% of softmax bf16 [4096, 1024] on an AMD Zen 3.
+    const __m256i magnitude = _mm256_set1_epi16(0x7FFF);
+    __m256i vhi = _mm256_set1_epi16(-32768), vlo = _mm256_set1_epi16(32767);
+    for (; i + 16 <= n; i += 16) {
+        const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p + i));
+        const __m256i key = _mm256_xor_si256(u, _mm256_and_si256(_mm256_srai_epi16(u, 15), magnitude));
+        vhi = _mm256_max_epi16(vhi, key);
+        vlo = _mm256_min_epi16(vlo, key);
+    }
+    const __m128i h4 = _mm_max_epi16(_mm256_castsi256_si128(vhi), _mm256_extracti128_si256(vhi, 1));
+    const __m128i l4 = _mm_min_epi16(_mm256_castsi256_si128(vlo), _mm256_extracti128_si256(vlo, 1));
+    hi = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(h4, _mm_set1_epi16(0x7FFF)))) ^ 0x7FFF);
+    lo = static_cast<int16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(l4, _mm_set1_epi16(-32768)))) ^ 0x8000);
 #endif
     for (; i < n; ++i) hi = std::max(hi, bf16_order_key(p[i])), lo = std::min(lo, bf16_order_key(p[i]));
     if (n <= 0) return kMax ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
@@ -536,6 +551,43 @@ static inline bool bf16_rare_pair(__m512 lo, __m512 hi) {
 }
 #endif
 
+#if defined(__AVX2__)
+// Eight floats rounded to bf16 exactly as store_bf16 rounds each (round to nearest even on the bits,
+// NaN -> the quiet NaN 0x7FC0, inf kept, finite values rounding past the largest bf16 saturate to it),
+// widened to 32 bits: the branch-free formula of store_bf16, lane by lane. mag <= 0x7FFFFFFF, so the
+// signed compares order magnitudes as unsigned ones would.
+static inline RFK_ALWAYS_INLINE __m256i bf16_bits_avx2(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x), mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(mag, 16), _mm256_set1_epi32(1));
+    __m256i out = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(mag, _mm256_set1_epi32(0x7FFF)), odd), 16);
+    out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7F7F), _mm256_cmpgt_epi32(out, _mm256_set1_epi32(0x7F7F)));
+    out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7F80), _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F800000)));
+    out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7FC0), _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7F800000)));
+    return _mm256_or_si256(out, _mm256_srli_epi32(_mm256_andnot_si256(mag, u), 16));  // the sign bit, at bit 15
+}
+// The same for a lane whose magnitude is below 0x7F7F8000 (no NaN, no inf, no rounding past the
+// largest bf16), sign and all in one add: (u + 0x7FFF + bit 16 of u) >> 16. The carry of the rounding
+// stays below bit 31 there (mag + 0x8000 < 0x7F800000), so the sign bit lands at bit 15 untouched and
+// denormals round as store_bf16 rounds them (it does not flush them). Five operations a vector
+// against the full formula's fifteen.
+static inline RFK_ALWAYS_INLINE __m256i bf16_bits_plain_avx2(__m256i u) {
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), odd), 16);
+}
+// Sixteen floats as sixteen bf16 values in order (vpackusdw packs within 128-bit halves: reordered).
+// When no lane of either vector has a magnitude at or past 0x7F7F8000 (one test of the larger of the
+// two magnitudes), the short form above; otherwise the full formula. Softmax bf16 [4096, 1024] on an
+// AMD Zen 3 spent about 40% of its samples in the full formula (docs/tile-ir.md).
+static inline RFK_ALWAYS_INLINE __m256i bf16_pack_avx2(__m256 lo, __m256 hi) {
+    const __m256i ul = _mm256_castps_si256(lo), uh = _mm256_castps_si256(hi), magnitude = _mm256_set1_epi32(0x7FFFFFFF);
+    const __m256i larger = _mm256_max_epi32(_mm256_and_si256(ul, magnitude), _mm256_and_si256(uh, magnitude));
+    const __m256i rare = _mm256_cmpgt_epi32(larger, _mm256_set1_epi32(0x7F7F7FFF));
+    const __m256i packed = _mm256_testz_si256(rare, rare) ? _mm256_packus_epi32(bf16_bits_plain_avx2(ul), bf16_bits_plain_avx2(uh))
+                                                          : _mm256_packus_epi32(bf16_bits_avx2(lo), bf16_bits_avx2(hi));
+    return _mm256_permute4x64_epi64(packed, 0xD8);
+}
+#endif
+
 template <typename Scale = Unscaled>
 static inline void copy_row_bf16(uint16_t *dst, const float *src, int64_t n, bool stream, Scale scale = Scale{}) {
     int64_t i = 0;
@@ -560,30 +612,22 @@ static inline void copy_row_bf16(uint16_t *dst, const float *src, int64_t n, boo
         else _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + i), b);
     }
     if (stream) _mm_sfence();
+#elif defined(__AVX2__)
+    if (stream)
+        while (i < n && (reinterpret_cast<uintptr_t>(dst + i) % 32) != 0) {
+            dst[i] = store_bf16(scale(src[i]));
+            i++;
+        }
+    for (; i + 16 <= n; i += 16) {
+        const __m256i b = bf16_pack_avx2(scale(_mm256_loadu_ps(src + i)), scale(_mm256_loadu_ps(src + i + 8)));
+        if (stream) _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i), b);
+        else _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + i), b);
+    }
+    if (stream) _mm_sfence();
 #endif
     (void)stream;
     for (int64_t q = i; q < n; q++) dst[q] = store_bf16(scale(src[q]));
 }
-
-#if defined(__AVX2__)
-// Eight floats rounded to bf16 exactly as store_bf16 rounds each (round to nearest even on the bits,
-// NaN -> the quiet NaN 0x7FC0, inf kept, finite values rounding past the largest bf16 saturate to it),
-// widened to 32 bits: the branch-free formula of store_bf16, lane by lane. mag <= 0x7FFFFFFF, so the
-// signed compares order magnitudes as unsigned ones would.
-static inline RFK_ALWAYS_INLINE __m256i bf16_bits_avx2(__m256 x) {
-    const __m256i u = _mm256_castps_si256(x), mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(mag, 16), _mm256_set1_epi32(1));
-    __m256i out = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(mag, _mm256_set1_epi32(0x7FFF)), odd), 16);
-    out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7F7F), _mm256_cmpgt_epi32(out, _mm256_set1_epi32(0x7F7F)));
-    out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7F80), _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F800000)));
-    out = _mm256_blendv_epi8(out, _mm256_set1_epi32(0x7FC0), _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7F800000)));
-    return _mm256_or_si256(out, _mm256_srli_epi32(_mm256_andnot_si256(mag, u), 16));  // the sign bit, at bit 15
-}
-// Sixteen floats as sixteen bf16 values in order (vpackusdw packs within 128-bit halves: reordered).
-static inline RFK_ALWAYS_INLINE __m256i bf16_pack_avx2(__m256 lo, __m256 hi) {
-    return _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_bits_avx2(lo), bf16_bits_avx2(hi)), 0xD8);
-}
-#endif
 
 // Row copies of a worker, chunk after chunk (the CPU epilogue computes a row output a chunk at a time
 // and copies each out as it is done; LowerMerge.cpp chunked_row_output). Unstreamed copies are the

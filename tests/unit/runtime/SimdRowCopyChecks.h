@@ -90,6 +90,19 @@ void check_bf16_rows(const std::vector<uint32_t> &patterns, Failures &f) {
     // Runs of plain values too, so most vectors take the instruction.
     Rng rng(5);
     for (int i = 0; i < 4096; ++i) src.push_back(rng.uniform(-3.0f, 3.0f));
+    // And runs of plain values at the rounding's edges (vectors with no rare lane take the short
+    // form): ties (low half 0x8000) with bit 16 even and odd, one either side of a tie, low halves
+    // all zero or all ones (a carry into the exponent), both signs, denormals, and the largest
+    // magnitude below the rare ones (0x7F7F7FFF).
+    const uint32_t lows[] = {0x8000u, 0x18000u, 0x7FFFu, 0x8001u, 0x0u, 0xFFFFu, 0x1FFFFu};
+    for (int i = 0; i < 512; ++i) {
+        const uint32_t exponent = uint32_t(i % 7 == 0 ? 0 : 1 + (i * 37) % 253) << 23;
+        uint32_t u = (exponent | (uint32_t(i * 2654435761u) & 0x7E0000u) | lows[i % 7]) ^ (i % 3 == 0 ? 0x80000000u : 0u);
+        if (i % 61 == 0) u = 0x7F7F7FFFu | (i % 2 ? 0x80000000u : 0u);
+        float v;
+        std::memcpy(&v, &u, 4);
+        src.push_back(v);
+    }
     for (bool stream : {false, true}) {
         for (size_t off : {size_t(0), size_t(3)}) {
             std::vector<uint16_t> got(src.size() + 8, 0xABCD);
