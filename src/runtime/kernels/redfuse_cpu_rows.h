@@ -480,6 +480,11 @@ static inline RFK_ALWAYS_INLINE __m512 row_load16(const uint16_t *p, __mmask16 m
     // The zero-masking forms: GCC 12's plain ones pass undefined vectors (see exp2_row_sum).
     return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, p)), 16));
 }
+#elif defined(__AVX2__)
+static inline RFK_ALWAYS_INLINE __m256 row_load8(const float *p) { return _mm256_loadu_ps(p); }
+static inline RFK_ALWAYS_INLINE __m256 row_load8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16));
+}
 #endif
 template <typename T>
 static inline float row_sum(const T *p, int64_t n) {
@@ -502,6 +507,23 @@ static inline float row_sum(const T *p, int64_t n) {
     __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     q = _mm_add_ps(q, _mm_movehl_ps(q, q));
     r = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+#elif defined(__AVX2__)
+    // The same on 8 lanes, then the rest element by element. GCC's `omp simd` reduction kept one
+    // vector sum (each add waiting on the one before: 32 dependent adds for a 256-wide tile's row) and
+    // ended with its 8 lanes added one after another.
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, row_load8(p + i));
+        a1 = _mm256_add_ps(a1, row_load8(p + i + 8));
+        a2 = _mm256_add_ps(a2, row_load8(p + i + 16));
+        a3 = _mm256_add_ps(a3, row_load8(p + i + 24));
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, row_load8(p + i));
+    const __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    r = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+    for (; i < n; ++i) r += row_value(p, i);
 #else
 #if defined(_OPENMP)
 #pragma omp simd reduction(+ : r)
