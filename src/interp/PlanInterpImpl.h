@@ -733,6 +733,11 @@ private:
                     relit |= !delta_inputs_finite(st, mem, k, x);
                 }
             }
+            if (!from_states_ && m.def->is_topk() && (m.a->relation == Relation::Additive || m.a->relation == Relation::Monotone) &&
+                topk_delta_not_finite(st, mem, k)) {
+                literal_topk(m);
+                continue;
+            }
             if (relit && !m.def->is_topk()) {
                 literal.insert(m.def->name);
                 for (int64_t x = 0; x < m.extra_count; x++) {
@@ -764,6 +769,51 @@ private:
             }
         }
         final_mode_ = false;
+    }
+
+    /** Whether top-k member k (a selection over G, F = φ_δ(G)) has a point of this row whose δ, or a
+     *  member value δ reads, is not finite: φ_δ need not be strictly monotone there (MoE routing's
+     *  exp(u - m)/s is NaN for every u at m = NaN, NaN or 0 at m = +inf), so the list of G is not F's. */
+    bool topk_delta_not_finite(const State &st, const std::vector<MemberRt> &mem, size_t k) {
+        for (int64_t x = 0; x < mem[k].extra_count; x++) {
+            for (double v : deltas(st, mem, k, x, false, false))
+                if (!std::isfinite(v)) return true;
+            if (!delta_inputs_finite(st, mem, k, x)) return true;
+        }
+        return false;
+    }
+
+    /** The row's top-k lists of m ranked on F itself, as the reference ranks them (LowerMerge.cpp
+     *  literal_topk does the same in the kernels). */
+    void literal_topk(const MemberRt &m) {
+        const Expr red = m.def->body;
+        std::vector<int64_t> shape;
+        int64_t n = 1;
+        for (Expr e : red->extents) {
+            shape.push_back(eval_extent(e, sizes_));
+            n *= shape.back();
+        }
+        Tensor &out = t_[m.def->name], &ind = t_[m.def->index_name];
+        std::vector<std::pair<double, int64_t>> cand(static_cast<size_t>(n));
+        for (int64_t x = 0; x < m.extra_count; x++) {
+            Evaluator ev(env(nullptr, nullptr, false));
+            bind_point(ev, m, x);
+            for (int64_t j = 0; j < n; j++) {
+                for (size_t a = shape.size(), rem = static_cast<size_t>(j); a-- > 0; rem /= static_cast<size_t>(shape[a]))
+                    ev.bind(red->axis(a), static_cast<double>(rem % static_cast<size_t>(shape[a])));
+                cand[static_cast<size_t>(j)] = {ev.eval(red->body()), j};
+            }
+            std::partial_sort(cand.begin(), cand.begin() + m.k, cand.end(), topk_before);
+            std::vector<int64_t> idx(row_);
+            idx.resize(row_.size() + m.extra_shape.size() + 1);
+            for (size_t i = m.extra_shape.size(), rem = static_cast<size_t>(x); i-- > 0; rem /= static_cast<size_t>(m.extra_shape[i]))
+                idx[row_.size() + i] = static_cast<int64_t>(rem % static_cast<size_t>(m.extra_shape[i]));
+            for (int64_t s = 0; s < m.k; s++) {
+                idx.back() = s;
+                out.data[static_cast<size_t>(out.offset(idx.data(), idx.size()))] = cand[static_cast<size_t>(s)].first;
+                ind.data[static_cast<size_t>(ind.offset(idx.data(), idx.size()))] = static_cast<double>(cand[static_cast<size_t>(s)].second);
+            }
+        }
     }
 
     int64_t flat_offset(const Tensor &out, const MemberRt &m, int64_t x) {

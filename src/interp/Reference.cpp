@@ -96,14 +96,6 @@ private:
     std::vector<LoadSlot> slots_;
 };
 
-/** Top-k order: larger first, NaN above everything, ties by lower index. */
-bool topk_before(const std::pair<double, int64_t> &a, const std::pair<double, int64_t> &b) {
-    bool an = std::isnan(a.first), bn = std::isnan(b.first);
-    if (an != bn) return an;
-    if (!an && a.first != b.first) return a.first > b.first;
-    return a.second < b.second;
-}
-
 void run_elementwise(const TensorDef &d, const SizeBinding &sizes, std::map<std::string, Tensor> &results) {
     std::vector<int64_t> shape = def_shape(d, sizes);
     checked_numel(shape, "'" + d.name + "' (in the reference interpreter)", kMaxReferenceElements);
@@ -120,6 +112,14 @@ void run_elementwise(const TensorDef &d, const SizeBinding &sizes, std::map<std:
 }
 
 }  // namespace
+
+/** Top-k order: larger first, NaN above everything, ties by lower index. */
+bool topk_before(const std::pair<double, int64_t> &a, const std::pair<double, int64_t> &b) {
+    bool an = std::isnan(a.first), bn = std::isnan(b.first);
+    if (an != bn) return an;
+    if (!an && a.first != b.first) return a.first > b.first;
+    return a.second < b.second;
+}
 
 void run_topk(const TensorDef &d, const SizeBinding &sizes, std::map<std::string, Tensor> &results) {
     Expr red = d.body;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "interp/Tensor.h"
@@ -18,6 +19,9 @@ namespace rf {
 /** Value of an extent expression (over size Vars) at the given sizes. UserError when a size is
  *  unbound or an index division is by zero. Unlike eval_int it needs nothing from Program.cpp. */
 int64_t eval_extent(Expr e, const SizeBinding &sizes);
+
+/** Top-k order of (value, index) pairs: larger first, NaN above everything, ties by lower index. */
+bool topk_before(const std::pair<double, int64_t> &a, const std::pair<double, int64_t> &b);
 
 /** Shape of an input, or of a definition's index space, at the given sizes (UserError when an
  *  extent is < 1 or the element count exceeds 2^40). */

@@ -107,7 +107,7 @@ std::vector<StmtP> PassLowering::merge(const std::string &A, const std::string &
 }
 
 std::vector<StmtP> PassLowering::finalize(const std::string &P) {
-    std::vector<StmtP> out, after_rows;
+    std::vector<StmtP> pre, out, after_rows;
     Mode fin{};  // member loads read the buffers (earlier members are written first)
     std::vector<Expr> row_idx(row_vars_.begin(), row_vars_.end());
     for (const MemberInfo &m : members_) {
@@ -142,6 +142,14 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
         }
         if (lane_list_outputs(m)) {  // written per slot after the rows (LowerLanes.cpp)
             after_rows.push_back(lane_list_stores(P, m));
+            if (m.sel) {
+                // Each row's test joins the rows' finalization loop (where δ's members were just
+                // computed), raising one flag for the block; the literal lists run only under it.
+                std::string any_bad = "$ltkany" + std::to_string(uid_++);
+                pre.push_back(decl(any_bad, LocalClass::Index, {}, int_c(0)));
+                out.push_back(if_then(topk_delta_not_finite(m, int_c(0)), {assign(local_var(any_bad, SType::Int), int_c(1))}));
+                after_rows.push_back(if_then(make_cmp(CmpOp::NE, local_var(any_bad, SType::Int), int_c(0)), {rows_of_block({literal_topk(m)})}));
+            }
             continue;
         }
         auto target = [&](const std::string &name, Expr x, Expr slot) {
@@ -168,6 +176,7 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
         }
         if (m.def->is_topk()) {
             for (const StmtP &s : normal) out.push_back(s);
+            if (m.sel) out.push_back(literal_topk(m));
             continue;
         }
         std::vector<StmtP> literal{over_extra(m, [&](Expr x) {
@@ -175,9 +184,57 @@ std::vector<StmtP> PassLowering::finalize(const std::string &P) {
         })};
         out.push_back(if_then(make_cmp(CmpOp::NE, local_var(lit, SType::Int), int_c(0)), literal, normal));
     }
-    std::vector<StmtP> all{rows_of_block(out)};
+    std::vector<StmtP> all = pre;
+    all.push_back(rows_of_block(out));
     all.insert(all.end(), after_rows.begin(), after_rows.end());
     return all;
+}
+
+StmtP PassLowering::literal_topk(const MemberInfo &m) {
+    // The list ranks G where F = φ_δ(G) is strictly monotone in G for every finite δ. A row whose δ
+    // (or a member δ reads) is not finite may have no such order: MoE routing's φ = exp(u - m)/s is
+    // NaN for every u when a logit is NaN (m = s = NaN), and NaN or 0 when one is +inf (m = +inf), so
+    // the spec's list is its NaN and zero ties by index (NaN ranks first), not the largest logits.
+    // Such a row ranks F itself: F per element, in the order of the axis, into a list of its own,
+    // stored over the outputs the list of G gave (runs after them).
+    const Mode fin{};
+    return over_extra(m, [&](Expr x) {
+        const std::string id = std::to_string(uid_++), list = "$ltk" + id;
+        Expr j = make_index("$lj" + id), q = make_index("$lq" + id);
+        std::map<std::string, Expr> vars;
+        for (size_t i = 0; i < c_.n_row; i++) vars[m.def->vars[i]->name] = row_vars_[i];
+        for (size_t i = 0; i < m.extra_vars.size(); i++) vars[m.extra_vars[i]->name] = unravel(x, m.extra_ext, i);
+        Expr n = int_c(1);
+        for (size_t i = 0; i < m.def->body->num_axes(); i++) {
+            vars[m.def->body->axis(i)->name] = unravel(j, axis_ext_, i);
+            n = mul_i(n, axis_ext_[i]);
+        }
+        Expr F = translate(m.def->body->body(), vars, nullptr, fin);  // no tile: prologues in place
+        auto target = [&](const std::string &name) {
+            std::vector<Expr> at(row_vars_.begin(), row_vars_.end());
+            for (size_t i = 0; i < m.extra_ext.size(); i++) at.push_back(unravel(x, m.extra_ext, i));
+            at.push_back(q);
+            return make_load(name, at, DType::f64, SType::Real);
+        };
+        std::vector<StmtP> literal{
+            decl(list + "_v", LocalClass::State, {m.K}, real_c(0)), decl(list + "_i", LocalClass::State, {m.K}, real_c(0)),
+            decl(list + "_n", LocalClass::State, {int_c(1)}, real_c(0)),
+            for_loop(j, int_c(0), n, {topk_insert(list, int_c(0), int_c(0), m.K, ReduceOp::TopK, F, j)}),
+            for_loop(q, int_c(0), m.K,
+                     {store(target(m.def->name), local_at(list + "_v", q)), store(target(m.def->index_name), local_at(list + "_i", q))})};
+        return std::vector<StmtP>{if_then(topk_delta_not_finite(m, x), literal)};
+    });
+}
+
+Expr PassLowering::topk_delta_not_finite(const MemberInfo &m, Expr x) {
+    const Mode fin{};
+    std::vector<Expr> bad;
+    for (Expr d : deltas(m, x, fin)) bad.push_back(make_not(is_finite(d)));
+    for (Expr v : delta_inputs(m, x, fin)) {
+        Expr b = make_not(is_finite(v));
+        if (std::find(bad.begin(), bad.end(), b) == bad.end()) bad.push_back(b);
+    }
+    return any(bad);
 }
 
 Expr PassLowering::listed_output(const std::string &P, const MemberInfo &m, Expr x, Expr slot) {

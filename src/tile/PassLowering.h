@@ -312,6 +312,11 @@ private:
 
     // ---- Finalize and store (PlanInterp::write_outputs).
     std::vector<StmtP> finalize(const std::string &P);
+    /** Top-k member m (a selection over G) where a row's δ is not finite: the list of F itself, stored
+     *  over the outputs of the list of G. */
+    StmtP literal_topk(const MemberInfo &m);
+    /** Whether δ of member m at x, or a member value δ reads, is not finite (read from the buffers). */
+    Expr topk_delta_not_finite(const MemberInfo &m, Expr x);
 
     Expr final_value(const std::string &P, const MemberInfo &m, Expr x) { return value_of(P, m, x, Mode{}); }
 

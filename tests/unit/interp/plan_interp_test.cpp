@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "../MergeCases.h"
+#include "../NonFiniteRouting.h"
 
 using namespace rf;
 
@@ -42,6 +43,12 @@ TEST(PlanInterp, PlannerChosenStrategiesCoverTheExamples) {
 }
 
 TEST(PlanInterp, SelectionTiesGoToTheLowestIndex) { test::check_ties("interp", {42, 43}); }
+
+// MoE routing with NaN and infinite logits: the rows whose δ is not finite rank the spec's values
+// (write_outputs' literal top-k), in float64 and in float32.
+TEST(PlanInterp, TopKRanksTheSpecsValuesWhereDeltaIsNotFinite) {
+    for (const char *target : {"interp", "interp-f32"}) test::check_moe_routing_with_non_finite_logits(37, target, {0});
+}
 
 TEST(PlanInterp, StabilityInputs) {
     test::check_stability("interp", {44});

@@ -11,6 +11,7 @@
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
 #include "../MergeCases.h"
+#include "../NonFiniteRouting.h"
 
 #include <chrono>
 #include <cmath>
@@ -180,6 +181,14 @@ int regex_replace_all(std::string &s, const std::string &re, const std::string &
 
 /** Mistakes of the kinds the emulator exists for, injected into the generated source: each must make
  *  the run fail, by a wrong result against the reference or by an emulator error. */
+// MoE routing with NaN and infinite logits: the rows whose δ is not finite rank the spec's values
+// (LowerMerge.cpp literal_topk), at every fusion level.
+TEST(CudaEmulator, TopKRanksTheSpecsValuesWhereDeltaIsNotFinite) {
+    test::ScopedCudaEmulation emu;
+    for (FusionLevel level : {FusionLevel::Block, FusionLevel::Warp, FusionLevel::Thread})
+        test::check_moe_routing_with_non_finite_logits(37, "cuda", {0}, level);
+}
+
 TEST(CudaEmulator, CatchesInjectedMistakes) {
     std::vector<Mistake> mistakes{
         {"warp shuffle butterfly without offset 1", "softmax", {{"R", 3}, {"C", 1000}}, "block",
