@@ -8,7 +8,9 @@ of NaN, +inf, -inf a copy with that value at every (numel // 7)-th element is ru
 own time, and `ok`, the check's verdict, or TIMEOUT (a hang: never acceptable). Known deviations
 are listed in docs/design.md, "Known limits".
 
-    python scripts/nonfinite_sweep.py [--target cpu] [--timeout 60] [--out DIR] [NAME ...]
+    python scripts/nonfinite_sweep.py [--target cpu] [--timeout 60] [--out DIR] [NAME | FILE.rf ...]
+
+A FILE.rf argument (an existing path) is swept as it is, beside or instead of the examples.
 """
 import argparse
 import os
@@ -43,14 +45,17 @@ def main():
     ap.add_argument("--redfuse", default=os.path.join(REPO, "build", "redfuse"))
     ap.add_argument("--out", help="keep the inputs here (default: a temporary folder, removed)")
     a = ap.parse_args()
-    specs = sorted(f for f in os.listdir(os.path.join(REPO, "examples")) if f.endswith(".rf"))
+    files = [n for n in a.names if n.endswith(".rf") and os.path.isfile(n)]
+    names = [n for n in a.names if n not in files]
+    specs = sorted(os.path.join(REPO, "examples", f) for f in os.listdir(os.path.join(REPO, "examples")) if f.endswith(".rf"))
     if a.names:
-        specs = [s for s in specs if any(n in s for n in a.names)]
+        specs = [s for s in specs if any(n in os.path.basename(s) for n in names)]
+    specs += [os.path.abspath(f) for f in files]
     root = a.out or tempfile.mkdtemp(prefix="nonfinite-")
     bad = 0
     try:
-        for spec_name in specs:
-            spec = os.path.join(REPO, "examples", spec_name)
+        for spec in specs:
+            spec_name = os.path.basename(spec)
             names = [p.split("=")[0].strip() for p in re.search(r"^size (.*)$", open(spec).read(), re.M).group(1).split(",")]
             sizes = ",".join("%s=%d" % (n, SIZES.get(n, 8)) for n in names)
             base = os.path.join(root, spec_name[:-3])
