@@ -1,8 +1,9 @@
 /** \file prefetch_next_rows_test.cpp
  * The CPU pass that asks for the next row's inputs during the last sweep over a row that reads them
- * (src/tile/PrefetchNextRows.cpp): where it goes (softmax's second pass, LayerNorm's epilogue chunks),
- * where it does not (GPUs, blocks of several rows, one sweep), and that kernels with it still match
- * the reference at row counts where the next row does not exist.
+ * (src/tile/PrefetchNextRows.cpp): where it goes (softmax's second pass, LayerNorm's epilogue chunks,
+ * the next tile before variance's second sweep of a tile), where it does not (GPUs, blocks of several
+ * rows, one sweep of each tile), and that kernels with it still match the reference at row counts
+ * where the next row does not exist.
  */
 #include <gtest/gtest.h>
 
@@ -62,16 +63,30 @@ TEST(PrefetchNextRows, LayerNormAsksDuringItsEpilogue) {
     EXPECT_EQ(cpp.find("rfk::prefetch_l2(&"), std::string::npos) << cpp;
 }
 
-TEST(PrefetchNextRows, NotForOneSweepOrSeveralRowsABlock) {
-    // Variance sweeps each row once; attention's blocks hold many query rows.
-    EXPECT_EQ(tile_text(test::read_text(example("variance.rf")), TargetKind::Cpu, {{"R", 4096}, {"C", 8192}}).find("prefetch"),
-              std::string::npos);
+TEST(PrefetchNextRows, VarianceAsksForTheNextTileBeforeItsTilesSecondSweep) {
+    // Variance sweeps each row once, each tile twice (Σ (x − ref), then the shifted moments): the
+    // second member loop is preceded by the next tile's prefetch, or at the row's last tile the next
+    // row's first; the first member loop is not.
+    const std::string src = test::read_text(example("variance.rf"));
+    const std::string t = tile_text(src, TargetKind::Cpu, {{"R", 4096}, {"C", 8192}});
+    EXPECT_TRUE(std::regex_search(t, std::regex(R"(# member 1[^\n]*\n\s+if \$te \+ \$te - \$tb <= C:\n\s+prefetch X\[\$rbase, \$te\]\[0, \$te - \$tb\))")))
+        << t;
+    EXPECT_TRUE(std::regex_search(t, std::regex(R"(if \$te == C and \$rbase \+ 1 < R:\n\s+prefetch X\[\$rbase \+ 1, 0\]\[0, \$te - \$tb\))"))) << t;
+    EXPECT_EQ(t.find("prefetch X[$rbase + 1, $tb]"), std::string::npos) << t;  // not the next row's tile: rule 1 is for rows swept twice
+    EXPECT_EQ(tile_text(src, TargetKind::Cpu, {{"R", 4096}, {"C", 8192}}, false).find("prefetch"), std::string::npos);
+    EXPECT_EQ(tile_text(src, TargetKind::OpenCL, {{"R", 4096}, {"C", 8192}}).find("prefetch"), std::string::npos);
+}
+
+TEST(PrefetchNextRows, NotForOneMemberLoopOrSeveralRowsABlock) {
+    // The sum of a row sweeps each tile once; attention's blocks hold many query rows.
+    const std::string sum = "size R = 5, C = 37\ninput X[R, C] : f32\nt[r] = sum(c: X[r,c] * X[r,c])\noutput t\n";
+    EXPECT_EQ(tile_text(sum, TargetKind::Cpu, {{"R", 4096}, {"C", 8192}}).find("prefetch"), std::string::npos);
     EXPECT_EQ(tile_text(test::read_text(example("attention.rf")), TargetKind::Cpu, {}).find("prefetch"), std::string::npos);
 }
 
 TEST(PrefetchNextRows, KernelsWithItMatchTheReference) {
     // The last row has no next row (the guard); one row; rows of one tile and of several.
-    for (const char *name : {"softmax.rf", "log_softmax.rf", "layernorm.rf"}) {
+    for (const char *name : {"softmax.rf", "log_softmax.rf", "layernorm.rf", "variance.rf", "logsumexp.rf"}) {
         const std::string src = test::read_text(example(name));
         for (auto [R, C] : {std::pair<int64_t, int64_t>{1, 3000}, {7, 5000}, {33, 1030}}) {
             RunOptions o;
