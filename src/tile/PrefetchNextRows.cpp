@@ -67,41 +67,6 @@ bool row_of_block(Expr row) {
     return rbase && row->kind == Kind::Add;
 }
 
-/** Prefetches of the next row of each input the loop reads by row and element. */
-std::vector<StmtP> next_row_prefetches(const Module &m, const StmtP &loop, Expr tb, Expr te, bool during_copy) {
-    std::set<std::string> seen;
-    std::vector<StmtP> out;
-    const Expr next = make_add(local_var("$rbase", SType::Int), int_c(1));
-    for_each_stmt(loop, [&](const StmtP &s) {
-        auto look = [&](Expr e) {
-            if (!e) return;
-            visit(e, [&](Expr n) {
-                if (n->kind != Kind::Load || n->args.size() != 2 || seen.count(n->name)) return;
-                const Buffer *b = m.find(n->name);
-                if (!b || b->role != Buffer::Role::Input || b->dims.size() != 2) return;
-                if (!row_of_block(n->args[0]) || n->args[1]->kind != Kind::Var) return;
-                seen.insert(n->name);
-                StmtP p = prefetch(make_load(n->name, {next, tb}, n->dtype, n->stype), make_sub(te, tb), during_copy);
-                out.push_back(if_then(make_cmp(CmpOp::LT, next, b->dims[0]), {p}));
-            });
-        };
-        for (Expr e : {s->value, s->index, s->cond, s->target}) look(e);
-    });
-    return out;
-}
-
-/* Rule 2 (a tile swept twice): in such a kernel whose row loop sweeps the row once (one tile loop),
- * where the tile loop's body sweeps each tile in two or more member loops that read the same input
- * B[$rbase + $rr, j] (variance: Σ (x − ref), then its shifted moments), the last of those loops is
- * preceded by
- *   if $te + ($te - $tb) <= C_B: prefetch B[$rbase, $te][0, $te - $tb]              (the next tile)
- *   else if $te == C_B and $rbase + 1 < R_B: prefetch B[$rbase + 1, 0][0, $te - $tb] (the next row's)
- * Precondition: none for the values (a hint; the guards keep the addresses inside B). Why: the first
- * member loop waits on the tile's lines from memory, the later ones compute from L1 while nothing asks
- * for the next tile (perf of variance [4096, 8192] on an AVX2 AMD Zen 3: 56% of the samples on the
- * first loop's loads, ~20% in the second loop). The emitted kernel with it by hand: 8-12% faster
- * (bench/results/2026-12-07d-zen3-full/NOTE.md). */
-
 /** The inputs statement `s` reads by row and element (B[$rbase + $rr, j], B two-dimensional): one load each. */
 std::vector<Expr> row_element_loads(const Module &m, const StmtP &s) {
     std::vector<Expr> out;
@@ -121,6 +86,39 @@ std::vector<Expr> row_element_loads(const Module &m, const StmtP &s) {
     });
     return out;
 }
+
+/** Prefetches of the next row of each input the loop reads by row and element. */
+std::vector<StmtP> next_row_prefetches(const Module &m, const StmtP &loop, Expr tb, Expr te, bool during_copy) {
+    std::vector<StmtP> out;
+    const Expr next = make_add(local_var("$rbase", SType::Int), int_c(1));
+    for (Expr n : row_element_loads(m, loop)) {
+        StmtP p = prefetch(make_load(n->name, {next, tb}, n->dtype, n->stype), make_sub(te, tb), during_copy);
+        out.push_back(if_then(make_cmp(CmpOp::LT, next, m.find(n->name)->dims[0]), {p}));
+    }
+    return out;
+}
+
+/** The tile loop `loop` replaced by `by` (pointers compared: the statement itself, wherever it is). */
+class ReplaceLoop : public StmtMutator {
+public:
+    ReplaceLoop(const StmtP &loop, const StmtP &by) : loop_(loop), by_(by) {}
+    StmtP mutate_for(const StmtP &s) override { return s == loop_ ? by_ : mutate_default(s); }
+
+private:
+    StmtP loop_, by_;
+};
+
+/* Rule 2 (a tile swept twice): in such a kernel whose row loop sweeps the row once (one tile loop),
+ * where the tile loop's body sweeps each tile in two or more member loops that read the same input
+ * B[$rbase + $rr, j] (variance: Σ (x − ref), then its shifted moments), the last of those loops is
+ * preceded by
+ *   if $te + ($te - $tb) <= C_B: prefetch B[$rbase, $te][0, $te - $tb]              (the next tile)
+ *   else if $te == C_B and $rbase + 1 < R_B: prefetch B[$rbase + 1, 0][0, $te - $tb] (the next row's)
+ * Precondition: none for the values (a hint; the guards keep the addresses inside B). Why: the first
+ * member loop waits on the tile's lines from memory, the later ones compute from L1 while nothing asks
+ * for the next tile (perf of variance [4096, 8192] on an AVX2 AMD Zen 3: 56% of the samples on the
+ * first loop's loads, ~20% in the second loop). The emitted kernel with it by hand: 8-12% faster
+ * (bench/results/2026-12-07d-zen3-full/NOTE.md). */
 
 /** Rule 2 on the row's one tile loop: `loop` with the next tile's prefetches before its last member
  *  loop that reads an input an earlier one read, or nullptr when no such pair exists. */
@@ -150,15 +148,6 @@ StmtP with_next_tile_prefetches(const Module &m, const StmtP &loop) {
     return nullptr;
 }
 
-/** The tile loop `loop` replaced by `by` (pointers compared: the statement itself, wherever it is). */
-class ReplaceLoop : public StmtMutator {
-public:
-    ReplaceLoop(const StmtP &loop, const StmtP &by) : loop_(loop), by_(by) {}
-    StmtP mutate_for(const StmtP &s) override { return s == loop_ ? by_ : mutate_default(s); }
-
-private:
-    StmtP loop_, by_;
-};
 
 StmtP with_prefetches(const Module &m, const StmtP &row_loop) {
     std::vector<StmtP> sweeps;
