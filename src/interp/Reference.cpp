@@ -121,6 +121,17 @@ bool topk_before(const std::pair<double, int64_t> &a, const std::pair<double, in
     return a.second < b.second;
 }
 
+void rank_topk_candidates(Evaluator &ev, Expr red, const std::vector<int64_t> &red_shape, int64_t k,
+                          std::vector<std::pair<double, int64_t>> &cand) {
+    std::vector<int64_t> pos(red_shape.size(), 0);
+    for (size_t j = 0; j < cand.size(); j++) {
+        for (size_t a = 0; a < pos.size(); a++) ev.bind(red->axis(a), static_cast<double>(pos[a]));
+        cand[j] = {ev.eval(red->body()), static_cast<int64_t>(j)};
+        next_index(pos, red_shape);
+    }
+    std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), topk_before);
+}
+
 void run_topk(const TensorDef &d, const SizeBinding &sizes, std::map<std::string, Tensor> &results) {
     Expr red = d.body;
     RF_INTERNAL_ASSERT(red && red->kind == Kind::Reduce && red->rop == ReduceOp::TopK)
@@ -145,18 +156,11 @@ void run_topk(const TensorDef &d, const SizeBinding &sizes, std::map<std::string
     DefEnv denv(d, sizes, results);
     Evaluator ev(denv.env());
     std::vector<int64_t> outer_shape(shape.begin(), shape.end() - 1), outer(outer_shape.size(), 0);
-    std::vector<int64_t> pos(red_shape.size(), 0);
     std::vector<std::pair<double, int64_t>> cand(static_cast<size_t>(n));
     int64_t outer_count = checked_numel(outer_shape, "top-k '" + d.name + "'");
     for (int64_t o = 0; o < outer_count; o++) {
         for (size_t i = 0; i < outer.size(); i++) ev.bind(d.vars[i], static_cast<double>(outer[i]));
-        std::fill(pos.begin(), pos.end(), 0);
-        for (int64_t j = 0; j < n; j++) {
-            for (size_t a = 0; a < pos.size(); a++) ev.bind(red->axis(a), static_cast<double>(pos[a]));
-            cand[static_cast<size_t>(j)] = {ev.eval(red->body()), j};
-            next_index(pos, red_shape);
-        }
-        std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), topk_before);
+        rank_topk_candidates(ev, red, red_shape, k, cand);
         for (int64_t r = 0; r < k; r++) {
             size_t off = static_cast<size_t>(o * k + r);
             values.data[off] = cand[static_cast<size_t>(r)].first;
@@ -164,7 +168,7 @@ void run_topk(const TensorDef &d, const SizeBinding &sizes, std::map<std::string
         }
         next_index(outer, outer_shape);
     }
-    for (size_t a = 0; a < pos.size(); a++) ev.unbind(red->axis(a));
+    for (size_t a = 0; a < red_shape.size(); a++) ev.unbind(red->axis(a));
     results[d.name] = std::move(values);
     results[d.index_name] = std::move(indices);
 }

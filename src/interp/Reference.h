@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "interp/Tensor.h"
+#include "ir/Eval.h"
 #include "ir/Program.h"
 
 namespace rf {
@@ -22,6 +23,12 @@ int64_t eval_extent(Expr e, const SizeBinding &sizes);
 
 /** Top-k order of (value, index) pairs: larger first, NaN above everything, ties by lower index. */
 bool topk_before(const std::pair<double, int64_t> &a, const std::pair<double, int64_t> &b);
+
+/** Ranks the body of top-k reduction `red` at every point of its reduced axes (extents `red_shape`,
+ *  row-major; the flattened index is the tie order) into `cand`, its first k entries in topk_before
+ *  order. `ev` binds everything the body reads but the reduced axes, which it leaves bound. */
+void rank_topk_candidates(Evaluator &ev, Expr red, const std::vector<int64_t> &red_shape, int64_t k,
+                          std::vector<std::pair<double, int64_t>> &cand);
 
 /** Shape of an input, or of a definition's index space, at the given sizes (UserError when an
  *  extent is < 1 or the element count exceeds 2^40). */

@@ -18,7 +18,7 @@
 
 namespace simd_check {
 
-/** rfk::RowStream (redfuse_cpu_rows.h): rows copied in chunks — shorter than a line, a few lines, not a
+/** rfk::RowStream (redfuse_cpu_row_copies.h): rows copied in chunks — shorter than a line, a few lines, not a
  *  multiple of a line — starting at every 4-byte offset of a line, streamed or not, contiguous rows (a
  *  held line continues into the next row) and a copy elsewhere in between (the held line is stored
  *  plainly), with prefetches of the next row held for the copies (prefetch_next): after flush() every
@@ -81,7 +81,7 @@ void check_row_stream(const std::vector<float> &src, Failures &f, const float *s
     }
 }
 
-/** rfk::copy_row_bf16 (redfuse_cpu_rows.h: vcvtneps2bf16 where the build has AVX512_BF16, element by element
+/** rfk::copy_row_bf16 (redfuse_cpu_row_copies.h: vcvtneps2bf16 where the build has AVX512_BF16, element by element
  *  for vectors with denormals, finite overflow, inf or NaN) gives store_bf16's bits for every value, at
  *  every row length and offset (vector body and tails), streamed or not. */
 void check_bf16_rows(const std::vector<uint32_t> &patterns, Failures &f) {

@@ -25,6 +25,7 @@
 
 #include "runtime/kernels/redfuse_cpu.h"
 #include "runtime/kernels/redfuse_cpu_rows.h"
+#include "runtime/kernels/redfuse_cpu_row_copies.h"
 #include "UlpError.h"
 #include "runtime/kernels/redfuse_simd.h"
 #include "runtime/kernels/redfuse_simd_gemm.h"
