@@ -92,10 +92,12 @@ def machine_lines(res):
         allc = bw.get("all_cores", {})
         one = bw.get("one_core", {})
         out.append("- Memory bandwidth (STREAM-like, %s arrays, GB/s, all cores / one core): copy %s / %s, "
-                   "scale %s / %s, add %s / %s, triad %s / %s, read %s / %s. **Limit used: %s GB/s.**" % (
+                   "scale %s / %s, add %s / %s, triad %s / %s, read %s / %s%s. **Limit used: %s GB/s.**" % (
                        _mib(bw.get("array_bytes", 0)), allc.get("copy"), one.get("copy"), allc.get("scale"),
                        one.get("scale"), allc.get("add"), one.get("add"), allc.get("triad"), one.get("triad"),
-                       allc.get("read"), one.get("read"), lim.get("mem_GBps")))
+                       allc.get("read"), one.get("read"),
+                       ", copy with non-temporal stores %s / %s" % (allc["copy_nt"], one.get("copy_nt"))
+                       if "copy_nt" in allc else "", lim.get("mem_GBps")))
         s = "- Peak FP32 FMA (%s): %s GFLOP/s all cores, %s one core" % (fma.get("isa"), fma.get("all_cores"),
                                                                         fma.get("one_core"))
         if fma.get("avx2_all_cores") is not None:

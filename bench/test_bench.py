@@ -307,6 +307,12 @@ class Report(unittest.TestCase):
         machine["amx_permission"] = "denied: Operation not permitted"
         t = report.table_md({"date": "", "host": "h", "records": [rec], "machine": machine, "env": {}, "config": {}})
         self.assertIn("AMX not measured: denied: Operation not permitted", t)
+        self.assertNotIn("non-temporal", t)  # machine.json from before copy_nt was measured
+        machine["bandwidth_GBps"] = {"array_bytes": 1 << 28,
+                                     "all_cores": {"copy": 30.0, "add": 32.0, "read": 31.0, "copy_nt": 58.0},
+                                     "one_core": {"copy": 19.0, "add": 21.0, "read": 19.0, "copy_nt": 31.0}}
+        t = report.table_md({"date": "", "host": "h", "records": [rec], "machine": machine, "env": {}, "config": {}})
+        self.assertIn("read 31.0 / 19.0, copy with non-temporal stores 58.0 / 31.0. **Limit used: 200.0 GB/s.**", t)
 
 
 class Ratios(unittest.TestCase):

@@ -17,6 +17,9 @@
 //   add   c = a + b        3 * 4
 //   triad a = b + s * c    3 * 4
 //   read  sum += a         1 * 4  (not in STREAM; a pure read stream, what a reduction does)
+//   copy_nt c = a          2 * 4  (not in STREAM; copy with non-temporal stores: no write-allocate
+//                                  read, the way redfuse's row kernels write outputs larger than the
+//                                  caches, so the counted bytes are the bytes that move)
 // Bytes are counted the STREAM way: the write-allocate read of a destination line is NOT counted, so
 // the kernels that store understate the traffic that really moves (by up to 1/2 for copy/scale, 1/3
 // for add/triad) unless the compiler emits non-temporal stores. Each kernel runs `reps` times; the
@@ -150,14 +153,29 @@ std::string json_escape(const std::string& s) {
 
 // ---------------------------------------------------------------- memory bandwidth
 struct Bandwidth {
-  double copy = 0, scale = 0, add = 0, triad = 0, read = 0;  // GB/s (1e9 bytes)
+  double copy = 0, scale = 0, add = 0, triad = 0, read = 0, copy_nt = 0;  // GB/s (1e9 bytes)
 };
+
+// c = a with non-temporal stores (n is a multiple of 64; both arrays 64-byte aligned).
+void copy_nontemporal(const float* a, float* c, long n, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (long i = 0; i < n; i += 64) {
+#if defined(__AVX512F__)
+    for (int j = 0; j < 64; j += 16) _mm512_stream_ps(c + i + j, _mm512_load_ps(a + i + j));
+#elif defined(__AVX__)
+    for (int j = 0; j < 64; j += 8) _mm256_stream_ps(c + i + j, _mm256_load_ps(a + i + j));
+#else
+    for (int j = 0; j < 64; j += 4) _mm_stream_ps(c + i + j, _mm_load_ps(a + i + j));
+#endif
+  }
+  _mm_sfence();
+}
 
 volatile float g_sink = 0;
 
 Bandwidth stream(float* a, float* b, float* c, long n, int threads, int reps) {
   const float s = 3.0f;
-  double tbest[5];
+  double tbest[6];
   for (double& t : tbest) t = 1e30;
   for (int r = 0; r < reps; ++r) {
     double t0 = now();
@@ -188,8 +206,10 @@ Bandwidth stream(float* a, float* b, float* c, long n, int threads, int reps) {
     }
     double t5 = now();
     g_sink = sum;
-    double ts[5] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4};
-    for (int k = 0; k < 5; ++k) tbest[k] = std::min(tbest[k], ts[k]);
+    copy_nontemporal(a, c, n, threads);
+    double t6 = now();
+    double ts[6] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
+    for (int k = 0; k < 6; ++k) tbest[k] = std::min(tbest[k], ts[k]);
   }
   const double e = 4.0 * static_cast<double>(n);
   Bandwidth bw;
@@ -198,6 +218,7 @@ Bandwidth stream(float* a, float* b, float* c, long n, int threads, int reps) {
   bw.add = 3 * e / tbest[2] / 1e9;
   bw.triad = 3 * e / tbest[3] / 1e9;
   bw.read = 1 * e / tbest[4] / 1e9;
+  bw.copy_nt = 2 * e / tbest[5] / 1e9;
   return bw;
 }
 
@@ -612,15 +633,15 @@ int main(int argc, char** argv) {
   const char* bf16_unit = !have_bf16 ? "null" : bf16_amx ? "\"amx\"" : "\"avx512_bf16\"";
   const char* int8_unit = !have_int8 ? "null" : int8_amx ? "\"amx\"" : run_int8_avx2 ? "\"avx2\"" : "\"avx512_vnni\"";
   const double fp32_peak = std::max(fma_all, avx2_all);
-  const double mem_peak = std::max({bw_all.copy, bw_all.scale, bw_all.add, bw_all.triad, bw_all.read});
+  const double mem_peak = std::max({bw_all.copy, bw_all.scale, bw_all.add, bw_all.triad, bw_all.read, bw_all.copy_nt});
 
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   auto bwj = [](const Bandwidth& b) {
     char s[256];
     std::snprintf(s, sizeof s,
-                  "{\"copy\": %.2f, \"scale\": %.2f, \"add\": %.2f, \"triad\": %.2f, \"read\": %.2f}",
-                  b.copy, b.scale, b.add, b.triad, b.read);
+                  "{\"copy\": %.2f, \"scale\": %.2f, \"add\": %.2f, \"triad\": %.2f, \"read\": %.2f, \"copy_nt\": %.2f}",
+                  b.copy, b.scale, b.add, b.triad, b.read, b.copy_nt);
     return std::string(s);
   };
   auto opt_num = [](bool present, double v) {
@@ -664,7 +685,7 @@ int main(int argc, char** argv) {
   std::printf("  \"fp16_fma_GFLOPs\": %s,\n", both(has_fp16, fp16_all, fp16_one).c_str());
   std::printf("  \"limits\": {\"mem_GBps\": %.2f, \"mem_GBps_one_core\": %.2f, \"fp32_GFLOPs\": %.1f, \"bf16_GFLOPs\": %s, \"int8_GOPs\": %s,\n",
               mem_peak,
-              std::max({bw_one.copy, bw_one.scale, bw_one.add, bw_one.triad, bw_one.read}), fp32_peak,
+              std::max({bw_one.copy, bw_one.scale, bw_one.add, bw_one.triad, bw_one.read, bw_one.copy_nt}), fp32_peak,
               opt_num(have_bf16, bf16_best).c_str(), opt_num(have_int8, int8_best).c_str());
   std::printf("             \"fp32_unit\": \"%s\", \"bf16_unit\": %s, \"int8_unit\": %s, \"fp16_GFLOPs\": %s, \"fp16_unit\": %s,\n",
               fp32_peak > fma_all ? "avx2" : fma_isa, bf16_unit, int8_unit, opt_num(has_fp16, fp16_all).c_str(),
