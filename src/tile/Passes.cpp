@@ -11,6 +11,7 @@ const std::vector<TilePassInfo> &tile_passes() {
         {TilePass::Exp2, "exp2", fold_exp2, false, false, false},
         {TilePass::Hoist, "hoist", hoist_invariants, false, false, false},
         {TilePass::InvariantSums, "invariant-sums", take_invariant_sums_out, false, true, false},
+        {TilePass::ExtraPoints, "extra-points", fuse_extra_points, false, true, false},
         {TilePass::FoldFlags, "fold-flags", fold_constant_flags, false, true, false},
         {TilePass::GemmSums, "gemm-sums", keep_gemm_sums_in_tiles, false, true, false},
         {TilePass::ForwardTemps, "forward-temps", forward_block_temps, false, true, false},

@@ -28,6 +28,11 @@ Module hoist_invariants(const Module &m);
  *  (InvariantSums.cpp). CPU only. */
 Module take_invariant_sums_out(const Module &m);
 
+/** A member's few extra points (c[s, a], a = 0..2), swept by a vector loop per point over an input
+ *  stored point-innermost (P[s, n, a]), are swept by one vector loop with a reduction per point
+ *  (FuseExtraPoints.cpp). CPU only. */
+Module fuse_extra_points(const Module &m);
+
 /** A tile array takes over the storage of one declared in the same list that is dead by then, or
  *  that the statement writing it rewrites element by element (attention's exp tile overwrites its
  *  score tile) (CoalesceTileArrays.cpp). */
@@ -96,7 +101,7 @@ Module store_first_gemm_tiles(const Module &m);
  *  array before the loop over the elements (TabulateLiteralTerms.cpp). CPU only. */
 Module tabulate_literal_terms(const Module &m);
 
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, ScaleCopies, Prefetch, PrefetchTiles, FirstGemmStores, LiteralTerms };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, ExtraPoints, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, ScaleCopies, Prefetch, PrefetchTiles, FirstGemmStores, LiteralTerms };
 
 struct TilePassInfo {
     TilePass id;

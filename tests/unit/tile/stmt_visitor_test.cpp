@@ -163,8 +163,8 @@ TEST(StmtMutator, BottomUpRewriteSeesRebuiltChildren) {
 
 TEST(TilePasses, TableListsThePassesInOrder) {
     const auto &p = tile_passes();
-    ASSERT_EQ(p.size(), 19u);
-    const char *names[] = {"gemm", "exp2", "hoist", "invariant-sums", "fold-flags", "gemm-sums", "forward-temps", "localize-temps", "coalesce",
+    ASSERT_EQ(p.size(), 20u);
+    const char *names[] = {"gemm", "exp2", "hoist", "invariant-sums", "extra-points", "fold-flags", "gemm-sums", "forward-temps", "localize-temps", "coalesce",
                            "gemm-state", "skip-masked", "finite-invariants", "element-lanes", "row-copies", "scale-copies", "prefetch", "prefetch-tiles",
                            "first-gemm-stores", "literal-terms"};
     for (size_t i = 0; i < p.size(); i++) EXPECT_STREQ(p[i].name, names[i]);
@@ -172,22 +172,23 @@ TEST(TilePasses, TableListsThePassesInOrder) {
     EXPECT_TRUE(p[0].always);
     EXPECT_EQ(p[1].id, TilePass::Exp2);
     EXPECT_EQ(p[3].id, TilePass::InvariantSums);
-    EXPECT_EQ(p[4].id, TilePass::FoldFlags);
-    EXPECT_EQ(p[5].id, TilePass::GemmSums);
-    EXPECT_EQ(p[6].id, TilePass::ForwardTemps);
-    EXPECT_EQ(p[7].id, TilePass::LocalizeTemps);
-    EXPECT_EQ(p[9].id, TilePass::GemmState);
-    EXPECT_EQ(p[10].id, TilePass::SkipMasked);
-    EXPECT_EQ(p[14].id, TilePass::ScaleCopies);
-    EXPECT_EQ(p[17].id, TilePass::FirstGemmStores);
-    EXPECT_EQ(p[18].id, TilePass::LiteralTerms);
-    EXPECT_TRUE(p[9].float_states_only);
-    // The CPU-only passes: the invariant sums, the flags, GEMM sums and temporaries of double states,
-    // the finite copies, the row copies (plain and scaled), the prefetches of the next rows and tiles,
-    // the GEMMs that store their first tile, and the literal recomputes' tables.
+    EXPECT_EQ(p[4].id, TilePass::ExtraPoints);
+    EXPECT_EQ(p[5].id, TilePass::FoldFlags);
+    EXPECT_EQ(p[6].id, TilePass::GemmSums);
+    EXPECT_EQ(p[7].id, TilePass::ForwardTemps);
+    EXPECT_EQ(p[8].id, TilePass::LocalizeTemps);
+    EXPECT_EQ(p[10].id, TilePass::GemmState);
+    EXPECT_EQ(p[11].id, TilePass::SkipMasked);
+    EXPECT_EQ(p[15].id, TilePass::ScaleCopies);
+    EXPECT_EQ(p[18].id, TilePass::FirstGemmStores);
+    EXPECT_EQ(p[19].id, TilePass::LiteralTerms);
+    EXPECT_TRUE(p[10].float_states_only);
+    // The CPU-only passes: the invariant sums, the extra points, the flags, GEMM sums and temporaries of
+    // double states, the finite copies, the row copies (plain and scaled), the prefetches of the next rows
+    // and tiles, the GEMMs that store their first tile, and the literal recomputes' tables.
     for (size_t i = 0; i < p.size(); i++)
-        EXPECT_EQ(p[i].cpu_only, i == 3 || i == 4 || i == 5 || i == 6 || i == 7 || (i >= 11 && i <= 18)) << p[i].name;
-    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].float_states_only, i == 9) << p[i].name;
+        EXPECT_EQ(p[i].cpu_only, (i >= 3 && i <= 8) || (i >= 12 && i <= 19)) << p[i].name;
+    for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].float_states_only, i == 10) << p[i].name;
     for (size_t i = 1; i < p.size(); i++) EXPECT_FALSE(p[i].always) << p[i].name;
     for (const TilePassInfo &i : p) EXPECT_NE(i.run, nullptr);
 }
