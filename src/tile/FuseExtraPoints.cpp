@@ -97,12 +97,23 @@ StmtP copy_for_point(const StmtP &s, const Expr &x, int64_t point, const std::se
     });
 }
 
-StmtP fuse(const StmtP &loop, size_t at) {
-    const int64_t points = static_cast<int64_t>(loop->end->value);
-    std::set<std::string> locals;
-    for_each_stmt(block(loop->body), [&](const StmtP &s) {
-        if (s->kind == StmtKind::Decl) locals.insert(s->name);
+/** The locals `body` declares (at any depth). */
+std::set<std::string> declared_in(const std::vector<StmtP> &body) {
+    std::set<std::string> out;
+    for_each_stmt(block(body), [&](const StmtP &s) {
+        if (s->kind == StmtKind::Decl) out.insert(s->name);
     });
+    return out;
+}
+
+/** The loop fused (the rule above), or nothing when a renamed local would take a name the kernel
+ *  already uses. */
+StmtP fuse(const StmtP &loop, size_t at, const std::set<std::string> &kernel_names) {
+    const int64_t points = static_cast<int64_t>(loop->end->value);
+    const std::set<std::string> locals = declared_in(loop->body);
+    for (const std::string &n : locals)
+        for (int64_t p = 0; p < points; p++)
+            if (kernel_names.count(n + "p" + std::to_string(p))) return nullptr;
     const StmtP &simd = loop->body[at];
     std::vector<StmtP> pre, reductions, post;
     for (int64_t p = 0; p < points; p++) {
@@ -120,11 +131,15 @@ StmtP fuse(const StmtP &loop, size_t at) {
 
 Module fuse_extra_points(const Module &in) {
     Module m = in;
-    for (Kernel &k : m.kernels)
-        k.body = rewrite_bottom_up(k.body, [](const StmtP &s) -> StmtP {
+    for (Kernel &k : m.kernels) {
+        std::set<std::string> names;
+        loop_facts::written_in(k.body, names);
+        k.body = rewrite_bottom_up(k.body, [&](const StmtP &s) -> StmtP {
             int at = fusable_at(s);
-            return at < 0 ? s : fuse(s, static_cast<size_t>(at));
+            StmtP fused = at < 0 ? nullptr : fuse(s, static_cast<size_t>(at), names);
+            return fused ? fused : s;
         });
+    }
     return m;
 }
 
