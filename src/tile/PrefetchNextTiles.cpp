@@ -52,12 +52,18 @@ std::optional<TileBounds> tile_bounds(const StmtP &loop) {
     return TileBounds{tb, local_var(e->name, SType::Int), sum->args[1], v->args[1]};
 }
 
-/** The prefetch of the next tile of g's B, when B is an input read from the tile's first row: its
+/** The prefetch of the next tile of g's B, when B is an input read from the tile's first row at an
+ *  address the tile loop's head can compute (no local bound inside the loop but $tb: a GEMM per row
+ *  of the block, inside the loop over its rows $rr, reads B at a row the head does not know): its
  *  first cap_bytes (Schedule::prefetch_bytes; 0: all of it). */
-StmtP next_tile(const Module &m, const GemmInfo &g, const TileBounds &t, int64_t cap_bytes) {
+StmtP next_tile(const Module &m, const GemmInfo &g, const TileBounds &t, int64_t cap_bytes,
+                const std::set<std::string> &bound_inside) {
     Expr b = g.b_base;
     const Buffer *buf = m.find(b->name);
     if (!buf || buf->role != Buffer::Role::Input || b->args.size() != buf->dims.size()) return nullptr;
+    for (Expr a : b->args)
+        if (any_of(a, [&](Expr n) { return (n->kind == Kind::Var || n->kind == Kind::Load) && bound_inside.count(n->name); }))
+            return nullptr;
     size_t at = b->args.size();
     for (size_t i = 0; i < b->args.size(); i++)
         if (b->args[i]->kind == Kind::Var && b->args[i]->name == t.tb->name) at = i;
@@ -84,11 +90,13 @@ public:
         if (!loop_facts::is_tile_loop(s)) return mutate_default(s);
         auto t = tile_bounds(s);
         if (!t) return s;
-        std::set<std::string> seen;
+        std::set<std::string> seen, bound_inside;
+        for (const StmtP &c : s->body) loop_facts::written_in(c, bound_inside);
+        bound_inside.erase(t->tb->name);
         std::vector<StmtP> hints;
         for_each_stmt(s, [&](const StmtP &c) {
             if (c->kind != StmtKind::Gemm || seen.count(c->gemm->b_base->name)) return;
-            if (StmtP p = next_tile(m_, *c->gemm, *t, cap_bytes_)) {
+            if (StmtP p = next_tile(m_, *c->gemm, *t, cap_bytes_, bound_inside)) {
                 seen.insert(c->gemm->b_base->name);
                 hints.push_back(p);
             }

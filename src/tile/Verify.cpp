@@ -208,6 +208,13 @@ private:
         }
     }
 
+    void visit_prefetch(const StmtP &s) override {
+        const Buffer *b = m_.find(s->target->name);
+        if (!b || b->role != Buffer::Role::Input) fail(s, "prefetch of something other than an input");
+        expr(s, s->target);  // its address: every local it reads in scope here
+        expr(s, s->end);
+    }
+
     void visit_store(const StmtP &s) override {
         const Buffer *b = m_.find(s->target->name);
         if (!b) fail(s, "store to unknown buffer " + s->target->name);

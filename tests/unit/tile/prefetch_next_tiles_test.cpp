@@ -2,8 +2,9 @@
  * The CPU pass that asks for a tile GEMM's next tile of an input operand in kernels of few rows a
  * block (src/tile/PrefetchNextTiles.cpp): decode attention's K and V tiles, not attention's (many
  * rows a block), not a weight GEMM's (its tiles are columns of the weight, not one run), not on a GPU;
- * the whole tile on Intel, its first 8 KiB on AMD; and decode kernels with it still match the reference
- * when the last tile is short or the only one.
+ * the whole tile on Intel, its first 8 KiB on AMD; not a per-row GEMM's operand (its row is bound inside
+ * the tile loop); and decode kernels with it still match the reference when the last tile is short or
+ * the only one.
  */
 #include <gtest/gtest.h>
 
@@ -71,5 +72,29 @@ TEST(PrefetchNextTiles, DecodeWithItMatchesTheReference) {
         RunOptions o;
         o.sizes = {{"B", 2}, {"Hq", 8}, {"Hkv", 2}, {"N", N}, {"D", 64}};
         test::check_run(example("decode_gqa.rf"), src, o, "cpu", {5});
+    }
+}
+
+TEST(PrefetchNextTiles, NotWhereTheOperandsRowIsBoundInsideTheTileLoop) {
+    // Pooling each row's own channels P[s] with softmax weights: a GEMM per row of the block, inside
+    // the loop over the block's rows. Its next tile's address needs that row, which the tile loop's
+    // head does not have (the prefetch there read $rr out of scope: generated code that did not
+    // compile).
+    const std::string src =
+        "size S = 3, N = 29, H = 4\ninput x[S, N] : f32\ninput P[S, N, H] : f32\nm[s] = max(n: x[s,n])\n"
+        "l[s] = sum(n: exp(x[s,n] - m[s]))\no[s,h] = sum(n: exp(x[s,n] - m[s]) * P[s,n,h]) / l[s]\n"
+        "mx[s,h] = max(n: P[s,n,h])\nam[s,h] = argmax(n: P[s,n,h])\noutput o, mx\noutput am : i64\n";
+    {
+        ArenaScope arena;
+        Options o;
+        o.sizes = {{"S", 7}, {"N", 5000}, {"H", 4}};
+        auto c = analyze_source(src, "pooling.rf", make_target(TargetKind::Cpu), o);
+        const std::string t = tile::to_string(generate(*c).module);
+        EXPECT_EQ(t.find("prefetch P[$rbase + $rr"), std::string::npos) << t;
+    }
+    for (auto [S, N] : {std::pair<int64_t, int64_t>{7, 5000}, {1, 300}}) {
+        RunOptions o;
+        o.sizes = {{"S", S}, {"N", N}, {"H", 4}};
+        test::check_run("pooling.rf", src, o, "cpu", {2});
     }
 }

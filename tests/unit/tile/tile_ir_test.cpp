@@ -92,6 +92,8 @@ TEST(TileVerifier, RejectsEachBrokenRule) {
         {"simd reduction into a state", block({decl("$s", LocalClass::State, {}, real_c(0)),
                                                for_loop(i, int_c(0), n, {accum(ReduceOp::Sum, local_var("$s"), X(i))}, LoopKind::Simd)})},
         {"branch in simd", for_loop(i, int_c(0), n, {if_then(make_bool(true), {store(Y(i), X(i))})}, LoopKind::Simd)},
+        {"prefetch at an undeclared local", for_loop(i, int_c(0), n, {prefetch(X(j), int_c(16))})},
+        {"prefetch of an output", for_loop(i, int_c(0), n, {prefetch(Y(i), int_c(16))})},
     };
     for (auto &[why, body] : bad) EXPECT_THROW(verify(module_with(body)), InternalError) << why;
 }
