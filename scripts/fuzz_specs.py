@@ -23,6 +23,9 @@ Every spec runs through (each family can be chosen with --commands):
            --straight-through (not in the default set: each check runs the reference ~20 times per
            gradient; `--commands grad` or `analyze,...,grad`)
 
+Every command runs with REDFUSE_VERIFY=1: the tile IR is verified after the lowering and after each
+pass (a pass that breaks it is caught there, even where the C++ compiler would accept the result).
+
 An outcome is a bug when redfuse exits with 3 (internal error), dies of a signal, runs past
 --timeout, or fails --check (a wrong answer); exit 1 or 2 with a message naming the problem (a
 refused spec, a size without a value) is accepted. Each bug is printed with the spec and the
@@ -46,6 +49,10 @@ import subprocess
 import sys
 import tempfile
 import time
+
+# The environment of every redfuse command: the tile IR verified after each pass.
+RUN_ENV = dict(os.environ, REDFUSE_VERIFY="1")
+
 
 # ---------------------------------------------------------------------------------------------
 # The earlier generator (--legacy): row reductions over c reading earlier ones.
@@ -674,7 +681,7 @@ def main():
             t0 = time.time()
             try:
                 r = subprocess.run([a.redfuse] + argv, capture_output=True, text=True, timeout=a.timeout,
-                                   errors="replace")
+                                   errors="replace", env=RUN_ENV)
                 rc, out, timed_out = r.returncode, r.stdout + r.stderr, False
             except subprocess.TimeoutExpired as e:
                 rc, timed_out = None, True
