@@ -148,7 +148,6 @@ StmtP with_next_tile_prefetches(const Module &m, const StmtP &loop) {
     return nullptr;
 }
 
-
 StmtP with_prefetches(const Module &m, const StmtP &row_loop) {
     std::vector<StmtP> sweeps;
     for_each_stmt(row_loop, [&](const StmtP &s) {

@@ -62,8 +62,7 @@ StmtP next_tile(const Module &m, const GemmInfo &g, const TileBounds &t, int64_t
     const Buffer *buf = m.find(b->name);
     if (!buf || buf->role != Buffer::Role::Input || b->args.size() != buf->dims.size()) return nullptr;
     for (Expr a : b->args)
-        if (any_of(a, [&](Expr n) { return (n->kind == Kind::Var || n->kind == Kind::Load) && bound_inside.count(n->name); }))
-            return nullptr;
+        if (!loop_facts::invariant(a, bound_inside)) return nullptr;
     size_t at = b->args.size();
     for (size_t i = 0; i < b->args.size(); i++)
         if (b->args[i]->kind == Kind::Var && b->args[i]->name == t.tb->name) at = i;

@@ -11,11 +11,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
+#include <map>
 #include <sstream>
 #include <string>
 
 #include "driver/Compiler.h"
 #include "driver/Run.h"
+#include "interp/Npy.h"
+#include "runtime/TempDir.h"
 
 namespace rf::test {
 
@@ -52,6 +55,17 @@ inline void check_run(const std::filesystem::path &path, const std::string &sour
             std::fprintf(stderr, "%s %s: %.2f s\n", path.stem().c_str(), describe(o).c_str(),
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+}
+
+/** check_run on `inputs` (planted NaN, infinities, masked rows) instead of random ones: they are saved
+ *  to a temporary folder that the run loads (o.load_dir). */
+inline void check_run_on_inputs(const std::filesystem::path &path, const std::string &source,
+                                const std::map<std::string, Tensor> &inputs, RunOptions o, const std::string &target,
+                                std::initializer_list<uint64_t> seeds = {1}) {
+    TempDir dir;
+    save_dir(dir.path(), inputs);
+    o.load_dir = dir.path();
+    check_run(path, source, o, target, seeds);
 }
 
 }  // namespace rf::test
