@@ -506,7 +506,8 @@ struct ScratchBuffer {
 // every row block of a head multiplies by the same K and V tiles). An entry is valid only for the
 // input_epoch it was packed in; entries are replaced round-robin.
 // What a kept packing holds: the same operand packed for different kernels must not be mistaken.
-enum class PanelKind : uint8_t { None, AmxBf16, AmxInt8, AmxPairedV, F32TransposedK, F32RowsV, Bf16PairsA1, Bf16PairsA2 };
+enum class PanelKind : uint8_t { None, AmxBf16, AmxInt8, AmxPairedV, F32TransposedK, F32RowsV, Bf16PairsA1, Bf16PairsA2,
+                                 WidenedTransposedK, WidenedRowsV };  // Widened*: f32 panels of a bf16 operand
 struct PanelCacheEntry {
     const void *src = nullptr;
     int64_t ld = 0, cols = 0, K = 0;

@@ -243,6 +243,10 @@ static inline void gemm_nn_acc_f32_as_bf16_input_v(int64_t M, int64_t N, int64_t
 #if defined(RFK_SIMD_AMX)
     if (simd_detail::amx_gemm_nn_acc_f32_as_bf16(M, N, K, P, ldp, V, ldv, C, ldc, true)) return;
 #endif
+#if defined(RFK_SIMD_VECTOR) && !defined(RFK_SIMD_BF16)
+    // f32 products (no bf16 unit): gemm_nn_acc_f32_bf16's nn_acc with V's widened panels kept.
+    if (simd_detail::nn_kept_panels(M, N, K, P, ldp, V, ldv, C, ldc)) return;
+#endif
     gemm_nn_acc_f32_as_bf16(M, N, K, P, ldp, V, ldv, C, ldc);
 }
 

@@ -44,16 +44,20 @@ static inline void nn_acc(int64_t M, int64_t N, int64_t K, const float *P, int64
         }
     }
 }
-// nn_acc for f32 V an input of the kernel, in rows of A past one register block (attention's P.V): V's
+// nn_acc for V an input of the kernel, in rows of A past one register block (attention's P.V): V's
 // panels, all of them, kept for the thread's next call on the same V in this kernel entry (as
-// nt_kept_panels). The same packing and blocks as nn_acc. False: a shape nn_acc reads V in place.
-static inline bool nn_kept_panels(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const float *V, int64_t ldv,
+// nt_kept_panels). The same packing and blocks as nn_acc. False: a shape nn_acc reads V in place. A
+// bf16 V is kept widened, from kPackMinM rows (attention's row blocks, each tile read by every block of
+// a head), not for decode's few query heads per tile, where no later call reads the tile again.
+template <typename TV>
+static inline bool nn_kept_panels(int64_t M, int64_t N, int64_t K, const float *P, int64_t ldp, const TV *V, int64_t ldv,
                                   float *C, int64_t ldc) {
-    if (M <= kMR || K == 0 || N == 0) return false;
+    if (M <= kMR || K == 0 || N == 0 || (!std::is_same_v<TV, float> && M < kPackMinM)) return false;
     constexpr int W = kNV * VW;
+    constexpr PanelKind kind = std::is_same_v<TV, float> ? PanelKind::F32RowsV : PanelKind::WidenedRowsV;
     const int64_t npan = (N + W - 1) / W;
     bool hit = false;
-    float *panels = static_cast<float *>(cached_panels(V, ldv, N, K, PanelKind::F32RowsV, size_t(npan * W * K) * sizeof(float), hit));
+    float *panels = static_cast<float *>(cached_panels(V, ldv, N, K, kind, size_t(npan * W * K) * sizeof(float), hit));
     for (int64_t pc = 0; pc < K; pc += kKC) {
         const int64_t kc = min64(kKC, K - pc);
         for (int64_t j = 0; j < N; j += W) {

@@ -1,7 +1,7 @@
 /** \file SimdCallStateChecks.h
  * Checks of the state the tile GEMMs keep between calls (simd_kernels_test.cpp includes this after the
  * kernel headers): per-thread scratch under two threads, and the panels kept from kernel inputs
- * within one input_epoch (AMX's, and f32's on every level).
+ * within one input_epoch (AMX's, f32's on every level, and bf16 inputs' widened panels without a bf16 unit).
  */
 #pragma once
 
@@ -55,15 +55,26 @@ void check_input_panels(Failures &f) {
         for (float &v : Bf) v = rng.uniform(-1, 1);
     };
     auto compare = [&](const char *what) {
-        std::vector<float> want(size_t(M * N)), got(size_t(M * N)), want_pv(size_t(M * K), 0.5f), got_pv(size_t(M * K), 0.5f);
-        rfk::gemm_nt_bf16(M, N, K, 1.0f, A.data(), K, B.data(), K, want.data(), N, false);
-        rfk::gemm_nt_bf16_input_b(M, N, K, 1.0f, A.data(), K, B.data(), K, got.data(), N, false);
-        if (std::memcmp(want.data(), got.data(), want.size() * 4) != 0) f.add(std::string("gemm_nt_bf16_input_b differs ") + what);
-        // P·V with V = B read as N rows of K columns.
-        rfk::gemm_nn_acc_f32_as_bf16(M, K, N, P.data(), N, B.data(), K, want_pv.data(), K);
-        rfk::gemm_nn_acc_f32_as_bf16_input_v(M, K, N, P.data(), N, B.data(), K, got_pv.data(), K);
-        if (std::memcmp(want_pv.data(), got_pv.data(), want_pv.size() * 4) != 0)
-            f.add(std::string("gemm_nn_acc_f32_as_bf16_input_v differs ") + what);
+        // bf16 (panels kept by AMX, and widened to f32 without a bf16 unit), overwriting and
+        // accumulating, on all of B and on its last N - 5 rows (another operand: a tile of the same
+        // input at another offset), at M rows and at 8 (decode's query heads: not kept for bf16).
+        for (int64_t rows : {M, int64_t{8}})
+            for (int64_t skip : {int64_t{0}, int64_t{5}})
+                for (bool acc : {false, true}) {
+                    const std::string where = std::string(what) + " (M=" + std::to_string(rows) + ", skip " + std::to_string(skip) + ")";
+                    std::vector<float> want(size_t(rows * N), 0.25f), got(size_t(rows * N), 0.25f);
+                    rfk::gemm_nt_bf16(rows, N - skip, K, 0.5f, A.data(), K, B.data() + skip * K, K, want.data(), N, acc);
+                    rfk::gemm_nt_bf16_input_b(rows, N - skip, K, 0.5f, A.data(), K, B.data() + skip * K, K, got.data(), N, acc);
+                    if (std::memcmp(want.data(), got.data(), want.size() * 4) != 0) f.add("gemm_nt_bf16_input_b differs " + where);
+                    // P·V with V = B read as N - skip rows of K columns (acc: a second, accumulating call).
+                    std::vector<float> want_pv(size_t(rows * K), 0.5f), got_pv(size_t(rows * K), 0.5f);
+                    for (int rep = 0; rep < (acc ? 2 : 1); ++rep) {
+                        rfk::gemm_nn_acc_f32_as_bf16(rows, K, N - skip, P.data(), N, B.data() + skip * K, K, want_pv.data(), K);
+                        rfk::gemm_nn_acc_f32_as_bf16_input_v(rows, K, N - skip, P.data(), N, B.data() + skip * K, K, got_pv.data(), K);
+                    }
+                    if (std::memcmp(want_pv.data(), got_pv.data(), want_pv.size() * 4) != 0)
+                        f.add("gemm_nn_acc_f32_as_bf16_input_v differs " + where);
+                }
         // f32 (panels kept on every SIMD level), overwriting and accumulating, on all of B and on
         // its last N - 5 rows (another operand: a tile of the same input at another offset).
         for (int64_t skip : {int64_t{0}, int64_t{5}})
