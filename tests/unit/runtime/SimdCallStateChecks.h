@@ -40,24 +40,26 @@ void check_threads(Failures &f) {
 }
 
 /** The *_input_b / *_input_v GEMMs (B or V a kernel input, whose panels a thread keeps within one
- *  input_epoch) equal the plain GEMMs: on a first call, on a repeated call (panels reused), and after
- *  the operand changed in place and the epoch moved on, as each generated kernel entry moves it. */
+ *  input_epoch; A marked an input too, as attention's query block) equal the plain GEMMs: on a first call, on a repeated call
+ *  (panels reused), and after the operands changed in place and the epoch moved on, as each generated
+ *  kernel entry moves it. */
 void check_input_panels(Failures &f) {
     const int64_t M = 64, N = 96, K = 128;
     Rng rng(91);
-    std::vector<uint16_t> A(size_t(M * K)), B(size_t(N * K));
+    std::vector<uint16_t> A(size_t((M + 3) * K)), B(size_t(N * K));
     std::vector<float> P(size_t(M * N)), Af(size_t(M * K)), Bf(size_t(N * K));
-    for (uint16_t &v : A) v = rfk::f32_to_bf16(rng.uniform(-1, 1));
     for (float &v : P) v = rng.uniform(0, 1);
     for (float &v : Af) v = rng.uniform(-1, 1);
-    auto fill_b = [&] {
+    auto fill_inputs = [&] {
+        for (uint16_t &v : A) v = rfk::f32_to_bf16(rng.uniform(-1, 1));
         for (uint16_t &v : B) v = rfk::f32_to_bf16(rng.uniform(-1, 1));
         for (float &v : Bf) v = rng.uniform(-1, 1);
     };
     auto compare = [&](const char *what) {
         // bf16 (panels kept by AMX, and widened to f32 without a bf16 unit), overwriting and
         // accumulating, on all of B and on its last N - 5 rows (another operand: a tile of the same
-        // input at another offset), at M rows and at 8 (decode's query heads: not kept for bf16).
+        // input at another offset), at M rows and at 8 (decode's query heads: not kept for bf16); QK^T
+        // with A an input too, also 3 rows on (another operand).
         for (int64_t rows : {M, int64_t{8}})
             for (int64_t skip : {int64_t{0}, int64_t{5}})
                 for (bool acc : {false, true}) {
@@ -66,6 +68,14 @@ void check_input_panels(Failures &f) {
                     rfk::gemm_nt_bf16(rows, N - skip, K, 0.5f, A.data(), K, B.data() + skip * K, K, want.data(), N, acc);
                     rfk::gemm_nt_bf16_input_b(rows, N - skip, K, 0.5f, A.data(), K, B.data() + skip * K, K, got.data(), N, acc);
                     if (std::memcmp(want.data(), got.data(), want.size() * 4) != 0) f.add("gemm_nt_bf16_input_b differs " + where);
+                    for (int64_t a_off : {int64_t{0}, int64_t{3}}) {
+                        const uint16_t *a = A.data() + a_off * K;
+                        std::vector<float> w(size_t(rows * N), 0.25f), g(size_t(rows * N), 0.25f);
+                        rfk::gemm_nt_bf16(rows, N - skip, K, 0.5f, a, K, B.data() + skip * K, K, w.data(), N, acc);
+                        rfk::gemm_nt_bf16_input_b(rows, N - skip, K, 0.5f, a, K, B.data() + skip * K, K, g.data(), N, acc, true);
+                        if (std::memcmp(w.data(), g.data(), w.size() * 4) != 0)
+                            f.add("gemm_nt_bf16_input_b with A an input differs " + where + " (A " + std::to_string(a_off) + " rows on)");
+                    }
                     // P·V with V = B read as N - skip rows of K columns (acc: a second, accumulating call).
                     std::vector<float> want_pv(size_t(rows * K), 0.5f), got_pv(size_t(rows * K), 0.5f);
                     for (int rep = 0; rep < (acc ? 2 : 1); ++rep) {
@@ -92,13 +102,13 @@ void check_input_panels(Failures &f) {
                 if (std::memcmp(wv.data(), gv.data(), wv.size() * 4) != 0) f.add(std::string("gemm_nn_acc_f32_input_v differs ") + what);
             }
     };
-    fill_b();
+    fill_inputs();
     rfk::input_epoch.fetch_add(1);
     compare("on the first call");
     compare("on a repeated call");
-    fill_b();
+    fill_inputs();
     rfk::input_epoch.fetch_add(1);
-    compare("after B changed in place and the epoch moved on");
+    compare("after A and B changed in place and the epoch moved on");
 }
 
 /** gemm_nt_bf16 with A a kernel input (`a_input`: the B-in-place form keeps A's pair panels within one
