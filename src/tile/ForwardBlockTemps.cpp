@@ -27,7 +27,7 @@ using namespace loop_facts;
  * declares. The store and the buffer go: per row block, one float64 write and read of N × rows
  * elements fewer, and the epilogue reads V's local array (a tile the GEMMs just wrote, still in cache).
  * Preconditions, each checked: T is a temporary mentioned by one kernel; exactly one statement stores
- * it, with indices [b + rr, x] where rr and x are the loops [0, E_r) and [0, N) around the store (N
+ * it (none of the statements after it does), with indices [b + rr, x] where rr and x are the loops [0, E_r) and [0, N) around the store (N
  * T's second extent, so every column of the row is stored); every read is T[b + rr', e] with rr' a
  * loop [0, E_r) around the read, b the same expression, in a later statement of the list that holds
  * the store's statement, which writes neither b nor E_r. */
@@ -136,6 +136,11 @@ std::optional<StmtP> forward_in_list(const StmtP &owner, const Buffer &t, const 
     auto st = the_store(l[w], t);
     if (!st || mentions(st->value, t.name) || any_stmt(l[w], [&](const StmtP &c) { return c != st->stmt && mentions_own(c, t.name); }))
         return std::nullopt;
+    // The later mentions must all be reads: a second store (a top-k's literal fallback for rows whose
+    // δ is not finite, LowerMerge.cpp literal_topk, rewrites the list after the finalize stored it)
+    // would be turned into a store to V's local (fuzz_specs.py seed 1251: "store to unknown buffer").
+    for (size_t q = w + 1; q < l.size(); q++)
+        if (any_stmt(l[q], [&](const StmtP &c) { return c->kind == StmtKind::Store && c->target->name == t.name; })) return std::nullopt;
     // V, b and the row count must mean the same at every read: nothing after the store writes what
     // they read, V reads no buffer the kernel writes, and nothing V reads is declared inside l[w].
     std::set<std::string> later, inside;

@@ -4,16 +4,20 @@
  * (src/tile/GemmSumTiles.cpp) keeps RMSNorm→GEMM's and the int8 GEMM's sums in float tiles the GEMMs
  * accumulate into, without seen flags or reference points (rescaled GEMM sums:
  * gemm_rescaled_sums_test.cpp); forward-temps (src/tile/ForwardBlockTemps.cpp) lets the epilogue read that tile
- * instead of a float64 temporary of the whole output. The results agree with the reference over
+ * instead of a float64 temporary of the whole output, and leaves one that a later statement stores again
+ * (a top-k's literal fallback). The results agree with the reference over
  * several tiles of the axis, partial row blocks, and extents of 1; the GPU lowerings are unchanged.
  */
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
 #include "driver/Compiler.h"
+#include "interp/Inputs.h"
 #include "tile/TileIR.h"
 
 using namespace rf;
@@ -96,6 +100,27 @@ TEST(ForwardBlockTemps, TemporariesOtherKernelsReadStay) {
     bool temp = false;
     for (const tile::Buffer &b : m.buffers) temp = temp || b.role == tile::Buffer::Role::Temp;
     EXPECT_TRUE(temp) << tile::to_string(m);
+}
+
+TEST(ForwardBlockTemps, ATemporaryStoredAgainLaterStays) {
+    // TI (top-k indices, not an output) is stored by the finalize and again by the literal fallback
+    // of rows whose softmax is not finite: no forwarding (localize-temps then keeps it in the row
+    // block's array), and the tile IR stays valid.
+    ArenaScope arena;
+    const auto path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "specs" / "topk_index_not_output.rf";
+    const std::string src = test::read_text(path);
+    auto c = analyze_source(src, path.string(), make_target(TargetKind::Cpu), {});
+    tile::Module m = generate(*c).module;
+    EXPECT_NO_THROW(tile::verify(m)) << tile::to_string(m);
+    EXPECT_FALSE(contains(tile::to_string(m), "store $")) << tile::to_string(m);  // the forwarded second store was `store $A2_tk_i[...]`
+    // Random rows, and rows with a NaN and a +inf (the literal fallback runs there).
+    RunOptions o;
+    test::check_run(path, src, o, "cpu", {1, 2});
+    auto cc = compile_source(src, path.string(), {});
+    auto in = make_random_inputs(cc->program, bind_sizes(cc->program, {{"R", 6}, {"C", 130}}), 3);
+    in.at("X").at({1, 7}) = NAN;
+    in.at("X").at({3, 11}) = INFINITY;
+    test::check_run_on_inputs(path, src, in, o, "cpu");
 }
 
 TEST(GemmSumTiles, AgreeWithTheReferenceOverTilesPartialBlocksAndUnitExtents) {
