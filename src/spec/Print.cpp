@@ -181,7 +181,14 @@ std::map<std::string, std::string> global_names(const Program &p) {
 }
 
 std::string lhs(const SpecPrinter &pr, const TensorDef &d, const std::string &n, bool with_extents, SpecPrinter &ep) {
-    if (d.vars.empty()) return pr.name(n);
+    if (d.vars.empty()) {
+        // `name = expr` reading no tensor parses as a pure scalar, which cannot be an output: a
+        // 0-dimensional definition of a constant (the zero gradient of an unused scalar input,
+        // `redfuse grad`) keeps its brackets.
+        bool reads_tensor = false;
+        visit(d.body, [&](Expr e) { reads_tensor = reads_tensor || e->kind == Kind::Load; });
+        return pr.name(n) + (reads_tensor ? "" : "[]");
+    }
     std::string s = pr.name(n) + "[";
     for (size_t i = 0; i < d.vars.size(); i++) {
         s += (i ? ", " : "") + d.vars[i]->name;

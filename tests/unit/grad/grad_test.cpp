@@ -219,6 +219,17 @@ TEST(Grad, StraightThroughDifferentiatesQuantization) {
     EXPECT_NE(g.backward_spec.find("dA[m:M, k:K] = "), std::string::npos) << g.backward_spec;
 }
 
+TEST(Grad, AnUnusedScalarInputGetsAZeroGradientOutput) {
+    // g feeds only s, which no output reads: dg is the constant 0, a 0-dimensional definition.
+    ArenaScope scope;
+    const auto path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "grad" / "unused_scalar_input.rf";
+    Program p = parse_f64(path);
+    GradResult g = derive_backward(p, {});
+    EXPECT_NE(g.backward_spec.find("dg[] = 0.0"), std::string::npos) << g.backward_spec;
+    ASSERT_EQ(g.backward.outputs.size(), 3u) << g.backward_spec;  // dX, dg, dZ
+    expect_matches_finite_differences(p, g, bind_sizes(p, test::size_variant(p, [](int64_t v) { return v; })), 5);
+}
+
 TEST(Grad, WrtSelectsTheInputs) {
     ArenaScope scope;
     Program p = parse_program(test::read_text(example("attention")), "attention.rf");
