@@ -219,15 +219,41 @@ TEST(Grad, StraightThroughDifferentiatesQuantization) {
     EXPECT_NE(g.backward_spec.find("dA[m:M, k:K] = "), std::string::npos) << g.backward_spec;
 }
 
+std::filesystem::path grad_spec(const std::string &name) {
+    return std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "grad" / (name + ".rf");
+}
+
 TEST(Grad, AnUnusedScalarInputGetsAZeroGradientOutput) {
     // g feeds only s, which no output reads: dg is the constant 0, a 0-dimensional definition.
     ArenaScope scope;
-    const auto path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "grad" / "unused_scalar_input.rf";
-    Program p = parse_f64(path);
+    Program p = parse_f64(grad_spec("unused_scalar_input"));
     GradResult g = derive_backward(p, {});
     EXPECT_NE(g.backward_spec.find("dg[] = 0.0"), std::string::npos) << g.backward_spec;
     ASSERT_EQ(g.backward.outputs.size(), 3u) << g.backward_spec;  // dX, dg, dZ
     expect_matches_finite_differences(p, g, bind_sizes(p, test::size_variant(p, [](int64_t v) { return v; })), 5);
+}
+
+TEST(Grad, ComparisonsAreDecidedAsTheForwardWroteThem) {
+    // At the row's top-1 score the comparison is a tie; the backward must round it as the forward.
+    ArenaScope scope;
+    Program p = parse_f64(grad_spec("threshold_at_top1"));
+    GradResult g = derive_backward(p, {});
+    EXPECT_NE(g.backward_spec.find("5 * tanh(X[r, c] / 5) > tm_sum[r] / K"), std::string::npos) << g.backward_spec;
+    for (uint64_t seed : {1, 3, 7, 9, 10}) {  // each failed with the simplified comparison
+        SCOPED_TRACE(seed);
+        expect_matches_finite_differences(p, g, bind_sizes(p, test::size_variant(p, [](int64_t v) { return v; })), seed);
+    }
+}
+
+TEST(Grad, FiniteDifferencesAllowForTheRoundingOfCancellingSums) {
+    // k3's cubes cancel: the check's noise bound uses the magnitude reference, not |k3|.
+    ArenaScope scope;
+    Program p = parse_f64(grad_spec("cancelling_third_moment"));
+    GradResult g = derive_backward(p, {});
+    for (uint64_t seed : {3, 12}) {  // each failed with a noise bound of u·|value|
+        SCOPED_TRACE(seed);
+        expect_matches_finite_differences(p, g, bind_sizes(p, test::size_variant(p, [](int64_t v) { return v; })), seed);
+    }
 }
 
 TEST(Grad, WrtSelectsTheInputs) {
