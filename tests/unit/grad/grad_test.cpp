@@ -256,6 +256,18 @@ TEST(Grad, FiniteDifferencesAllowForTheRoundingOfCancellingSums) {
     }
 }
 
+TEST(Grad, FiniteDifferencesTellCurvatureFromKinks) {
+    // φ = Σ X · exp(150 Σ W): every element of dW curves so much that the one-sided differences at the
+    // check's step disagree; a smaller step shows they converge, so the points are checked, not skipped.
+    ArenaScope scope;
+    Program p = parse_f64(grad_spec("steep_weight_exponential"));
+    GradResult g = derive_backward(p, {});
+    for (uint64_t seed : {2, 4, 5}) {  // each had every point of dW skipped as a kink
+        SCOPED_TRACE(seed);
+        expect_matches_finite_differences(p, g, bind_sizes(p, test::size_variant(p, [](int64_t v) { return v; })), seed);
+    }
+}
+
 TEST(Grad, WrtSelectsTheInputs) {
     ArenaScope scope;
     Program p = parse_program(test::read_text(example("attention")), "attention.rf");
