@@ -389,6 +389,21 @@ static inline void nt_b_in_place(int64_t M, int64_t N, int64_t K, float alpha, c
 }
 #endif  // RFK_SIMD_BF16
 
+// A block of `rows` x `cols` of A as floats: A itself (ld = lda), or bf16 rows widened into scratch slot 1
+// (ld = cols).
+template <typename TA>
+static inline const float *f32_block(const TA *A, int64_t lda, int64_t rows, int64_t cols, int64_t &ld) {
+    ld = lda;
+    if constexpr (std::is_same_v<TA, float>) {
+        return A;
+    } else {
+        float *conv = static_cast<float *>(scratch(1, size_t(rows * cols) * sizeof(float)));
+        for (int64_t i = 0; i < rows; ++i) widen_row(A + i * lda, cols, conv + i * cols);
+        ld = cols;
+        return conv;
+    }
+}
+
 // NT via packing: C (+)= alpha * A B^T. kPairs: bf16 A and B through vdpbf16ps on pair panels; otherwise f32
 // FMAs, bf16 operands widened (A per block into scratch, B while packing). With a single M block each B
 // panel is packed right before its strips run (still in L1, or L2 for long pair blocks); with several,
@@ -424,14 +439,7 @@ static inline void nt_packed(int64_t M, int64_t N, int64_t K, float alpha, const
                 int64_t mc = min64(kMC, M - ic);
                 const float *ablock = nullptr;
                 int64_t ablock_ld = lda;
-                if constexpr (std::is_same_v<TA, float>) {
-                    ablock = A + ic * lda + pc;
-                } else if constexpr (!kPairs) {
-                    float *conv = static_cast<float *>(scratch(1, size_t(mc * kc) * sizeof(float)));
-                    for (int64_t i = 0; i < mc; ++i) widen_row(A + (ic + i) * lda + pc, kc, conv + i * kc);
-                    ablock = conv;
-                    ablock_ld = kc;
-                }
+                if constexpr (!kPairs) ablock = f32_block(A + ic * lda + pc, lda, mc, kc, ablock_ld);
                 for (int64_t j = 0; j < nc; j += W) {
                     float *bp = panel_at_a_time ? bpack : bpack + (j / W) * panel;
                     if (panel_at_a_time) pack(jc + j, bp);
@@ -472,16 +480,8 @@ static inline bool nt_kept_panels(int64_t M, int64_t N, int64_t K, float alpha, 
         for (int64_t p = 0; p < npanels; ++p) pack_transposed<kNV>(B + p * W * ldb, ldb, min64(W, N - p * W), K, panels + p * panel);
     for (int64_t ic = 0; ic < M; ic += kMC) {
         const int64_t mc = min64(kMC, M - ic);
-        const float *ablock;
         int64_t ablock_ld = lda;
-        if constexpr (std::is_same_v<TA, float>) {
-            ablock = A + ic * lda;
-        } else {
-            float *conv = static_cast<float *>(scratch(1, size_t(mc * K) * sizeof(float)));
-            for (int64_t i = 0; i < mc; ++i) widen_row(A + (ic + i) * lda, K, conv + i * K);
-            ablock = conv;
-            ablock_ld = K;
-        }
+        const float *ablock = f32_block(A + ic * lda, lda, mc, K, ablock_ld);
         for (int64_t p = 0; p < npanels; ++p)
             outer_block<kMR, kNV, float>(mc, min64(W, N - p * W), K, ablock, ablock_ld, panels + p * panel, W, 0,
                                          C + ic * ldc + p * W, ldc, alpha, accumulate);

@@ -223,6 +223,14 @@ std::filesystem::path grad_spec(const std::string &name) {
     return std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "grad" / (name + ".rf");
 }
 
+/** The backward against central differences at the spec's default sizes, once per seed. */
+void expect_matches_at_default_sizes(const Program &p, const GradResult &g, std::initializer_list<uint64_t> seeds) {
+    for (uint64_t seed : seeds) {
+        SCOPED_TRACE(seed);
+        expect_matches_finite_differences(p, g, bind_sizes(p, test::size_variant(p, [](int64_t v) { return v; })), seed);
+    }
+}
+
 TEST(Grad, AnUnusedScalarInputGetsAZeroGradientOutput) {
     // g feeds only s, which no output reads: dg is the constant 0, a 0-dimensional definition.
     ArenaScope scope;
@@ -230,7 +238,7 @@ TEST(Grad, AnUnusedScalarInputGetsAZeroGradientOutput) {
     GradResult g = derive_backward(p, {});
     EXPECT_NE(g.backward_spec.find("dg[] = 0.0"), std::string::npos) << g.backward_spec;
     ASSERT_EQ(g.backward.outputs.size(), 3u) << g.backward_spec;  // dX, dg, dZ
-    expect_matches_finite_differences(p, g, bind_sizes(p, test::size_variant(p, [](int64_t v) { return v; })), 5);
+    expect_matches_at_default_sizes(p, g, {5});
 }
 
 TEST(Grad, ComparisonsAreDecidedAsTheForwardWroteThem) {
@@ -239,10 +247,7 @@ TEST(Grad, ComparisonsAreDecidedAsTheForwardWroteThem) {
     Program p = parse_f64(grad_spec("threshold_at_top1"));
     GradResult g = derive_backward(p, {});
     EXPECT_NE(g.backward_spec.find("5 * tanh(X[r, c] / 5) > tm_sum[r] / K"), std::string::npos) << g.backward_spec;
-    for (uint64_t seed : {1, 3, 7, 9, 10}) {  // each failed with the simplified comparison
-        SCOPED_TRACE(seed);
-        expect_matches_finite_differences(p, g, bind_sizes(p, test::size_variant(p, [](int64_t v) { return v; })), seed);
-    }
+    expect_matches_at_default_sizes(p, g, {1, 3, 7, 9, 10});  // each failed with the simplified comparison
 }
 
 TEST(Grad, FiniteDifferencesAllowForTheRoundingOfCancellingSums) {
@@ -250,10 +255,7 @@ TEST(Grad, FiniteDifferencesAllowForTheRoundingOfCancellingSums) {
     ArenaScope scope;
     Program p = parse_f64(grad_spec("cancelling_third_moment"));
     GradResult g = derive_backward(p, {});
-    for (uint64_t seed : {3, 12}) {  // each failed with a noise bound of u·|value|
-        SCOPED_TRACE(seed);
-        expect_matches_finite_differences(p, g, bind_sizes(p, test::size_variant(p, [](int64_t v) { return v; })), seed);
-    }
+    expect_matches_at_default_sizes(p, g, {3, 12});  // each failed with a noise bound of u·|value|
 }
 
 TEST(Grad, FiniteDifferencesTellCurvatureFromKinks) {
@@ -262,10 +264,7 @@ TEST(Grad, FiniteDifferencesTellCurvatureFromKinks) {
     ArenaScope scope;
     Program p = parse_f64(grad_spec("steep_weight_exponential"));
     GradResult g = derive_backward(p, {});
-    for (uint64_t seed : {2, 4, 5}) {  // each had every point of dW skipped as a kink
-        SCOPED_TRACE(seed);
-        expect_matches_finite_differences(p, g, bind_sizes(p, test::size_variant(p, [](int64_t v) { return v; })), seed);
-    }
+    expect_matches_at_default_sizes(p, g, {2, 4, 5});  // each had every point of dW skipped as a kink
 }
 
 TEST(Grad, WrtSelectsTheInputs) {
