@@ -59,6 +59,7 @@ public:
         // Row copies outside parallel loops go through this copier (a parallel loop's workers have theirs).
         const bool copies = has_row_copy(k_.body);
         if (copies) os_ << "    rfk::RowStream rs_;\n";
+        if (has_sweep_prefetch(k_.body)) os_ << "    rfk::SweepPrefetch pf_;\n";
         simd_ = false;
         print_stmt(k_.body, 1);
         if (copies) os_ << "    rs_.flush();\n";
@@ -311,7 +312,10 @@ private:
         std::vector<std::string> idx;
         for (Expr a : s->target->args) idx.push_back(int_expr(a));
         // During the row copy that follows: the worker's RowStream asks for it between its streamed stores.
-        pad(ind) << (s->during_copy ? "rs_.prefetch_next(&" : "rfk::prefetch_l2(&") << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], ("
+        // During the sweep that follows: held for the next vector loop (loop(), print_blocked_sums).
+        sweep_prefetch_held_ = sweep_prefetch_held_ || s->when == PrefetchWhen::DuringSweep;
+        pad(ind) << (s->when == PrefetchWhen::DuringCopy ? "rs_.prefetch_next(&" : s->when == PrefetchWhen::DuringSweep ? "pf_.hold(&" : "rfk::prefetch_l2(&")
+                 << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], ("
                  << int_expr(s->end) << ") * " << dtype_bytes(b->dtype) << ");\n";
     }
 
@@ -338,6 +342,9 @@ private:
 
     static bool has_row_copy(const StmtP &s) {
         return any_stmt(s, [](const StmtP &c) { return c->kind == StmtKind::CopyRow; });
+    }
+    static bool has_sweep_prefetch(const StmtP &s) {
+        return any_stmt(s, [](const StmtP &c) { return c->kind == StmtKind::Prefetch && c->when == PrefetchWhen::DuringSweep; });
     }
 
     /** A parallel loop over row blocks: each worker thread has its own arrays and takes blocks in turn. */
@@ -378,6 +385,7 @@ private:
         auto region = [&](bool parallel) {
             arrays_below(s, ind + 2);
             if (has_row_copy(s)) pad(ind + 2) << "rfk::RowStream rs_;  // this worker's row copies\n";
+            if (has_sweep_prefetch(s)) pad(ind + 2) << "rfk::SweepPrefetch pf_;  // this worker's held prefetch\n";
             // nowait: nothing after the loop reads another worker's rows before the region's end.
             if (parallel)
                 pad(ind + 2) << "#pragma omp for schedule(" << (k_.schedule.strategy == Strategy::Literal ? "static" : splits ? "guided, chunk_" : "dynamic, chunk_")
@@ -419,6 +427,23 @@ private:
         std::string head = "for (int64_t " + v + " = " + int_expr(s->begin) + "; " + v + " < " + int_expr(s->end) + "; ++" + v + ")";
         if (s->loop == LoopKind::Parallel) {
             parallel_loop(s, head, ind);
+            return;
+        }
+        if (s->loop == LoopKind::Simd && sweep_prefetch_held_) {
+            // The first vector loop after a held prefetch takes it: blocked sums spread its lines over
+            // their blocks; any other form asks for them all before it (inserted once the form is known).
+            sweep_prefetch_held_ = false;
+            spread_sweep_prefetch_ = true;
+            const std::string before = os_.str();
+            loop(s, ind);
+            if (spread_sweep_prefetch_) {
+                const std::string printed = os_.str().substr(before.size());
+                os_.str(before);
+                os_.seekp(0, std::ios::end);
+                pad(ind) << "pf_.rest();\n";
+                os_ << printed;
+            }
+            spread_sweep_prefetch_ = false;
             return;
         }
         if (s->loop == LoopKind::Simd && !staging_ &&
@@ -492,7 +517,11 @@ private:
         pad(ind + 1) << "const int64_t b0_ = " << int_expr(s->begin) << ", e_ = " << int_expr(s->end) << ";\n";
         pad(ind + 1) << "int64_t b_ = b0_;\n";
         for (size_t i = 0; i < sums.size(); i++) pad(ind + 1) << "alignas(64) " << sums[i].second << " part" << i << "_[" << w << "] = {};\n";
+        const bool spread = spread_sweep_prefetch_;  // the held prefetch's lines, a few per block
+        spread_sweep_prefetch_ = false;
+        if (spread) pad(ind + 1) << "pf_.spread((e_ - b_) / (" << w << "));\n";
         pad(ind + 1) << "for (; b_ + " << w << " <= e_; b_ += " << w << ") {\n";
+        if (spread) pad(ind + 2) << "pf_.next();\n";
         pad(ind + 2) << "#pragma omp simd\n";
         pad(ind + 2) << "for (int64_t " << v << " = b_; " << v << " < b_ + " << w << "; ++" << v << ") {\n";
         for (size_t i = 0; i < sums.size(); i++) sum_into_[sums[i].first] = "part" + std::to_string(i) + "_[" + v + " - b_]";
@@ -508,6 +537,7 @@ private:
         pad(ind + 1) << "}\n";
         for (size_t i = 0; i < sums.size(); i++)
             pad(ind + 1) << "if (b_ != b0_) " << sums[i].first << " += rfk::sum_pairwise(part" << i << "_, " << w << ");\n";
+        if (spread) pad(ind + 1) << "pf_.rest();\n";
         pad(ind) << "}\n";
         return true;
     }
@@ -742,6 +772,8 @@ private:
     bool simd_ = false;  ///< printing inside a simd loop
     std::map<std::string, std::string> sum_into_;  ///< print_blocked_sums: a sum's scalar -> its partial sum
     bool staging_ = false;  ///< printing the strip loop of print_staged_exp2
+    bool sweep_prefetch_held_ = false;    ///< a DuringSweep prefetch printed, no vector loop after it yet
+    bool spread_sweep_prefetch_ = false;  ///< printing the vector loop that takes it (print_blocked_sums spreads it)
     std::map<std::string, const Buffer *> bufs_;
     std::map<std::string, const Stmt *> locals_;
 };

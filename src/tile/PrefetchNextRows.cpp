@@ -31,7 +31,7 @@ namespace {
  * `redfuse bench` with the pass on and off). The next row is the next iteration's on this thread (the
  * row loop's chunks are consecutive rows); at a chunk's end it is another thread's, and the prefetch
  * only warms a line that thread reads. When the sweep ends with a row copy (an epilogue chunk), the
- * prefetches are marked during_copy: the worker's row copier asks for their lines one by one between
+ * prefetches are marked DuringCopy: the worker's row copier asks for their lines one by one between
  * its streamed stores instead of in a burst before the chunk's work (f32 LayerNorm [4096, 8192] on an
  * AVX2 AMD EPYC Zen 3: see docs/tile-ir.md). */
 
@@ -88,11 +88,11 @@ std::vector<Expr> row_element_loads(const Module &m, const StmtP &s) {
 }
 
 /** Prefetches of the next row of each input the loop reads by row and element. */
-std::vector<StmtP> next_row_prefetches(const Module &m, const StmtP &loop, Expr tb, Expr te, bool during_copy) {
+std::vector<StmtP> next_row_prefetches(const Module &m, const StmtP &loop, Expr tb, Expr te, PrefetchWhen when) {
     std::vector<StmtP> out;
     const Expr next = make_add(local_var("$rbase", SType::Int), int_c(1));
     for (Expr n : row_element_loads(m, loop)) {
-        StmtP p = prefetch(make_load(n->name, {next, tb}, n->dtype, n->stype), make_sub(te, tb), during_copy);
+        StmtP p = prefetch(make_load(n->name, {next, tb}, n->dtype, n->stype), make_sub(te, tb), when);
         out.push_back(if_then(make_cmp(CmpOp::LT, next, m.find(n->name)->dims[0]), {p}));
     }
     return out;
@@ -118,7 +118,10 @@ private:
  * member loop waits on the tile's lines from memory, the later ones compute from L1 while nothing asks
  * for the next tile (perf of variance [4096, 8192] on an AVX2 AMD Zen 3: 56% of the samples on the
  * first loop's loads, ~20% in the second loop). The emitted kernel with it by hand: 8-12% faster
- * (bench/results/2026-12-07d-zen3-full/NOTE.md). */
+ * (bench/results/2026-12-07d-zen3-full/NOTE.md). The prefetches are marked DuringSweep: a member loop
+ * printed as blocked sums asks for the range's lines a few per block, where a burst before it filled the
+ * miss queue while the loop computed from L1 (variance [4096, 8192], AMD Zen 4, emitted kernels
+ * alternated: 4.92 -> 4.40 and 5.12 -> 4.37 ms medians; bench/results/2026-12-07i-zen4-full/NOTE.md). */
 
 /** Rule 2 on the row's one tile loop: `loop` with the next tile's prefetches before its last member
  *  loop that reads an input an earlier one read, or nullptr when no such pair exists. */
@@ -137,8 +140,8 @@ StmtP with_next_tile_prefetches(const Module &m, const StmtP &loop) {
         std::vector<StmtP> body(loop->body.begin(), loop->body.begin() + static_cast<std::ptrdiff_t>(i));
         for (Expr l : again) {
             const Buffer *b = m.find(l->name);
-            StmtP same_row = prefetch(make_load(l->name, {rbase, te}, l->dtype, l->stype), len);
-            StmtP next_row = prefetch(make_load(l->name, {make_add(rbase, int_c(1)), int_c(0)}, l->dtype, l->stype), len);
+            StmtP same_row = prefetch(make_load(l->name, {rbase, te}, l->dtype, l->stype), len, PrefetchWhen::DuringSweep);
+            StmtP next_row = prefetch(make_load(l->name, {make_add(rbase, int_c(1)), int_c(0)}, l->dtype, l->stype), len, PrefetchWhen::DuringSweep);
             Expr last_tile = make_and(make_cmp(CmpOp::EQ, te, b->dims[1]), make_cmp(CmpOp::LT, make_add(rbase, int_c(1)), b->dims[0]));
             body.push_back(if_then(make_cmp(CmpOp::LE, make_add(te, len), b->dims[1]), {same_row}, {if_then(last_tile, {next_row})}));
         }
@@ -163,7 +166,7 @@ StmtP with_prefetches(const Module &m, const StmtP &row_loop) {
         const StmtP &loop = sweeps[i];
         auto [lo, hi] = sweep_range(loop);
         if (!lo) continue;
-        std::vector<StmtP> hints = next_row_prefetches(m, loop, lo, hi, copies_row(loop));
+        std::vector<StmtP> hints = next_row_prefetches(m, loop, lo, hi, copies_row(loop) ? PrefetchWhen::DuringCopy : PrefetchWhen::AtOnce);
         if (hints.empty()) continue;
         // After the range's two declarations, before the sweep's work.
         std::vector<StmtP> body(loop->body.begin(), loop->body.begin() + 2);

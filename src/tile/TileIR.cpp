@@ -128,12 +128,12 @@ StmtP copy_row(Expr target, Expr source, Expr count, Expr scale) {
     return s;
 }
 
-StmtP prefetch(Expr at, Expr count, bool during_copy) {
+StmtP prefetch(Expr at, Expr count, PrefetchWhen when) {
     RF_INTERNAL_ASSERT(at && at->kind == Kind::Load) << "prefetch of a load";
     auto s = make(StmtKind::Prefetch);
     s->target = at;
     s->end = count;
-    s->during_copy = during_copy;
+    s->when = when;
     return s;
 }
 
@@ -296,7 +296,8 @@ public:
               << (s->scale ? " * " + rf::to_string(s->scale) : "") << "\n";
     }
     void visit_prefetch(const StmtP &s) override {
-        pad() << "prefetch " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ")" << (s->during_copy ? " during the row copy" : "") << "\n";
+        pad() << "prefetch " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ")" << (s->when == PrefetchWhen::DuringCopy ? " during the row copy" : s->when == PrefetchWhen::DuringSweep ? " during the sweep" : "")
+              << "\n";
     }
     void visit_comment(const StmtP &s) override { pad() << "# " << s->name << "\n"; }
 

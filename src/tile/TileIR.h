@@ -65,6 +65,12 @@ enum class LoopKind : uint8_t { Serial, Parallel, Simd, Independent, Lanes };
  *  (float32 by default); Index, an integer position; Int8, quantized tile values for int8 GEMMs. */
 enum class LocalClass : uint8_t { State, Tile, Index, Int8, LaneState };
 
+/** When a Prefetch's lines are asked for: all at once where it stands; one by one between the
+ *  streamed stores of the row copy that follows in the same sweep (rfk::RowStream::prefetch_next); or
+ *  a few per block of the blocked-sum vector loop that follows (rfk::SweepPrefetch; all at once before
+ *  that loop when it takes another form). */
+enum class PrefetchWhen : uint8_t { AtOnce, DuringCopy, DuringSweep };
+
 enum class StmtKind : uint8_t {
     Block,       ///< children in order
     For,         ///< var in [begin, end) step 1; children = body; `loop` says how it runs
@@ -120,9 +126,8 @@ struct Stmt {
     std::vector<std::vector<int>> alphas;  ///< PolyShift multi-indices
     std::shared_ptr<const GemmInfo> gemm;
     std::vector<StmtP> body, else_body;
-    /** Prefetch: asked for line by line between the streamed stores of the row copy that follows in
-     *  the same sweep (rfk::RowStream::prefetch_next) rather than all at once. */
-    bool during_copy = false;
+    /** Prefetch: when its lines are asked for (PrefetchWhen). */
+    PrefetchWhen when = PrefetchWhen::AtOnce;
 };
 
 // ---- Builders (the only way passes create statements).
@@ -142,8 +147,8 @@ StmtP store(Expr target, Expr value);
  *  scale (optional): a scalar each value is multiplied by, in the compute type, before rounding. */
 StmtP copy_row(Expr target, Expr source, Expr count, Expr scale = nullptr);
 /** at: a Load of an input at the first element of a run of `count` consecutive elements;
- *  during_copy: asked for during the row copy that follows (Stmt::during_copy). */
-StmtP prefetch(Expr at, Expr count, bool during_copy = false);
+ *  when: all at once, or spread over the row copy or the sweep that follows (Stmt::when). */
+StmtP prefetch(Expr at, Expr count, PrefetchWhen when = PrefetchWhen::AtOnce);
 StmtP comment(const std::string &text);
 /** A copy of s with new children. */
 StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else_body = {});

@@ -27,6 +27,14 @@ std::string with_bf16(std::string src) {
     return std::regex_replace(src, std::regex(R"(output Y : f32)"), "output Y : bf16");
 }
 
+std::string cpu_source(const char *name) {
+    ArenaScope arena;
+    Options o;
+    o.sizes = {{"R", 4096}, {"C", 8192}};
+    auto c = analyze_source(test::read_text(example(name)), name, make_target(TargetKind::Cpu), o);
+    return generate(*c).source;
+}
+
 std::string tile_text(const std::string &src, TargetKind t, std::map<std::string, int64_t> sizes, bool pass = true) {
     ArenaScope arena;
     Options o;
@@ -54,11 +62,7 @@ TEST(PrefetchNextRows, LayerNormAsksDuringItsEpilogue) {
     const std::string t = tile_text(test::read_text(example("layernorm.rf")), TargetKind::Cpu, {{"R", 4096}, {"C", 8192}});
     // Spread over the chunk's streamed row copy (rfk::RowStream::prefetch_next), not a burst before it.
     EXPECT_TRUE(std::regex_search(t, std::regex(R"(prefetch X\[\$rbase \+ 1, \$e0_\d+\]\[0, \$e1_\d+ - \$e0_\d+\) during the row copy)"))) << t;
-    ArenaScope arena;
-    Options o;
-    o.sizes = {{"R", 4096}, {"C", 8192}};
-    auto c = analyze_source(test::read_text(example("layernorm.rf")), "layernorm.rf", make_target(TargetKind::Cpu), o);
-    const std::string cpp = generate(*c).source;
+    const std::string cpp = cpu_source("layernorm.rf");
     EXPECT_NE(cpp.find("rs_.prefetch_next(&"), std::string::npos) << cpp;
     EXPECT_EQ(cpp.find("rfk::prefetch_l2(&"), std::string::npos) << cpp;
 }
@@ -71,10 +75,28 @@ TEST(PrefetchNextRows, VarianceAsksForTheNextTileBeforeItsTilesSecondSweep) {
     const std::string t = tile_text(src, TargetKind::Cpu, {{"R", 4096}, {"C", 8192}});
     EXPECT_TRUE(std::regex_search(t, std::regex(R"(# member 1[^\n]*\n\s+if \$te \+ \$te - \$tb <= C:\n\s+prefetch X\[\$rbase, \$te\]\[0, \$te - \$tb\))")))
         << t;
-    EXPECT_TRUE(std::regex_search(t, std::regex(R"(if \$te == C and \$rbase \+ 1 < R:\n\s+prefetch X\[\$rbase \+ 1, 0\]\[0, \$te - \$tb\))"))) << t;
+    EXPECT_TRUE(std::regex_search(t, std::regex(R"(if \$te == C and \$rbase \+ 1 < R:\n\s+prefetch X\[\$rbase \+ 1, 0\]\[0, \$te - \$tb\) during the sweep)"))) << t;
     EXPECT_EQ(t.find("prefetch X[$rbase + 1, $tb]"), std::string::npos) << t;  // not the next row's tile: rule 1 is for rows swept twice
     EXPECT_EQ(tile_text(src, TargetKind::Cpu, {{"R", 4096}, {"C", 8192}}, false).find("prefetch"), std::string::npos);
     EXPECT_EQ(tile_text(src, TargetKind::OpenCL, {{"R", 4096}, {"C", 8192}}).find("prefetch"), std::string::npos);
+}
+
+TEST(PrefetchNextRows, VarianceSpreadsTheNextTileOverItsSecondSweep) {
+    // The second member loop is printed as blocked sums: the held range's lines are asked for a few
+    // per block (rfk::SweepPrefetch), none in a burst before the loop.
+    const std::string cpp = cpu_source("variance.rf");
+    EXPECT_TRUE(std::regex_search(cpp, std::regex(R"(pf_\.spread\(\(e_ - b_\) / \([^\n]*\n\s*for \(; b_ \+[^\n]*\{\n\s*pf_\.next\(\);)"))) << cpp;
+    EXPECT_NE(cpp.find("pf_.hold(&"), std::string::npos) << cpp;
+    EXPECT_EQ(cpp.find("rfk::prefetch_l2(&"), std::string::npos) << cpp;
+    EXPECT_EQ(cpp.find("pf_.rest();\n"), cpp.find("pf_.rest();\n", cpp.find("pf_.next();"))) << "no rest() before the spread" << cpp;
+}
+
+TEST(PrefetchNextRows, AnotherFormOfTheSweepAsksForTheHeldRangeBeforeIt) {
+    // Logsumexp's second member loop is an exp2 row sum (one rfk::exp2_row_sum call): the held range is
+    // asked for all at once before it, as the plain prefetch was.
+    const std::string cpp = cpu_source("logsumexp.rf");
+    EXPECT_TRUE(std::regex_search(cpp, std::regex(R"(pf_\.rest\(\);\n\s*[^\n]*rfk::exp2_row_sum)"))) << cpp;
+    EXPECT_EQ(cpp.find("pf_.spread("), std::string::npos) << cpp;
 }
 
 TEST(PrefetchNextRows, NotForOneMemberLoopOrSeveralRowsABlock) {
