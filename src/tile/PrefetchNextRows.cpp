@@ -21,9 +21,10 @@ namespace {
  * more times — tile loops (`for $t: $tb = ..., $te = ...`, one per pass over the row) and the
  * epilogue's chunk loops (`for $ec: $e0 = ..., $e1 = ...`, LowerMerge.cpp chunked_row_output) — the
  * last sweep after the first that reads the row's inputs begins with
- *   if $rbase + 1 < R_B: prefetch B[$rbase + 1, lo][0, hi - lo)        ([lo, hi): the sweep's range)
- * for every two-dimensional input B it loads as B[$rbase + $rr, j], j a variable (the element of the
- * range). Precondition: none for the values — a prefetch is a hint that changes no value, and the
+ *   if $rbase + 1 < R_B: prefetch B[$rbase + 1, lo, 0, ...][0, (hi - lo) * P)  ([lo, hi): the sweep's range)
+ * for every input B it loads as B[$rbase + $rr, j, ...], j a variable (the element of the range), B of
+ * two or more dimensions, P the product of those after the second (an element's run of values: a
+ * point's 3 coordinates; 1 for a matrix). Precondition: none for the values — a prefetch is a hint that changes no value, and the
  * guard keeps its address inside B. Why: the first sweep (softmax's max, LayerNorm's moments) waits
  * on the row's lines from memory while the later ones compute from the caches; during the last, the
  * next row's lines, in the same order, arrive in L2 (bf16 softmax R = 4096, C = 8192, AMX Xeon:
@@ -67,7 +68,8 @@ bool row_of_block(Expr row) {
     return rbase && row->kind == Kind::Add;
 }
 
-/** The inputs statement `s` reads by row and element (B[$rbase + $rr, j], B two-dimensional): one load each. */
+/** The inputs statement `s` reads by row and element (B[$rbase + $rr, j, ...]: two or more dimensions,
+ *  j a variable; the later indices pick within the element's run, e.g. a point's coordinate): one load each. */
 std::vector<Expr> row_element_loads(const Module &m, const StmtP &s) {
     std::vector<Expr> out;
     std::set<std::string> seen;
@@ -75,9 +77,9 @@ std::vector<Expr> row_element_loads(const Module &m, const StmtP &s) {
         for (Expr e : {c->value, c->index, c->cond, c->target}) {
             if (!e) continue;
             visit(e, [&](Expr n) {
-                if (n->kind != Kind::Load || n->args.size() != 2 || seen.count(n->name)) return;
+                if (n->kind != Kind::Load || n->args.size() < 2 || seen.count(n->name)) return;
                 const Buffer *b = m.find(n->name);
-                if (!b || b->role != Buffer::Role::Input || b->dims.size() != 2) return;
+                if (!b || b->role != Buffer::Role::Input || b->dims.size() < 2 || b->dims.size() != n->args.size()) return;
                 if (!row_of_block(n->args[0]) || n->args[1]->kind != Kind::Var) return;
                 seen.insert(n->name);
                 out.push_back(n);
@@ -87,12 +89,28 @@ std::vector<Expr> row_element_loads(const Module &m, const StmtP &s) {
     return out;
 }
 
+/** B[row, col, 0, ...]: the first value of element `col` of `row` of the input `load` reads. */
+Expr element_start(Expr load, Expr row, Expr col) {
+    std::vector<Expr> at(load->args.size(), int_c(0));
+    at[0] = row;
+    at[1] = col;
+    return make_load(load->name, at, load->dtype, load->stype);
+}
+
+/** The values of `count` consecutive elements of B (each the run of B's dimensions after the second). */
+Expr element_values(const Buffer &b, Expr count) {
+    std::vector<Expr> factors{count};
+    factors.insert(factors.end(), b.dims.begin() + 2, b.dims.end());
+    return make_mul(factors);
+}
+
 /** Prefetches of the next row of each input the loop reads by row and element. */
 std::vector<StmtP> next_row_prefetches(const Module &m, const StmtP &loop, Expr tb, Expr te, PrefetchWhen when) {
     std::vector<StmtP> out;
     const Expr next = make_add(local_var("$rbase", SType::Int), int_c(1));
     for (Expr n : row_element_loads(m, loop)) {
-        StmtP p = prefetch(make_load(n->name, {next, tb}, n->dtype, n->stype), make_sub(te, tb), when);
+        const Buffer &b = *m.find(n->name);
+        StmtP p = prefetch(element_start(n, next, tb), element_values(b, make_sub(te, tb)), when);
         out.push_back(if_then(make_cmp(CmpOp::LT, next, m.find(n->name)->dims[0]), {p}));
     }
     return out;
@@ -112,8 +130,8 @@ private:
  * where the tile loop's body sweeps each tile in two or more member loops that read the same input
  * B[$rbase + $rr, j] (variance: Σ (x − ref), then its shifted moments), the last of those loops is
  * preceded by
- *   if $te + ($te - $tb) <= C_B: prefetch B[$rbase, $te][0, $te - $tb]              (the next tile)
- *   else if $te == C_B and $rbase + 1 < R_B: prefetch B[$rbase + 1, 0][0, $te - $tb] (the next row's)
+ *   if $te + ($te - $tb) <= C_B: prefetch B[$rbase, $te, 0, ...][0, ($te - $tb) * P]              (the next tile)
+ *   else if $te == C_B and $rbase + 1 < R_B: prefetch B[$rbase + 1, 0, 0, ...][0, ($te - $tb) * P] (the next row's)
  * Precondition: none for the values (a hint; the guards keep the addresses inside B). Why: the first
  * member loop waits on the tile's lines from memory, the later ones compute from L1 while nothing asks
  * for the next tile (perf of variance [4096, 8192] on an AVX2 AMD Zen 3: 56% of the samples on the
@@ -140,8 +158,9 @@ StmtP with_next_tile_prefetches(const Module &m, const StmtP &loop) {
         std::vector<StmtP> body(loop->body.begin(), loop->body.begin() + static_cast<std::ptrdiff_t>(i));
         for (Expr l : again) {
             const Buffer *b = m.find(l->name);
-            StmtP same_row = prefetch(make_load(l->name, {rbase, te}, l->dtype, l->stype), len, PrefetchWhen::DuringSweep);
-            StmtP next_row = prefetch(make_load(l->name, {make_add(rbase, int_c(1)), int_c(0)}, l->dtype, l->stype), len, PrefetchWhen::DuringSweep);
+            const Expr values = element_values(*b, len);
+            StmtP same_row = prefetch(element_start(l, rbase, te), values, PrefetchWhen::DuringSweep);
+            StmtP next_row = prefetch(element_start(l, make_add(rbase, int_c(1)), int_c(0)), values, PrefetchWhen::DuringSweep);
             Expr last_tile = make_and(make_cmp(CmpOp::EQ, te, b->dims[1]), make_cmp(CmpOp::LT, make_add(rbase, int_c(1)), b->dims[0]));
             body.push_back(if_then(make_cmp(CmpOp::LE, make_add(te, len), b->dims[1]), {same_row}, {if_then(last_tile, {next_row})}));
         }

@@ -99,6 +99,15 @@ TEST(PrefetchNextRows, AnotherFormOfTheSweepAsksForTheHeldRangeBeforeIt) {
     EXPECT_EQ(cpp.find("pf_.spread("), std::string::npos) << cpp;
 }
 
+TEST(PrefetchNextRows, MomentOfInertiaAsksForTheNextTileOfItsPoints) {
+    // P[S, N, 3]: an element of the row is a point of 3 values, so the next tile is (te - tb) * 3 values
+    // from P[$rbase, $te, 0] (and w's next tile as before).
+    const std::string t = tile_text(test::read_text(example("moment_of_inertia.rf")), TargetKind::Cpu, {{"S", 256}, {"N", 65536}});
+    EXPECT_NE(t.find("prefetch P[$rbase, $te, 0][0, ($te - $tb) * 3) during the sweep"), std::string::npos) << t;
+    EXPECT_NE(t.find("prefetch P[$rbase + 1, 0, 0][0, ($te - $tb) * 3) during the sweep"), std::string::npos) << t;
+    EXPECT_NE(t.find("prefetch w[$rbase, $te][0, $te - $tb) during the sweep"), std::string::npos) << t;
+}
+
 TEST(PrefetchNextRows, NotForOneMemberLoopOrSeveralRowsABlock) {
     // The sum of a row sweeps each tile once; attention's blocks hold many query rows.
     const std::string sum = "size R = 5, C = 37\ninput X[R, C] : f32\nt[r] = sum(c: X[r,c] * X[r,c])\noutput t\n";
@@ -116,5 +125,13 @@ TEST(PrefetchNextRows, KernelsWithItMatchTheReference) {
             test::check_run(example(name), src, o, "cpu", {3});
             if (std::string(name) == "softmax.rf") test::check_run(example(name), with_bf16(src), o, "cpu", {4});
         }
+    }
+    // Points of 3 values (rows of one-row blocks at these sizes; a last tile shorter than the others).
+    const std::string moi = test::read_text(example("moment_of_inertia.rf"));
+    for (auto [S, N] : {std::pair<int64_t, int64_t>{9, 30000}, {10, 30001}}) {
+        RunOptions o;
+        o.sizes = {{"S", S}, {"N", N}};
+        ASSERT_NE(tile_text(moi, TargetKind::Cpu, o.sizes).find("prefetch P["), std::string::npos);
+        test::check_run(example("moment_of_inertia.rf"), moi, o, "cpu", {3});
     }
 }
