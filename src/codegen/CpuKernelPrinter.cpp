@@ -59,7 +59,6 @@ public:
         // Row copies outside parallel loops go through this copier (a parallel loop's workers have theirs).
         const bool copies = has_row_copy(k_.body);
         if (copies) os_ << "    rfk::RowStream rs_;\n";
-        if (has_sweep_prefetch(k_.body)) os_ << "    rfk::SweepPrefetch pf_;\n";
         simd_ = false;
         print_stmt(k_.body, 1);
         if (copies) os_ << "    rs_.flush();\n";

@@ -111,7 +111,7 @@ std::vector<StmtP> next_row_prefetches(const Module &m, const StmtP &loop, Expr 
     for (Expr n : row_element_loads(m, loop)) {
         const Buffer &b = *m.find(n->name);
         StmtP p = prefetch(element_start(n, next, tb), element_values(b, make_sub(te, tb)), when);
-        out.push_back(if_then(make_cmp(CmpOp::LT, next, m.find(n->name)->dims[0]), {p}));
+        out.push_back(if_then(make_cmp(CmpOp::LT, next, b.dims[0]), {p}));
     }
     return out;
 }

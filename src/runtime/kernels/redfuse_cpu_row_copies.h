@@ -221,9 +221,7 @@ class RowStream {
             prefetch_l2(p, bytes);
             return;
         }
-        pf_at_[pending_] = static_cast<const char *>(p);
-        pf_left_[pending_] = bytes;
-        pending_++;
+        pf_[pending_++] = {static_cast<const char *>(p), bytes};
     }
     void flush() {
         put_held();
@@ -238,23 +236,21 @@ class RowStream {
     unsigned char *held_at_ = nullptr;  // the held line's address in dst (64-byte aligned), or none
     int64_t held_bytes_ = 0;            // bytes of it held, from its start
     alignas(64) unsigned char line_[64];
-    const char *pf_at_[kMaxPending] = {};  // the held prefetch ranges: next line, bytes left
-    int64_t pf_left_[kMaxPending] = {};
+    PrefetchRange pf_[kMaxPending];  // the held prefetch ranges
     int pending_ = 0;
 
     void prefetch_all() {
-        for (int r = 0; r < pending_; r++) prefetch_l2(pf_at_[r], pf_left_[r]);
+        for (int r = 0; r < pending_; r++) pf_[r].rest();
         pending_ = 0;
     }
     // The next `lines` lines of every held range.
     void prefetch_some(int64_t lines) {
-        for (int r = 0; r < pending_; r++)
-            for (int64_t l = 0; l < lines && pf_left_[r] > 0; l++, pf_at_[r] += 64, pf_left_[r] -= 64) __builtin_prefetch(pf_at_[r], 0, 2);
+        for (int r = 0; r < pending_; r++) pf_[r].ask(lines);
     }
     // Lines of each held range to ask for per streamed line, for `lines` streamed lines to cover them.
     int64_t prefetch_rate(int64_t lines) const {
         int64_t most = 0;
-        for (int r = 0; r < pending_; r++) most = std::max(most, (pf_left_[r] + 63) / 64);
+        for (int r = 0; r < pending_; r++) most = std::max(most, pf_[r].lines());
         return lines > 0 ? (most + lines - 1) / lines : most;
     }
 

@@ -204,6 +204,23 @@ static inline void prefetch_l2(const void *p, int64_t bytes) {
     for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);
 }
 
+// A range of input held to be asked for into L2 later, a few lines at a time (RowStream between its
+// streamed stores, SweepPrefetch between the blocks of a sweep): the next line and the bytes left.
+struct PrefetchRange {
+    const char *at = nullptr;
+    int64_t left = 0;
+    int64_t lines() const { return (left + 63) / 64; }
+    // The next `n` lines (fewer when less is left).
+    void ask(int64_t n) {
+        for (int64_t l = 0; l < n && left > 0; l++, at += 64, left -= 64) __builtin_prefetch(at, 0, 2);
+    }
+    // All that is left.
+    void rest() {
+        if (left > 0) prefetch_l2(at, left);
+        left = 0;
+    }
+};
+
 // A range held for the blocked-sum vector loop that follows (a tile's last sweep; PrefetchNextRows.cpp
 // rule 2, the next tile): the loop spreads its lines over its blocks, a few per block (spread, then
 // next() per block, then rest() for any left), where a burst of one prefetch per line before the loop
@@ -213,23 +230,17 @@ static inline void prefetch_l2(const void *p, int64_t bytes) {
 class SweepPrefetch {
   public:
     void hold(const void *p, int64_t bytes) {
-        rest();
-        at_ = static_cast<const char *>(p);
-        left_ = bytes;
+        range_.rest();
+        range_ = {static_cast<const char *>(p), bytes};
     }
     // The loop that follows has `blocks` blocks: as many lines per block as cover the range.
-    void spread(int64_t blocks) { per_ = blocks > 0 ? ((left_ + 63) / 64 + blocks - 1) / blocks : 0; }
-    void next() {
-        for (int64_t l = 0; l < per_ && left_ > 0; l++, at_ += 64, left_ -= 64) __builtin_prefetch(at_, 0, 2);
-    }
-    void rest() {
-        if (left_ > 0) prefetch_l2(at_, left_);
-        left_ = 0;
-    }
+    void spread(int64_t blocks) { per_ = blocks > 0 ? (range_.lines() + blocks - 1) / blocks : 0; }
+    void next() { range_.ask(per_); }
+    void rest() { range_.rest(); }
 
   private:
-    const char *at_ = nullptr;
-    int64_t left_ = 0, per_ = 0;
+    PrefetchRange range_;
+    int64_t per_ = 0;
 };
 
 // Σ_i (2^((x_i + c) · a) + d) for the n elements x_i of a float or bf16 row, each 2^((x_i + c) · a)
