@@ -228,6 +228,16 @@ bool Placement::group_replicable(const StmtP &s, const std::set<std::string> &pr
     return private_arrays_ok(s);
 }
 
+bool Placement::prefix_has_first_thread_statements(const std::vector<StmtP> &body, int at) const {
+    std::set<std::string> scalars;
+    for (int i = 0; i < at; i++) {
+        const StmtP &c = body[static_cast<size_t>(i)];
+        if (!group_replicable(c, scalars)) return true;
+        if (c->kind == StmtKind::Decl) scalars.insert(c->name);
+    }
+    return false;
+}
+
 int Placement::row_group(const std::vector<StmtP> &body, bool &reduction) const {
     int at = -1;
     for (size_t i = 0; i < body.size(); i++)

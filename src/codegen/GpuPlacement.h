@@ -67,6 +67,9 @@ public:
     int row_group(const std::vector<tile::StmtP> &body, bool &reduction) const;
     /** True for a prefix statement of a row group that runs in every thread of the group. */
     bool group_replicable(const tile::StmtP &s, const std::set<std::string> &prefix_scalars) const;
+    /** True when a row group's prefix (body[0, at)) has a statement that runs in the group's
+     *  first thread alone (one group_replicable refuses). */
+    bool prefix_has_first_thread_statements(const std::vector<tile::StmtP> &body, int at) const;
     /** True when s needs every thread (spread loops, tree reductions, GEMMs, shared array inits). */
     bool coop(const tile::StmtP &s) const;
     /** Rough value at the bound sizes ($nbv: the row block; unknown locals: 1). */

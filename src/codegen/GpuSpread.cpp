@@ -232,6 +232,16 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
     }
     pad(ind + 1) << "const int64_t " << t << " = " << total << ";\n";
     pad(ind + 1) << "const int " << sub << " = (int)(" << lane_ << " % " << G << ");\n";
+    // PoCL 3.1 (LLVM 15) dropped the first thread's statements of the round's prefix when a
+    // barrier-free region led from the previous member's barrier into the round: a running sum's
+    // state was never initialised (its `seen` flag stayed 0 and the finalisation read 0 for
+    // tw = sum(c: W[c]·W[c]) next to a row member; scripts/fuzz_specs.py seed 1218 #27,
+    // tests/specs/grouped_scalar_sum.rf; right with -cl-opt-disable). A barrier before the rounds
+    // is the workaround found by running. It stood at the round's start until a top-k's lists read
+    // back empty in the output rounds after it (a max and a top-k of one row block:
+    // seed 1255 #149, tests/specs/topk_beside_row_max.rf; right with -cl-opt-disable and with the
+    // barrier before the loop). CUDA is printed without it.
+    if (o_.dialect != Dialect::Cuda && place_.prefix_has_first_thread_statements(body, at)) barrier(ind + 1);
     pad(ind + 1) << "for (int64_t r_" << v << " = 0; r_" << v << " < " << t << "; r_" << v << " += " << W_ / G << ") {\n";
     pad(ind + 2) << "const bool " << act << " = r_" << v << " + " << lane_ << " / " << G << " < " << t << ";\n";
     pad(ind + 2) << "const int64_t " << f << " = " << act << " ? r_" << v << " + " << lane_ << " / " << G << " : " << t << " - 1;\n";
@@ -257,22 +267,12 @@ void GpuKernelPrinter::grouped_rows(const StmtP &s, const StmtP &in, const std::
         pad(ind) << "}\n";
     };
     std::set<std::string> scalars;
-    bool fenced = false;
     for (int i = 0; i < at; i++) {
         const StmtP &c = body[static_cast<size_t>(i)];
         if (place_.group_replicable(c, scalars)) {
             if (c->kind == StmtKind::Decl) scalars.insert(c->name);
             print_stmt(c, ind + 2);
         } else {
-            // PoCL 3.1 (LLVM 15) dropped the first thread's statements here when a barrier-free
-            // region led from the previous member's barrier into this round: a running sum's state
-            // was never initialised (its `seen` flag stayed 0 and the finalisation read 0 for
-            // tw = sum(c: W[c]·W[c]) next to a row member; scripts/fuzz_specs.py seed 1218 #27,
-            // tests/specs/grouped_scalar_sum.rf; right with -cl-opt-disable). A barrier at the
-            // round's start, once, is the workaround found by running (every thread reaches it:
-            // each runs every round). CUDA is printed without it.
-            if (!fenced && o_.dialect != Dialect::Cuda) barrier(ind + 2);
-            fenced = true;
             pad(ind + 2) << first << "{\n";
             print_stmt(c, ind + 3);
             pad(ind + 2) << "}\n";

@@ -153,6 +153,23 @@ TEST(OpenCLFuzzFindings, AScalarSumBesideRowMembersIsInitialised) {
         }
 }
 
+TEST(OpenCLFuzzFindings, ATopKBesideARowMaximumIsWritten) {
+    // scripts/fuzz_specs.py seed 1255 #149: a row maximum and a top-k in one chain with a row block
+    // of 2 or more; with the grouped rounds' barrier at each round's start PoCL 3.1 read the top-k
+    // lists back empty (TV, TI all 0). The barrier now stands before the rounds (GpuSpread.cpp,
+    // grouped_rows).
+    if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+    const std::filesystem::path path = std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "specs" / "topk_beside_row_max.rf";
+    const std::string src = test::read_text(path);
+    for (int64_t rows : {2, 5, 8})
+        for (int64_t row_block : {1, 2, 4}) {
+            RunOptions o;
+            o.sizes = {{"R", rows}, {"C", 4}, {"K", 3}};
+            o.row_block = row_block;
+            run_case(path, src, o);
+        }
+}
+
 TEST(OpenCLBackend, PlannerChosenStrategiesCoverTheExamples) {
     if (std::string why = ocl::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
     test::expect_planned_sizes_cover_the_examples(TargetKind::OpenCL, kGpuPlannedElements);
