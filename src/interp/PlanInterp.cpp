@@ -36,8 +36,10 @@ void Interp::update(State &st, const std::vector<MemberRt> &mem, int64_t from, i
                     // A plain sum is kept relative to a reference point (its first finite term):
                     // Σ v = Σ (v - ref) + n ref. The partial sums stay small, so a float32 state keeps
                     // the mean accurate (the shifted-data form of Welford's algorithm). Terms of one
-                    // sign are summed as they are (ref = 0; src/tile/LowerPass.cpp, sum_shifts_terms, says why).
-                    const bool shifted = !has_one_sign(body);
+                    // sign, and bodies with a select, are summed as they are (ref = 0; sym/Sign.cpp,
+                    // sum_shifts_terms, says why): Σ select(c == ia, x, 0) shifted by x[0] summed
+                    // C − 1 terms of −x[0] in float32 and lost 3 digits (fuzz_specs.py seed 1255 #82).
+                    const bool shifted = sum_shifts_terms(body);
                     for (int64_t j = from; j < to; j++) {
                         bind_axis(ev, m, j);
                         double v = ev.eval(body);

@@ -66,5 +66,10 @@ bool is_nonnegative(Expr e, const Facts &facts = {});
 bool is_nonzero(Expr e, const Facts &facts = {});
 /** e >= 0 or e <= 0 for every valuation (neither may be NaN). */
 bool has_one_sign(Expr e, const Facts &facts = {});
+/** Whether a plain sum of `body` keeps its terms relative to a reference point, its first term
+ *  (Σ v = Σ (v − ref) + n·ref): not for a body with a select, nor for terms of one sign. The tile
+ *  lowering (shift_reference in src/tile/LowerPass.cpp) and the plan interpreter
+ *  (src/interp/PlanInterp.cpp) both ask it, so their sums round alike. */
+bool sum_shifts_terms(Expr body);
 
 }  // namespace rf

@@ -443,19 +443,6 @@ StmtP PassLowering::shift_at(const std::string &P, const MemberInfo &m, Expr x, 
     return block({s, decl(gn, LocalClass::State, {}, g), for_loop(q, int_c(0), nb, {assign(S, scaled)})});
 }
 
-bool sum_shifts_terms(Expr body) {
-    // Σ v = Σ (v - ref) + n·ref with ref the first term: small partial sums keep a mean far from 0
-    // exact. Not for a body with a select (a mask, an indicator): its terms are exactly 0 beside
-    // values, no single reference is close to both, and n·ref cancelled all but a few digits of the
-    // float tile sums (Σ exp(x - m)·[c < argmax] over a causal mask lost 3 digits on the CPU;
-    // fuzz_specs.py seed 14 #14). Nor for terms of one sign (exp, squares, abs): then |Σ v| = Σ |v|,
-    // so the plain sum is already as accurate as its terms, while the shifted terms v - v0 sum to up
-    // to Σ |v| + n·|v0| in magnitude and acc + n·v0 cancels it: softmax f32, C = 4096, with each row's
-    // max first (v0 = 1, every other term v - 1 ≈ -1) was 9.3e-5 off relative (1.5e-6 with the max
-    // elsewhere). ref = 0 there: the plain sum.
-    return !any_of(body, [](Expr n) { return n->kind == Kind::Select; }) && !has_one_sign(body);
-}
-
 StmtP PassLowering::shift_reference(const std::string &P, const MemberInfo &m, Expr x, Expr body_expr, const Mode &run) {
     // The reference point of a shifted sum (sum_shifts_terms); 0 for the plain sum.
     Expr ref = real_c(0);

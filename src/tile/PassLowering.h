@@ -20,11 +20,6 @@
 
 namespace rf::tile::lowering {
 
-/** Whether a plain sum of `body` keeps its terms relative to a reference point, its first term
- *  (Σ v = Σ (v − ref) + n·ref, shift_reference in LowerPass.cpp): not for a body with a select, nor for
- *  terms of one sign. The plan interpreter (src/interp/PlanInterp.cpp) asks the same for the latter. */
-bool sum_shifts_terms(Expr body);
-
 /** select(|v| < inf, v, 0): v where it is finite, else 0 (NaN included: NaN < inf is false). The
  *  clamp is idempotent — its result is always finite, so clamping it again changes nothing — and a
  *  value that already is one is returned as it is (δ of a running maximum is clamped when read and

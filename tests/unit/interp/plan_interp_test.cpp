@@ -55,6 +55,16 @@ TEST(PlanInterp, StabilityInputs) {
     test::check_stability("interp-f32", {45});
 }
 
+TEST(PlanInterp, AnIndicatorSumIsNotShiftedInFloat32) {
+    // Σ select(c == ia, x, 0) is one term: exact in float32 unless shifted by its first term
+    // (fuzz_specs.py seed 1255 #82: 1e-3 off relative over 300 columns). The float32 run must
+    // match the float64 reference to its tolerance (6.9e-5 relative here).
+    const std::filesystem::path path = test::spec_path("indicator_sum_at_argmax.rf");
+    RunOptions o;
+    o.sizes = {{"R", 17}, {"C", 300}};
+    test::check_run(path, test::read_text(path), o, "interp-f32", {82, 83});
+}
+
 TEST(PlanInterp, ReferenceBreaksTiesByTheLowestIndex) {
     // The oracle of the tie checks: on `--dist ties` inputs the reference's argmax, argmin and top-k
     // indices are the first positions of the selected values, computed here by hand.
