@@ -368,6 +368,11 @@ inline std::vector<StabilityCase> stability_cases() {
             if (C == 2053) c.sizes["R"] = 3;  // the planner splits the axis into segments
             out.push_back(c);
         }
+    // Rows whose tiles' means jump (the CPU's 2048-value tiles alternately at 1000 and 3000): the
+    // shifted moments move from tile to tile by the whole spread.
+    auto jumps = [](double v, size_t i) { return ((i / 2048) % 2 ? 3000.0 : 1000.0) + v; };
+    for (const char *name : {"variance.rf", "layernorm.rf"})
+        out.push_back({std::string("tile means 1000 and 3000, ") + name, ex / name, {{"R", 4}, {"C", 8192}}, {}, jumps});
     // A running mean far above the final one: the first third of each row at 2200, the rest at -1100
     // (mean ~0). exp(X - m + mu) is at most 1 as the spec computes it; with the running mean kept in
     // the state it was exp(~730), beyond float64 (NaN), before the mean's factor was deferred.
