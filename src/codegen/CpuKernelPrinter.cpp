@@ -292,7 +292,8 @@ private:
         // Through the worker's copier (rfk::RowStream): a chunked row's streamed lines stay whole. A
         // scaled copy multiplies each float by the scale before rounding (ScaleRowCopies.cpp).
         std::string scale = s->scale ? ", (" + compute_type() + ")(" + expr(s->scale, compute_type()) + ")" : "";
-        pad(ind) << "rs_." << (bf16 ? "bf16" : "f32") << "(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], "
+        // A deferred copy is held by the copier until the source is about to change (DeferRowCopies.cpp).
+        pad(ind) << "rs_." << (s->deferred ? "defer_" : "") << (bf16 ? "bf16" : "f32") << "(&" << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], "
                  << operand_addr(s->value) << ", " << int_expr(s->end) << ", " << bytes << " > (int64_t)" << k_.schedule.stream_bytes
                  << scale << ");\n";
     }
@@ -303,6 +304,8 @@ private:
         for (Expr d : b.dims) n += " * (int64_t)(" + int_expr(d) + ")";
         return "(" + n + ")";
     }
+
+    void print_finish_copies(const StmtP &s, int ind) override { pad(ind) << "rs_.finish_below(" << operand_addr(s->target) << ");\n"; }
 
     void print_prefetch(const StmtP &s, int ind) override {
         auto it = bufs_.find(s->target->name);

@@ -32,6 +32,7 @@ void StmtPrinter::print_stmt(const StmtP &s, int ind) {
     case StmtKind::Store: print_store(s, ind); return;
     case StmtKind::CopyRow: print_copy_row(s, ind); return;
     case StmtKind::Prefetch: print_prefetch(s, ind); return;
+    case StmtKind::FinishCopies: print_finish_copies(s, ind); return;
     }
     RF_INTERNAL_ASSERT(false) << "printer: unknown statement kind " << static_cast<int>(s->kind);
 }
@@ -39,6 +40,8 @@ void StmtPrinter::print_stmt(const StmtP &s, int ind) {
 void StmtPrinter::print_list(const std::vector<StmtP> &list, int ind) {
     for (const StmtP &c : list) print_stmt(c, ind);
 }
+
+void StmtPrinter::print_finish_copies(const StmtP &, int) { RF_INTERNAL_ASSERT(false) << "deferred row copies outside the CPU backend"; }
 
 void StmtPrinter::print_comment(const StmtP &s, int ind) { pad(ind) << "// " << safe_comment(s->name) << "\n"; }
 

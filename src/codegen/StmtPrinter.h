@@ -52,6 +52,8 @@ protected:
     virtual void print_copy_row(const tile::StmtP &s, int ind) = 0;
     /** A hint, without effect on values: a printer without one prints nothing. */
     virtual void print_prefetch(const tile::StmtP &, int) {}
+    /** Only the CPU lowering defers row copies (DeferRowCopies.cpp). */
+    virtual void print_finish_copies(const tile::StmtP &, int);
 };
 
 }  // namespace rf::codegen

@@ -23,6 +23,7 @@ const std::vector<TilePassInfo> &tile_passes() {
         {TilePass::ElementLanes, "element-lanes", run_element_loops_as_lanes, false, true, false},
         {TilePass::RowCopies, "row-copies", copy_rows_out, false, true, false},
         {TilePass::ScaleCopies, "scale-copies", scale_row_copies, false, true, false},
+        {TilePass::DeferCopies, "defer-copies", defer_row_copies, false, true, false},
         {TilePass::Prefetch, "prefetch", prefetch_next_rows, false, true, false},
         {TilePass::PrefetchTiles, "prefetch-tiles", prefetch_next_tiles, false, true, false},
         {TilePass::FirstGemmStores, "first-gemm-stores", store_first_gemm_tiles, false, true, false},

@@ -83,6 +83,11 @@ Module copy_rows_out(const Module &m);
  *  of its products, becomes one scaled row copy from that array (ScaleRowCopies.cpp). CPU only. */
 Module scale_row_copies(const Module &m);
 
+/** Row copies from a tile array that one pass of the row refills wait, in the worker's copier, for the
+ *  next row's pass to reach their source, tile by tile (DeferRowCopies.cpp): the row's stores overlap
+ *  the next row's arithmetic. CPU only, one-row blocks. */
+Module defer_row_copies(const Module &m);
+
 /** The last pass over the rows of a multi-pass chain of one-row blocks asks for the next row's
  *  inputs (PrefetchNextRows.cpp). CPU only. */
 Module prefetch_next_rows(const Module &m);
@@ -101,7 +106,7 @@ Module store_first_gemm_tiles(const Module &m);
  *  array before the loop over the elements (TabulateLiteralTerms.cpp). CPU only. */
 Module tabulate_literal_terms(const Module &m);
 
-enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, ExtraPoints, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, ScaleCopies, Prefetch, PrefetchTiles, FirstGemmStores, LiteralTerms };
+enum class TilePass : uint8_t { Gemm, Exp2, Hoist, InvariantSums, ExtraPoints, FoldFlags, GemmSums, ForwardTemps, LocalizeTemps, Coalesce, GemmState, SkipMasked, FiniteInvariants, ElementLanes, RowCopies, ScaleCopies, DeferCopies, Prefetch, PrefetchTiles, FirstGemmStores, LiteralTerms };
 
 struct TilePassInfo {
     TilePass id;

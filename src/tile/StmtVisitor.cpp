@@ -37,6 +37,7 @@ void StmtVisitor::visit(const StmtP &s) {
     case StmtKind::Store: visit_store(s); return;
     case StmtKind::CopyRow: visit_copy_row(s); return;
     case StmtKind::Prefetch: visit_prefetch(s); return;
+    case StmtKind::FinishCopies: visit_finish_copies(s); return;
     case StmtKind::Comment: visit_comment(s); return;
     }
     RF_INTERNAL_ASSERT(false) << "unknown statement kind " << static_cast<int>(s->kind);
@@ -67,6 +68,7 @@ StmtP StmtMutator::mutate(const StmtP &s) {
     case StmtKind::Store: return mutate_store(s);
     case StmtKind::CopyRow: return mutate_copy_row(s);
     case StmtKind::Prefetch: return mutate_prefetch(s);
+    case StmtKind::FinishCopies: return mutate_finish_copies(s);
     case StmtKind::Comment: return mutate_comment(s);
     }
     RF_INTERNAL_ASSERT(false) << "unknown statement kind " << static_cast<int>(s->kind);

@@ -38,6 +38,7 @@ public:
     virtual void visit_store(const StmtP &s) { visit_default(s); }
     virtual void visit_copy_row(const StmtP &s) { visit_default(s); }
     virtual void visit_prefetch(const StmtP &s) { visit_default(s); }
+    virtual void visit_finish_copies(const StmtP &s) { visit_default(s); }
     virtual void visit_comment(const StmtP &s) { visit_default(s); }
 
     /** Called by the defaults for every non-null own expression of a statement; does nothing. */
@@ -81,6 +82,7 @@ public:
     virtual StmtP mutate_store(const StmtP &s) { return mutate_default(s); }
     virtual StmtP mutate_copy_row(const StmtP &s) { return mutate_default(s); }
     virtual StmtP mutate_prefetch(const StmtP &s) { return mutate_default(s); }
+    virtual StmtP mutate_finish_copies(const StmtP &s) { return mutate_default(s); }
     virtual StmtP mutate_comment(const StmtP &s) { return mutate_default(s); }
 
     /** An own expression of a statement (never null); the identity. */

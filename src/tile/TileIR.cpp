@@ -118,13 +118,21 @@ StmtP store(Expr target, Expr value) {
     return s;
 }
 
-StmtP copy_row(Expr target, Expr source, Expr count, Expr scale) {
+StmtP copy_row(Expr target, Expr source, Expr count, Expr scale, bool deferred) {
     RF_INTERNAL_ASSERT(target && target->kind == Kind::Load && source && source->kind == Kind::Load) << "copy of loads";
     auto s = make(StmtKind::CopyRow);
     s->target = target;
     s->value = source;
     s->end = count;
     s->scale = scale;
+    s->deferred = deferred;
+    return s;
+}
+
+StmtP finish_copies(Expr below) {
+    RF_INTERNAL_ASSERT(below && below->kind == Kind::Load) << "finish copies below a load";
+    auto s = make(StmtKind::FinishCopies);
+    s->target = below;
     return s;
 }
 
@@ -293,8 +301,9 @@ public:
     void visit_store(const StmtP &s) override { pad() << "store " << rf::to_string(s->target) << " = " << rf::to_string(s->value) << "\n"; }
     void visit_copy_row(const StmtP &s) override {
         pad() << "copy " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ") = " << rf::to_string(s->value) << "..."
-              << (s->scale ? " * " + rf::to_string(s->scale) : "") << "\n";
+              << (s->scale ? " * " + rf::to_string(s->scale) : "") << (s->deferred ? " (deferred)" : "") << "\n";
     }
+    void visit_finish_copies(const StmtP &s) override { pad() << "finish deferred copies from below " << rf::to_string(s->target) << "\n"; }
     void visit_prefetch(const StmtP &s) override {
         pad() << "prefetch " << rf::to_string(s->target) << "[0, " << rf::to_string(s->end) << ")" << (s->when == PrefetchWhen::DuringCopy ? " during the row copy" : s->when == PrefetchWhen::DuringSweep ? " during the sweep" : "")
               << "\n";

@@ -86,6 +86,7 @@ enum class StmtKind : uint8_t {
     CopyRow,     ///< f32 or bf16 output elements target[0..end) = value[0..end) (· scale when set) (a float local or a 1-D f32 temporary; rounded); streamed past the caches
                  ///< (non-temporal stores) when the whole output is larger than the caches
     Prefetch,    ///< a hint: input elements target[0..end) are read soon (CPU: into L2); no effect on values
+    FinishCopies,  ///< the deferred row copies (CopyRow::deferred) whose source lies below the local element target are done now
     Comment,     ///< text (already sanitized) kept in dumps and generated code
 };
 
@@ -128,6 +129,9 @@ struct Stmt {
     std::vector<StmtP> body, else_body;
     /** Prefetch: when its lines are asked for (PrefetchWhen). */
     PrefetchWhen when = PrefetchWhen::AtOnce;
+    /** CopyRow: may be done later, by the worker's next FinishCopies that reaches its source (or its
+     *  end), its source left unchanged until then (DeferRowCopies.cpp). */
+    bool deferred = false;
 };
 
 // ---- Builders (the only way passes create statements).
@@ -145,10 +149,12 @@ StmtP gemm(GemmInfo info);
 StmtP store(Expr target, Expr value);
 /** target: a Load of an f32 output at the row's first element; source: a Load of a local array;
  *  scale (optional): a scalar each value is multiplied by, in the compute type, before rounding. */
-StmtP copy_row(Expr target, Expr source, Expr count, Expr scale = nullptr);
+StmtP copy_row(Expr target, Expr source, Expr count, Expr scale = nullptr, bool deferred = false);
 /** at: a Load of an input at the first element of a run of `count` consecutive elements;
  *  when: all at once, or spread over the row copy or the sweep that follows (Stmt::when). */
 StmtP prefetch(Expr at, Expr count, PrefetchWhen when = PrefetchWhen::AtOnce);
+/** below: a Load of a local array at an element: the deferred row copies from sources below it are done. */
+StmtP finish_copies(Expr below);
 StmtP comment(const std::string &text);
 /** A copy of s with new children. */
 StmtP with_body(const StmtP &s, std::vector<StmtP> body, std::vector<StmtP> else_body = {});

@@ -208,6 +208,12 @@ private:
         }
     }
 
+    void visit_finish_copies(const StmtP &s) override {
+        if (s->target->name.empty() || s->target->name[0] != '$') fail(s, "finish copies below something other than a local");
+        if (in_simd_) fail(s, "finish copies inside a simd loop");
+        expr(s, s->target);
+    }
+
     void visit_prefetch(const StmtP &s) override {
         const Buffer *b = m_.find(s->target->name);
         if (!b || b->role != Buffer::Role::Input) fail(s, "prefetch of something other than an input");

@@ -223,7 +223,30 @@ class RowStream {
         }
         pf_[pending_++] = {static_cast<const char *>(p), bytes};
     }
+    // The same copies deferred: done by finish_below() as the source is about to be overwritten, or
+    // by flush() (DeferRowCopies.cpp). The source must stay unchanged until then; a copy that continues
+    // the last held one (the next chunk of the same row, same scale) extends it.
+    void defer_f32(float *dst, const float *src, int64_t n, bool stream, float scale) { defer(dst, false, src, n, stream, true, scale); }
+    void defer_bf16(uint16_t *dst, const float *src, int64_t n, bool stream, float scale) { defer(dst, true, src, n, stream, true, scale); }
+    void defer_f32(float *dst, const float *src, int64_t n, bool stream) { defer(dst, false, src, n, stream, false, 1.0f); }
+    void defer_bf16(uint16_t *dst, const float *src, int64_t n, bool stream) { defer(dst, true, src, n, stream, false, 1.0f); }
+    // Does every deferred copy's part whose source lies below p (a held copy's source is one array).
+    void finish_below(const float *p) {
+        for (int k = 0; k < deferred_; k++) {
+            Deferred &d = later_[k];
+            // Addresses as integers: p may lie in another array (then the copy is done whole or not at all).
+            const uintptr_t at = reinterpret_cast<uintptr_t>(p), from = reinterpret_cast<uintptr_t>(d.src);
+            const int64_t upto = at <= from ? 0 : std::min<int64_t>(d.n, static_cast<int64_t>((at - from) / sizeof(float)));
+            if (upto > d.done) run(d, upto);
+        }
+        int kept = 0;
+        for (int k = 0; k < deferred_; k++)
+            if (later_[k].done < later_[k].n) later_[kept++] = later_[k];
+        deferred_ = kept;
+    }
     void flush() {
+        for (int k = 0; k < deferred_; k++) run(later_[k], later_[k].n);
+        deferred_ = 0;
         put_held();
         prefetch_all();
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -232,6 +255,51 @@ class RowStream {
     }
 
   private:
+    struct Deferred {
+        void *dst;
+        const float *src;
+        int64_t n, done;
+        bool bf16, stream, scaled;
+        float scale;
+    };
+    static constexpr int kMaxDeferred = 4;
+    Deferred later_[kMaxDeferred];
+    int deferred_ = 0;
+
+    void defer(void *dst, bool bf16, const float *src, int64_t n, bool stream, bool scaled, float scale) {
+        if (n <= 0) return;
+        if (deferred_ > 0) {
+            Deferred &last = later_[deferred_ - 1];
+            const size_t e = bf16 ? 2 : 4;
+            if (last.bf16 == bf16 && last.stream == stream && last.scaled == scaled && last.scale == scale && last.src + last.n == src &&
+                static_cast<char *>(last.dst) + static_cast<size_t>(last.n) * e == dst) {
+                last.n += n;
+                return;
+            }
+        }
+        if (deferred_ == kMaxDeferred) {
+            // No room: the oldest is done now (its source is still unchanged).
+            run(later_[0], later_[0].n);
+            for (int k = 1; k < deferred_; k++) later_[k - 1] = later_[k];
+            deferred_--;
+        }
+        later_[deferred_++] = {dst, src, n, 0, bf16, stream, scaled, scale};
+    }
+    // d's elements [d.done, upto), as the copy it stands for.
+    void run(Deferred &d, int64_t upto) {
+        const int64_t a = d.done, n = upto - a;
+        if (d.bf16) {
+            uint16_t *dst = static_cast<uint16_t *>(d.dst) + a;
+            if (d.scaled) copy(dst, d.src + a, n, d.stream, Scaled{d.scale});
+            else copy(dst, d.src + a, n, d.stream, Unscaled{});
+        } else {
+            float *dst = static_cast<float *>(d.dst) + a;
+            if (d.scaled) copy(dst, d.src + a, n, d.stream, Scaled{d.scale});
+            else copy(dst, d.src + a, n, d.stream, Unscaled{});
+        }
+        d.done = upto;
+    }
+
     static constexpr int kMaxPending = 4;
     unsigned char *held_at_ = nullptr;  // the held line's address in dst (64-byte aligned), or none
     int64_t held_bytes_ = 0;            // bytes of it held, from its start

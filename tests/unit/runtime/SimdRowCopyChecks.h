@@ -18,6 +18,14 @@
 
 namespace simd_check {
 
+/** What a row copy stores for v: v (times *scale when given), rounded to T (store_bf16's bits for bf16). */
+template <typename T>
+T copied(float v, const float *scale) {
+    if (scale) v = v * *scale;
+    if constexpr (sizeof(T) == 2) return rfk::store_bf16(v);
+    else return v;
+}
+
 /** rfk::RowStream (redfuse_cpu_row_copies.h): rows copied in chunks — shorter than a line, a few lines, not a
  *  multiple of a line — starting at every 4-byte offset of a line, streamed or not, contiguous rows (a
  *  held line continues into the next row) and a copy elsewhere in between (the held line is stored
@@ -28,11 +36,7 @@ namespace simd_check {
 template <typename T>
 void check_row_stream(const std::vector<float> &src, Failures &f, const float *scale = nullptr) {
     const T guard = sizeof(T) == 2 ? T(0xABCD) : T(-7.25f);
-    auto want = [&](float v) -> T {
-        if (scale) v = v * *scale;
-        if constexpr (sizeof(T) == 2) return rfk::store_bf16(v);
-        else return v;
-    };
+    auto want = [&](float v) { return copied<T>(v, scale); };
     auto copy = [&](rfk::RowStream &rs, T *dst, const float *from, int64_t k, bool stream) {
         if constexpr (sizeof(T) == 2) {
             if (scale) rs.bf16(dst, from, k, stream, *scale);
@@ -79,6 +83,65 @@ void check_row_stream(const std::vector<float> &src, Failures &f, const float *s
             }
         }
     }
+}
+
+/** rfk::RowStream's deferred copies (defer_*, finish_below, flush; DeferRowCopies.cpp) as a softmax
+ *  kernel makes them: one term buffer refilled row after row, tile by tile, each tile's finish_below
+ *  before its writes; each row's copy deferred in chunks (contiguous ones merge), or in reverse order
+ *  (five jobs that do not merge: past four the oldest is done at once), with an immediate copy
+ *  elsewhere in between; streamed or not, scaled or not. After flush() every value is the copy of the
+ *  row it was deferred for and nothing outside the rows changed. */
+template <typename T>
+void check_deferred_row_stream(const std::vector<float> &src, Failures &f, const float *scale = nullptr) {
+    const T guard = sizeof(T) == 2 ? T(0xABCD) : T(-7.25f);
+    auto want = [&](float v) { return copied<T>(v, scale); };
+    auto defer = [&](rfk::RowStream &rs, T *dst, const float *from, int64_t k, bool stream) {
+        if constexpr (sizeof(T) == 2) {
+            if (scale) rs.defer_bf16(dst, from, k, stream, *scale);
+            else rs.defer_bf16(dst, from, k, stream);
+        } else {
+            if (scale) rs.defer_f32(dst, from, k, stream, *scale);
+            else rs.defer_f32(dst, from, k, stream);
+        }
+    };
+    const int64_t rows = 3, n = 1100, tile = 256;  // src holds 3400 values
+    std::vector<T> out(size_t(rows * n) + 64), other(100);
+    std::vector<float> terms(static_cast<size_t>(n));
+    for (bool stream : {false, true})
+        for (int64_t chunk : {96, 300, 1100})
+            for (bool reversed : {false, true}) {
+                std::fill(out.begin(), out.end(), guard);
+                std::fill(other.begin(), other.end(), guard);
+                T *base = reinterpret_cast<T *>((reinterpret_cast<uintptr_t>(out.data()) + 63) / 64 * 64);
+                rfk::RowStream rs;
+                for (int64_t r = 0; r < rows; r++) {
+                    for (int64_t tb = 0; tb < n; tb += tile) {
+                        const int64_t te = std::min(tb + tile, n);
+                        rs.finish_below(terms.data() + te);
+                        for (int64_t j = tb; j < te; j++) terms[size_t(j)] = src[size_t(r * n + j)];
+                    }
+                    if (r == 1) {
+                        if constexpr (sizeof(T) == 2) rs.bf16(other.data() + 1, src.data(), 50, stream);
+                        else rs.f32(other.data() + 1, src.data(), 50, stream);
+                    }
+                    std::vector<int64_t> starts;
+                    for (int64_t e0 = 0; e0 < n; e0 += chunk) starts.push_back(e0);
+                    if (reversed) std::reverse(starts.begin(), starts.end());
+                    for (int64_t e0 : starts) defer(rs, base + r * n + e0, terms.data() + e0, std::min(chunk, n - e0), stream);
+                }
+                rs.flush();
+                const std::string what = std::string(sizeof(T) == 2 ? "bf16" : "f32") + (scale ? " scaled" : "") + " deferred RowStream (stream " +
+                                         std::to_string(stream) + ", chunk " + std::to_string(chunk) + (reversed ? ", reversed" : "") + ")";
+                for (int64_t i = 0; i < rows * n; i++)
+                    if (!(base[i] == want(src[size_t(i)]))) {
+                        f.add(what + " element " + std::to_string(i));
+                        return;
+                    }
+                for (int64_t i = 0; i < 50; i++)
+                    if (!(other[size_t(i + 1)] == copied<T>(src[size_t(i)], nullptr))) f.add(what + ": the copy in between");
+                for (T *p = base + rows * n; p < out.data() + out.size(); p++)
+                    if (!(*p == guard)) f.add(what + " wrote past the rows");
+            }
 }
 
 /** rfk::copy_row_bf16 (redfuse_cpu_row_copies.h: vcvtneps2bf16 where the build has AVX512_BF16, element by element
@@ -199,6 +262,11 @@ void check_bf16_casts(Failures &f) {
     for (float by : {0.37f, 0x1p-130f, 0x1p+127f}) {  // a plain scale, products in the subnormals, past the largest bf16
         check_row_stream<uint16_t>(rows, f, &by);
         check_row_stream<float>(rows, f, &by);
+    }
+    const float *scales[] = {nullptr, &rows[7]};
+    for (const float *by : scales) {
+        check_deferred_row_stream<float>(rows, f, by);
+        check_deferred_row_stream<uint16_t>(special, f, by);
     }
 }
 

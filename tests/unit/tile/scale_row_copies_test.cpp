@@ -17,6 +17,7 @@
 
 #include "../ExampleRuns.h"
 #include "../ExampleSizes.h"
+#include "../SoftmaxRows.h"
 #include "driver/Compiler.h"
 #include "driver/Kernel.h"
 #include "tile/LowerPass.h"
@@ -110,32 +111,6 @@ TEST(ScaleRowCopies, TableOfEpilogues) {
     }
 }
 
-namespace {
-
-std::string softmax_spec(const char *dtype) {
-    std::string s = test::read_text(std::filesystem::path(REDFUSE_SOURCE_DIR) / "examples" / "softmax.rf");
-    if (std::string(dtype) != "f32")
-        for (size_t at = s.find(": f32"); at != std::string::npos; at = s.find(": f32", at)) s.replace(at, 5, std::string(": ") + dtype);
-    return s;
-}
-
-/** bf16 bits or f32 values of X: normal values, with rows that hold -inf, +inf, NaN, huge values
- *  (exp overflows nothing: x - m <= 0) and one row of equal values. */
-std::vector<float> softmax_rows(int64_t R, int64_t C) {
-    std::mt19937 rng(5);
-    std::normal_distribution<float> nd(0.f, 3.f);
-    std::vector<float> x(static_cast<size_t>(R * C));
-    for (float &v : x) v = nd(rng);
-    const float inf = std::numeric_limits<float>::infinity();
-    x[static_cast<size_t>(1 * C + 7)] = -inf;
-    x[static_cast<size_t>(2 * C + 3)] = inf;
-    x[static_cast<size_t>(3 * C + 1)] = std::numeric_limits<float>::quiet_NaN();
-    for (int64_t j = 0; j < C; j++) x[static_cast<size_t>(4 * C + j)] = j % 2 ? -3e38f : 3e38f;
-    for (int64_t j = 0; j < C; j++) x[static_cast<size_t>(5 * C + j)] = 0.25f;
-    return x;
-}
-
-}  // namespace
 
 TEST(ScaleRowCopies, SoftmaxOutputsAreBitForBitThoseWithoutThePass) {
     ArenaScope arena;
@@ -146,7 +121,7 @@ TEST(ScaleRowCopies, SoftmaxOutputsAreBitForBitThoseWithoutThePass) {
         for (int64_t C : {int64_t{300}, int64_t{2048}, int64_t{5000}}) {
             SCOPED_TRACE(std::string(dtype) + " C=" + std::to_string(C));
             const int64_t R = 9;
-            std::string spec = softmax_spec(dtype);
+            std::string spec = test::softmax_spec(dtype);
             Options on, off;
             on.sizes = off.sizes = {{"R", R}, {"C", C}};
             off.tile_passes = without;
@@ -155,7 +130,7 @@ TEST(ScaleRowCopies, SoftmaxOutputsAreBitForBitThoseWithoutThePass) {
             EXPECT_EQ(test::count_of(text, "... * $r"), 1u) << text;
             rf::Kernel k_on = rf::compile(spec, make_target(TargetKind::Cpu), on);
             rf::Kernel k_off = rf::compile(spec, make_target(TargetKind::Cpu), off);
-            std::vector<float> xs = softmax_rows(R, C);
+            std::vector<float> xs = test::softmax_rows(R, C);
             bool bf16 = std::string(dtype) == "bf16";
             const DType dt = bf16 ? DType::bf16 : DType::f32;
             std::vector<uint16_t> xb(xs.size());
@@ -172,6 +147,6 @@ TEST(ScaleRowCopies, SoftmaxOutputsAreBitForBitThoseWithoutThePass) {
             EXPECT_EQ(std::memcmp(y_on.data(), y_off.data(), bytes), 0);
         }
     // The GPU lowering keeps its plain copies.
-    auto g = analyze_source(softmax_spec("bf16"), "softmax.rf", make_target(TargetKind::Cuda), {});
+    auto g = analyze_source(test::softmax_spec("bf16"), "softmax.rf", make_target(TargetKind::Cuda), {});
     EXPECT_EQ(test::count_of(tile::to_string(generate(*g).module), "... * $"), 0u);
 }

@@ -163,10 +163,10 @@ TEST(StmtMutator, BottomUpRewriteSeesRebuiltChildren) {
 
 TEST(TilePasses, TableListsThePassesInOrder) {
     const auto &p = tile_passes();
-    ASSERT_EQ(p.size(), 20u);
+    ASSERT_EQ(p.size(), 21u);
     const char *names[] = {"gemm", "exp2", "hoist", "invariant-sums", "extra-points", "fold-flags", "gemm-sums", "forward-temps", "localize-temps", "coalesce",
-                           "gemm-state", "skip-masked", "finite-invariants", "element-lanes", "row-copies", "scale-copies", "prefetch", "prefetch-tiles",
-                           "first-gemm-stores", "literal-terms"};
+                           "gemm-state", "skip-masked", "finite-invariants", "element-lanes", "row-copies", "scale-copies", "defer-copies", "prefetch",
+                           "prefetch-tiles", "first-gemm-stores", "literal-terms"};
     for (size_t i = 0; i < p.size(); i++) EXPECT_STREQ(p[i].name, names[i]);
     EXPECT_EQ(p[0].id, TilePass::Gemm);
     EXPECT_TRUE(p[0].always);
@@ -180,14 +180,15 @@ TEST(TilePasses, TableListsThePassesInOrder) {
     EXPECT_EQ(p[10].id, TilePass::GemmState);
     EXPECT_EQ(p[11].id, TilePass::SkipMasked);
     EXPECT_EQ(p[15].id, TilePass::ScaleCopies);
-    EXPECT_EQ(p[18].id, TilePass::FirstGemmStores);
-    EXPECT_EQ(p[19].id, TilePass::LiteralTerms);
+    EXPECT_EQ(p[16].id, TilePass::DeferCopies);
+    EXPECT_EQ(p[19].id, TilePass::FirstGemmStores);
+    EXPECT_EQ(p[20].id, TilePass::LiteralTerms);
     EXPECT_TRUE(p[10].float_states_only);
     // The CPU-only passes: the invariant sums, the extra points, the flags, GEMM sums and temporaries of
-    // double states, the finite copies, the row copies (plain and scaled), the prefetches of the next rows
-    // and tiles, the GEMMs that store their first tile, and the literal recomputes' tables.
+    // double states, the finite copies, the row copies (plain, scaled and deferred), the prefetches of
+    // the next rows and tiles, the GEMMs that store their first tile, and the literal recomputes' tables.
     for (size_t i = 0; i < p.size(); i++)
-        EXPECT_EQ(p[i].cpu_only, (i >= 3 && i <= 8) || (i >= 12 && i <= 19)) << p[i].name;
+        EXPECT_EQ(p[i].cpu_only, (i >= 3 && i <= 8) || (i >= 12 && i <= 20)) << p[i].name;
     for (size_t i = 0; i < p.size(); i++) EXPECT_EQ(p[i].float_states_only, i == 10) << p[i].name;
     for (size_t i = 1; i < p.size(); i++) EXPECT_FALSE(p[i].always) << p[i].name;
     for (const TilePassInfo &i : p) EXPECT_NE(i.run, nullptr);
