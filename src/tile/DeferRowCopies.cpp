@@ -3,7 +3,6 @@
  * streamed out of the exp pass's terms) run during the next row's pass that refills the array, tile by
  * tile, instead of after the row: the row's stores then overlap the next row's arithmetic.
  */
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
