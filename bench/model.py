@@ -1,7 +1,8 @@
 """The floor of every case (docs/design.md §8): the bytes that must move and the arithmetic that must be done.
 
 bytes  each input read once and each output written once, in the dtypes of the spec (the floor; an
-       implementation that re-reads or spills moves more, which is what the fraction shows).
+       implementation that re-reads or spills moves more, which is what the fraction shows); kept as
+       read_bytes (the inputs) and write_bytes (the outputs), whose sum is bytes.
 flops  the arithmetic of the math as written, counted once: a multiply-add of a contraction is 2,
        every other +, -, *, /, max, exp, log, rsqrt is 1 (so exp is counted like an add: the model is
        about the contraction-dominated workloads, where this does not matter, and the memory-bound
@@ -13,22 +14,40 @@ peak   which measured compute limit applies: 'fp32', 'bf16' or 'int8' — the dt
        below the fp32 FMA peak (a bf16 GEMM can always run as f32 FMAs). A floor from a slower unit
        than the peers use is no floor: on a Xeon with AMX, PyTorch reached 897% of the dot-product one.
 
-floor_s(case, limits) = max(bytes / mem_GBps, flops / peak): the time no implementation can beat on
-this machine; 'roofline' in the tables is floor_s / measured time.
+memory floor = max(bytes / mem_GBps, read_bytes / mem_read_GBps): mem_GBps is the most the machine moves
+       reading and writing together (a copy with streamed stores, on the machines seen so far), which
+       a kernel that only reads cannot reach — the cores' reads alone stop at the pure-read figure
+       (AMD Zen 4 VM, 2 threads: copy_nt 64.8 GB/s of which 32.4 read, a pure read 36.1): a variance
+       or a decode, which read and write nothing, would otherwise be floored 1.8x below what any
+       implementation can do. Limits without mem_read_GBps (machine.json files before 2026-12-08)
+       take it from their bandwidth_GBps.all_cores.read (limits_of), and none at all leaves the read
+       term out.
+
+floor_s(case, limits) = max(memory floor, flops / peak): the time no implementation can beat on this
+machine; 'roofline' in the tables is floor_s / measured time, and frac_mem_bw the memory floor / time
+(the fraction of the bandwidth that applies to the case's mix of reads and writes).
 """
 
 DTYPE_BYTES = {"f32": 4, "bf16": 2, "i8": 1, "i32": 4, "i64": 8}
 
 
 def model(case):
-    """Returns {"bytes": int, "flops": float, "peak": 'fp32'|'bf16'|'int8', "outputs": str}."""
+    """Returns {"bytes": int, "read_bytes": int, "write_bytes": int, "flops": float,
+    "peak": 'fp32'|'bf16'|'int8', "outputs": str}."""
+    m = _traffic(case)
+    m["bytes"] = m["read_bytes"] + m["write_bytes"]
+    return m
+
+
+def _traffic(case):
+    """The case's reads, writes, FLOPs and peak kind (model)."""
     w = case["workload"]
     z = case["sizes"]
     e = DTYPE_BYTES[case["dtype"]]
     if w in ("softmax", "softmax_fusion_study"):
         R, C = z["R"], z["C"]
         # max, subtract, exp, add (sum), multiply by 1/s
-        return dict(bytes=2 * R * C * e, flops=5.0 * R * C, peak="fp32", outputs="Y")
+        return dict(read_bytes=R * C * e, write_bytes=R * C * e, flops=5.0 * R * C, peak="fp32", outputs="Y")
     if w == "attention":
         B, H, D = z["B"], z["H"], z["D"]
         N = z["N"]
@@ -38,43 +57,64 @@ def model(case):
             pairs = B * H * N * (N + 1) // 2
         # QK^T and PV: 2 * D each per (i, j); softmax: scale, max, sub, exp, sum = 5 per (i, j)
         flops = pairs * (4.0 * D + 5.0)
-        byt = (B * H * M * D + 2 * B * H * N * D + B * H * M * D) * e
-        return dict(bytes=byt, flops=flops, peak="bf16" if case["dtype"] == "bf16" else "fp32", outputs="O")
+        return dict(read_bytes=(B * H * M * D + 2 * B * H * N * D) * e, write_bytes=B * H * M * D * e, flops=flops,
+                    peak="bf16" if case["dtype"] == "bf16" else "fp32", outputs="O")
     if w == "decode_gqa":
         B, Hq, Hkv, N, D = z["B"], z["Hq"], z["Hkv"], z["N"], z["D"]
         flops = B * Hq * N * (4.0 * D + 5.0)
-        byt = (B * Hq * D + 2 * B * Hkv * N * D + B * Hq * D) * e
-        return dict(bytes=byt, flops=flops, peak="bf16" if case["dtype"] == "bf16" else "fp32", outputs="O")
+        return dict(read_bytes=(B * Hq * D + 2 * B * Hkv * N * D) * e, write_bytes=B * Hq * D * e, flops=flops,
+                    peak="bf16" if case["dtype"] == "bf16" else "fp32", outputs="O")
     if w == "moe_routing":
         T, E, k = z["T"], z["E"], z["k"]
         # read X once; write W (f32) and I (i32) for k experts per token
-        return dict(bytes=T * E * e + T * k * (4 + 4), flops=4.0 * T * E, peak="fp32", outputs="W, I")
+        return dict(read_bytes=T * E * e, write_bytes=T * k * (4 + 4), flops=4.0 * T * E, peak="fp32",
+                    outputs="W, I")
     if w == "variance":
         R, C = z["R"], z["C"]
-        return dict(bytes=R * C * e + 2 * R * 4, flops=4.0 * R * C, peak="fp32", outputs="mu, var")
+        return dict(read_bytes=R * C * e, write_bytes=2 * R * 4, flops=4.0 * R * C, peak="fp32", outputs="mu, var")
     if w == "layernorm":
         R, C = z["R"], z["C"]
-        return dict(bytes=2 * R * C * e + 2 * C * e, flops=8.0 * R * C, peak="fp32", outputs="Y")
+        return dict(read_bytes=R * C * e + 2 * C * e, write_bytes=R * C * e, flops=8.0 * R * C, peak="fp32",
+                    outputs="Y")
     if w == "rmsnorm_gemm":
         M, N, K = z["M"], z["N"], z["K"]
-        byt = (M * K + K + N * K + M * N) * e
-        return dict(bytes=byt, flops=2.0 * M * N * K + 3.0 * M * K, peak="bf16" if e == 2 else "fp32",
-                    outputs="Y")
+        return dict(read_bytes=(M * K + K + N * K) * e, write_bytes=M * N * e, flops=2.0 * M * N * K + 3.0 * M * K,
+                    peak="bf16" if e == 2 else "fp32", outputs="Y")
     if w == "quant_gemm_int8":
         M, N, K = z["M"], z["N"], z["K"]
         # A (bf16), Wq (i8), sw (f32) in; C (bf16) out
-        byt = M * K * e + N * K * 1 + N * 4 + M * N * e
-        return dict(bytes=byt, flops=2.0 * M * N * K + 4.0 * M * K, peak="int8", outputs="C")
+        return dict(read_bytes=M * K * e + N * K * 1 + N * 4, write_bytes=M * N * e,
+                    flops=2.0 * M * N * K + 4.0 * M * K, peak="int8", outputs="C")
     if w == "linear_cross_entropy":
         T, D, V = z["T"], z["D"], z["V"]
-        byt = T * D * e + V * D * e + T * 4 + T * 4
-        return dict(bytes=byt, flops=2.0 * T * V * D + 5.0 * T * V, peak="bf16" if e == 2 else "fp32",
-                    outputs="loss")
+        return dict(read_bytes=T * D * e + V * D * e + T * 4, write_bytes=T * 4, flops=2.0 * T * V * D + 5.0 * T * V,
+                    peak="bf16" if e == 2 else "fp32", outputs="loss")
     if w == "moment_of_inertia":
         S, N = z["S"], z["N"]
         # W: 1, c: 3 mul + 3 add, I: 3 sub + 3 mul + 2 add + 1 mul + 1 add per point
-        return dict(bytes=S * N * 4 * e + S * 4, flops=17.0 * S * N, peak="fp32", outputs="I")
+        return dict(read_bytes=S * N * 4 * e, write_bytes=S * 4, flops=17.0 * S * N, peak="fp32", outputs="I")
     raise KeyError("no model for workload %r" % w)
+
+
+def limits_of(machine):
+    """The floors' limits of a machine_limits JSON: its "limits", with mem_read_GBps taken from the
+    all-core pure read where an older file has no such field."""
+    limits = dict((machine or {}).get("limits") or {})
+    if not limits.get("mem_read_GBps"):
+        read = (((machine or {}).get("bandwidth_GBps") or {}).get("all_cores") or {}).get("read")
+        if read:
+            limits["mem_read_GBps"] = read
+    return limits
+
+
+def memory_floor_s(m, limits):
+    """The time the case's bytes take at the bandwidth that applies (module docstring); 0 without limits."""
+    bw = limits.get("mem_GBps") or 0.0
+    t = m["bytes"] / (bw * 1e9) if bw > 0 else 0.0
+    read_bw = limits.get("mem_read_GBps") or 0.0
+    if read_bw > 0:
+        t = max(t, m["read_bytes"] / (read_bw * 1e9))
+    return t
 
 
 # The measured limits that can serve each peak kind: (key in machine.json "limits", unit). The first
@@ -106,24 +146,27 @@ def peak_of(limits, kind):
 
 
 def derived(case, time_ms, limits):
-    """GB/s, GFLOP/s, their fractions of the measured limits, and the roofline fraction."""
+    """GB/s, GFLOP/s, the fraction of the memory floor (frac_mem_bw) and of the peak, and the roofline
+    fraction (floor / time)."""
     m = model(case)
     t = time_ms / 1e3
     gbps = m["bytes"] / t / 1e9
     gflops = m["flops"] / t / 1e9
     out = {"bytes": m["bytes"], "flops": m["flops"], "peak_kind": m["peak"],
            "GBps": round(gbps, 3), "GFLOPs": round(gflops, 3)}
-    bw = (limits or {}).get("mem_GBps") or 0.0
-    pk, unit = peak_and_unit(limits or {}, m["peak"])
+    limits = limits or {}
+    mem_s = memory_floor_s(m, limits)
+    pk, unit = peak_and_unit(limits, m["peak"])
     if pk > 0:
         out["peak_unit"] = unit
-    if bw > 0:
-        out["frac_mem_bw"] = round(gbps / bw, 4)
+    if mem_s > 0:
+        out["frac_mem_bw"] = round(mem_s / t, 4)
     if pk > 0:
         out["frac_peak"] = round(gflops / pk, 4)
-    if bw > 0 and pk > 0:
-        floor_s = max(m["bytes"] / (bw * 1e9), m["flops"] / (pk * 1e9))
+    if mem_s > 0 and pk > 0:
+        compute_s = m["flops"] / (pk * 1e9)
+        floor_s = max(mem_s, compute_s)
         out["floor_ms"] = round(floor_s * 1e3, 6)
         out["roofline"] = round(floor_s / t, 4)
-        out["bound"] = "memory" if m["bytes"] / (bw * 1e9) >= m["flops"] / (pk * 1e9) else "compute"
+        out["bound"] = "memory" if mem_s >= compute_s else "compute"
     return out

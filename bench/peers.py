@@ -545,7 +545,7 @@ def main(argv=None):
     args = _parse_args(argv)
     started = time.time()
     worker, env, results = _start(args)
-    limits = results["machine"].get("limits", {})
+    limits = model.limits_of(results["machine"])
     per_round = sum(len([i for i in c["impls"] if args.impl_filter is None or i in args.impl_filter])
                     for c in args.cases)
     final = {}        # (case id, impl) -> record; later rounds replace it when they measure faster

@@ -7,14 +7,21 @@ both measured in the same run on the same inputs; TVM and redfuse's unfused plan
 """
 import collections
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model  # noqa: E402
 
 PEERS = ("torch-eager", "torch-compile", "torch-sdpa", "torch-flex", "torch-dynquant")
 
 
 def ratios(results):
     """[(workload, case, redfuse ms, best peer, its ms, ratio, fraction of bandwidth)] of the cases
-    where redfuse and at least one peer ran."""
+    where redfuse and at least one peer ran. The fraction is the memory floor over redfuse's time,
+    recomputed by bench/model.py from the run's machine limits where the file has them (so runs
+    recorded before a model change read with today's model), else the record's own."""
+    limits = model.limits_of(results.get("machine"))
     by_case = collections.OrderedDict()
     for r in results["records"]:
         if r.get("status") == "ok":
@@ -26,7 +33,10 @@ def ratios(results):
         if rf is None or not peers:
             continue
         best = min(peers, key=peers.get)
-        rows.append((rf["workload"], case, rf["time_ms"], best, peers[best], peers[best] / rf["time_ms"], rf.get("frac_mem_bw")))
+        frac = rf.get("frac_mem_bw")
+        if limits and all(k in rf for k in ("sizes", "dtype", "variant")):
+            frac = model.derived(rf, rf["time_ms"], limits).get("frac_mem_bw", frac)
+        rows.append((rf["workload"], case, rf["time_ms"], best, peers[best], peers[best] / rf["time_ms"], frac))
     return rows
 
 

@@ -84,7 +84,7 @@ def machine_lines(res):
     out = []
     if m:
         bw = m.get("bandwidth_GBps", {})
-        lim = m.get("limits", {})
+        lim = model.limits_of(m)
         fma = m.get("fp32_fma_GFLOPs", {})
         out.append("- Machine: %s, %s threads (%s); L3 %s." % (
             m.get("cpu"), m.get("threads"), ", ".join(k for k, v in (m.get("isa") or {}).items() if v),
@@ -92,12 +92,12 @@ def machine_lines(res):
         allc = bw.get("all_cores", {})
         one = bw.get("one_core", {})
         out.append("- Memory bandwidth (STREAM-like, %s arrays, GB/s, all cores / one core): copy %s / %s, "
-                   "scale %s / %s, add %s / %s, triad %s / %s, read %s / %s%s. **Limit used: %s GB/s.**" % (
+                   "scale %s / %s, add %s / %s, triad %s / %s, read %s / %s%s. **Limits used: %s GB/s, reads alone %s GB/s.**" % (
                        _mib(bw.get("array_bytes", 0)), allc.get("copy"), one.get("copy"), allc.get("scale"),
                        one.get("scale"), allc.get("add"), one.get("add"), allc.get("triad"), one.get("triad"),
                        allc.get("read"), one.get("read"),
                        ", copy with non-temporal stores %s / %s" % (allc["copy_nt"], one.get("copy_nt"))
-                       if "copy_nt" in allc else "", lim.get("mem_GBps")))
+                       if "copy_nt" in allc else "", lim.get("mem_GBps"), lim.get("mem_read_GBps")))
         s = "- Peak FP32 FMA (%s): %s GFLOP/s all cores, %s one core" % (fma.get("isa"), fma.get("all_cores"),
                                                                         fma.get("one_core"))
         if fma.get("avx2_all_cores") is not None:
@@ -159,7 +159,8 @@ def table_md(res):
     lines += machine_lines(res)
     lines += ["",
               "Each cell: median time in ms, and in parentheses the fraction of the floor "
-              "(floor = max(bytes / memory bandwidth, FLOP / peak), bench/model.py; 100% = at the machine's "
+              "(floor = max(bytes / memory bandwidth, bytes read / read bandwidth, FLOP / peak), bench/model.py; "
+              "100% = at the machine's "
               "measured limit; a case that fits in L3 can pass 100% after warm-up, the inputs staying cached). **Bold**: fastest measured. `n/a` unavailable, `n/e` not expressed, `skip`, "
               "`fail`, `timeout`: see the numbered notes. `(!)`: output differs from the float32 reference "
               "beyond tolerance (see results.json check).", ""]

@@ -98,6 +98,35 @@ class Cases(unittest.TestCase):
         self.assertAlmostEqual(model.model(causal)["flops"] / model.model(full)["flops"], 0.5, places=3)
         self.assertEqual(model.model(full)["peak"], "bf16")
 
+
+    def test_a_kernel_that_only_reads_floors_at_the_read_bandwidth(self):
+        # The Zen 4 VM's figures: a copy with streamed stores moves 64.8 GB/s, half of it reads; a pure
+        # read 36.1. A variance reads its rows and writes two numbers a row: its floor is the read's.
+        lim = {"mem_GBps": 64.8, "mem_read_GBps": 36.1, "fp32_GFLOPs": 230.0}
+        var = workloads._case("variance", "variance.rf", {"R": 4096, "C": 8192})
+        m = model.model(var)
+        self.assertEqual(m["read_bytes"], 4096 * 8192 * 4)
+        self.assertEqual(m["bytes"], m["read_bytes"] + m["write_bytes"])
+        d = model.derived(var, 5.0, lim)
+        self.assertAlmostEqual(d["floor_ms"], m["read_bytes"] / 36.1e9 * 1e3, places=6)
+        self.assertAlmostEqual(d["frac_mem_bw"], d["floor_ms"] / 5.0, places=3)
+        # A softmax reads as much as it writes: the copy's total decides (64.8 / 2 < 36.1), as before.
+        sm = workloads._case("softmax", "softmax.rf", {"R": 4096, "C": 8192})
+        d = model.derived(sm, 5.0, lim)
+        self.assertAlmostEqual(d["floor_ms"], 2 * 4096 * 8192 * 4 / 64.8e9 * 1e3, places=6)
+        self.assertAlmostEqual(d["frac_mem_bw"], d["GBps"] / 64.8, places=3)
+        # Limits written before mem_read_GBps: limits_of takes the all-core read of the same file.
+        old = {"limits": {"mem_GBps": 64.8, "fp32_GFLOPs": 230.0},
+               "bandwidth_GBps": {"all_cores": {"read": 36.1, "copy_nt": 64.8}}}
+        self.assertEqual(model.limits_of(old)["mem_read_GBps"], 36.1)
+        self.assertEqual(model.derived(var, 5.0, model.limits_of(old))["floor_ms"], model.derived(var, 5.0, lim)["floor_ms"])
+        # No read figure at all: the total alone, as before.
+        self.assertAlmostEqual(model.derived(var, 5.0, {"mem_GBps": 64.8, "fp32_GFLOPs": 230.0})["floor_ms"],
+                               m["bytes"] / 64.8e9 * 1e3, places=6)
+        for c in workloads.cases(False):
+            m = model.model(c)
+            self.assertGreater(m["read_bytes"], 0, c["id"])
+            self.assertGreater(m["write_bytes"], 0, c["id"])
     def test_floor_uses_the_fastest_unit(self):
         # A Xeon with AMX (synthetic figures): the tiles are 10x the dot products. A floor at the dot
         # peak is what let PyTorch show 897% of "peak" (issue 13).
@@ -312,7 +341,8 @@ class Report(unittest.TestCase):
                                      "all_cores": {"copy": 30.0, "add": 32.0, "read": 31.0, "copy_nt": 58.0},
                                      "one_core": {"copy": 19.0, "add": 21.0, "read": 19.0, "copy_nt": 31.0}}
         t = report.table_md({"date": "", "host": "h", "records": [rec], "machine": machine, "env": {}, "config": {}})
-        self.assertIn("read 31.0 / 19.0, copy with non-temporal stores 58.0 / 31.0. **Limit used: 200.0 GB/s.**", t)
+        self.assertIn("read 31.0 / 19.0, copy with non-temporal stores 58.0 / 31.0. **Limits used: 200.0 GB/s, "
+                      "reads alone 31.0 GB/s.**", t)
 
 
 class Ratios(unittest.TestCase):
@@ -325,6 +355,20 @@ class Ratios(unittest.TestCase):
         self.assertEqual(len(rows), 1)  # b: no peer ran; c: no redfuse
         self.assertEqual(rows[0][3], "torch-sdpa")  # TVM is not a peer
         self.assertAlmostEqual(rows[0][5], 0.5)
+
+    def test_fraction_of_bandwidth_follows_todays_model(self):
+        # A run recorded under the copy-only floor (frac_mem_bw 0.38) reads, with its machine's limits,
+        # as the fraction of the read floor that applies to a variance.
+        var = workloads._case("variance", "variance.rf", {"R": 4096, "C": 8192})
+        rf = dict(workload="variance", case=var["id"], sizes=var["sizes"], dtype="f32", variant="", impl="redfuse",
+                  status="ok", time_ms=5.5, frac_mem_bw=0.38)
+        peer = dict(rf, impl="torch-compile", time_ms=8.0)
+        machine = {"limits": {"mem_GBps": 64.8, "fp32_GFLOPs": 230.0},
+                   "bandwidth_GBps": {"all_cores": {"read": 36.1}}}
+        (row,) = ratios.ratios({"records": [rf, peer], "machine": machine})
+        self.assertAlmostEqual(row[6], 4096 * 8192 * 4 / 36.1e9 / 5.5e-3, places=3)
+        (row,) = ratios.ratios({"records": [rf, peer]})  # no limits in the file: the record's own
+        self.assertEqual(row[6], 0.38)
 
 
 if __name__ == "__main__":

@@ -93,8 +93,8 @@ $ML "${ML_ARGS[@]}" > "$OUT/machine.json"
 import json, sys
 m = json.load(open(sys.argv[1]))
 l = m["limits"]
-print("   %s: memory %s GB/s (one core %s), fp32 FMA %s GFLOP/s, bf16 %s GFLOP/s (%s), int8 %s GOP/s (%s); AMX: %s"
-      % (m.get("cpu"), l["mem_GBps"], l["mem_GBps_one_core"], l["fp32_GFLOPs"], l["bf16_GFLOPs"], l.get("bf16_unit"),
+print("   %s: memory %s GB/s (one core %s; reads alone %s), fp32 FMA %s GFLOP/s, bf16 %s GFLOP/s (%s), int8 %s GOP/s (%s); AMX: %s"
+      % (m.get("cpu"), l["mem_GBps"], l["mem_GBps_one_core"], l.get("mem_read_GBps"), l["fp32_GFLOPs"], l["bf16_GFLOPs"], l.get("bf16_unit"),
          l["int8_GOPs"], l.get("int8_unit"), m.get("amx_permission", "not probed")))
 EOF
 

@@ -25,7 +25,8 @@
 // for add/triad) unless the compiler emits non-temporal stores. Each kernel runs `reps` times; the
 // best (shortest) time is kept, as STREAM does. "all_cores" uses every OpenMP thread, "one_core" one.
 // limits.mem_GBps is the largest of the all-core figures: the most the machine was seen to sustain,
-// so a fraction against it is conservative.
+// so a fraction against it is conservative. limits.mem_read_GBps is the all-core pure read: a kernel
+// that only reads cannot use the write half of a copy's traffic (bench/model.py's memory floor).
 //
 // Peak FP32 FMA rate. Every thread runs a register-blocked loop of independent FMA chains
 // (acc[i] = acc[i] * x + y) with the widest vector ISA present: AVX-512 (16 lanes, 12 chains) when
@@ -693,7 +694,8 @@ int main(int argc, char** argv) {
   std::printf("             \"bf16_dot_GFLOPs\": %s, \"bf16_amx_GFLOPs\": %s, \"int8_dot_GOPs\": %s, \"int8_amx_GOPs\": %s,\n",
               opt_num(has_bf16, bf16_all).c_str(), opt_num(run_amx_bf16, amx_bf16_all).c_str(),
               opt_num(has_vnni, i8_all).c_str(), opt_num(run_amx_int8, amx_i8_all).c_str());
-  std::printf("             \"int8_avx2_GOPs\": %s}\n", opt_num(run_int8_avx2, i8_avx2_all).c_str());
+  std::printf("             \"int8_avx2_GOPs\": %s, \"mem_read_GBps\": %.2f, \"mem_read_GBps_one_core\": %.2f}\n",
+              opt_num(run_int8_avx2, i8_avx2_all).c_str(), bw_all.read, bw_one.read);
   std::printf("}\n");
   return 0;
 }
