@@ -98,6 +98,12 @@ def machine_lines(res):
                        allc.get("read"), one.get("read"),
                        ", copy with non-temporal stores %s / %s" % (allc["copy_nt"], one.get("copy_nt"))
                        if "copy_nt" in allc else "", lim.get("mem_GBps"), lim.get("mem_read_GBps")))
+        runs = m.get("bandwidth_GBps_runs") or []
+        if len(runs) == 2:
+            first, second = ((r or {}).get("all_cores") or {} for r in runs)
+            out[-1] += (" Each figure is the larger of two measurements, before and after the workloads "
+                        "(all cores, largest figure: %s then %s GB/s)." % (max(first.values() or [None]),
+                                                                         max(second.values() or [None])))
         s = "- Peak FP32 FMA (%s): %s GFLOP/s all cores, %s one core" % (fma.get("isa"), fma.get("all_cores"),
                                                                         fma.get("one_core"))
         if fma.get("avx2_all_cores") is not None:

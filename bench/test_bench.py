@@ -127,6 +127,33 @@ class Cases(unittest.TestCase):
             m = model.model(c)
             self.assertGreater(m["read_bytes"], 0, c["id"])
             self.assertGreater(m["write_bytes"], 0, c["id"])
+
+    def test_the_bandwidth_is_the_larger_of_two_measurements(self):
+        # Before the workloads the host moved 48.2 GB/s, after them 64.8: the floors use 64.8, and the
+        # records measured in between are rederived against it.
+        def machine(copy_nt, read, one):
+            return {"bandwidth_GBps": {"all_cores": {"copy": 33.0, "read": read, "copy_nt": copy_nt},
+                                       "one_core": {"copy": 20.0, "read": one, "copy_nt": 30.0}},
+                    "limits": {"mem_GBps": copy_nt, "fp32_GFLOPs": 230.0, "mem_read_GBps": read}}
+        before, after = machine(48.2, 30.0, 20.6), machine(64.8, 29.0, 17.7)
+        m = model.merge_bandwidth(before, after)
+        self.assertEqual(m["limits"]["mem_GBps"], 64.8)
+        self.assertEqual(m["limits"]["mem_read_GBps"], 30.0)   # each kind its own larger figure
+        self.assertEqual(m["limits"]["mem_read_GBps_one_core"], 20.6)
+        self.assertEqual(m["limits"]["fp32_GFLOPs"], 230.0)
+        self.assertEqual(m["bandwidth_GBps_runs"][1]["all_cores"]["copy_nt"], 64.8)
+        self.assertEqual(before["limits"]["mem_GBps"], 48.2)   # the inputs are not changed
+        sm = workloads._case("softmax", "softmax.rf", {"R": 4096, "C": 8192})
+        rec = dict(workload="softmax", case=sm["id"], sizes=sm["sizes"], dtype="f32", variant="", impl="redfuse",
+                   status="ok", time_ms=5.0, **model.derived(sm, 5.0, before["limits"]))
+        self.assertGreater(rec["roofline"], 1.0)               # 268 MB in 5 ms against 48.2 GB/s
+        res = model.rederive({"records": [rec, dict(impl="x", status="failed")], "machine": m})
+        b = 4096 * 8192 * 4   # read once, written once: the copy at 64.8 or the reads alone at 30.0
+        self.assertAlmostEqual(res["records"][0]["roofline"], max(2 * b / 64.8e9, b / 30.0e9) / 5e-3, places=3)
+        self.assertEqual(res["records"][1], dict(impl="x", status="failed"))
+        lines = report.machine_lines({"machine": dict(m, cpu="c", threads=2)})
+        self.assertIn("larger of two measurements, before and after the workloads (all cores, largest figure: "
+                      "48.2 then 64.8 GB/s)", "\n".join(lines))
     def test_floor_uses_the_fastest_unit(self):
         # A Xeon with AMX (synthetic figures): the tiles are 10x the dot products. A floor at the dot
         # peak is what let PyTorch show 897% of "peak" (issue 13).

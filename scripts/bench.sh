@@ -4,6 +4,7 @@
 #      with redfuse's wheel built and installed into it, plus the benchmark's extras (matplotlib,
 #      apache-tvm: bench/requirements*.txt); bench/machine/machine_limits
 #   2. measures the machine's limits (memory bandwidth, FP32 FMA / bf16 / int8 peaks, AMX tiles)
+#      (and the bandwidth again after the workloads: the floors take the larger of the two)
 #   3. runs every workload of docs/workloads.md for redfuse (its Python API) and its peers, in one
 #      process on the same inputs (bench/peers.py)
 #   4. writes bench/results/<date>-<host>[-quick]/{machine.json,results.json,table.md,chart.png}
@@ -109,6 +110,13 @@ set +e
 rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" -eq 0 ] || { echo "bench.sh: peers.py failed (exit $rc)" >&2; exit "$rc"; }
+
+# ---------------------------------------------------------------------------- 3b. the bandwidth again
+# The memory speed of a shared host drifts from minute to minute: the floors take the larger of the
+# two measurements (bench/model.py merge_bandwidth) and every record is rederived against it.
+echo "== measuring the machine's limits again, after the workloads"
+$ML "${ML_ARGS[@]}" > "$OUT/machine_after.json"
+"$VENV/bin/python" bench/remeasure.py "$OUT/machine_after.json" "$OUT"
 
 # ---------------------------------------------------------------------------- 4. summary
 echo
