@@ -315,7 +315,10 @@ private:
         for (Expr a : s->target->args) idx.push_back(int_expr(a));
         // During the row copy that follows: the worker's RowStream asks for it between its streamed stores.
         // During the sweep that follows: held for the next vector loop (loop(), print_blocked_sums).
-        sweep_prefetch_held_ = sweep_prefetch_held_ || s->when == PrefetchWhen::DuringSweep;
+        if (s->when == PrefetchWhen::DuringSweep) {
+            sweep_prefetch_held_ = true;
+            ++sweep_prefetch_holds_;
+        }
         pad(ind) << (s->when == PrefetchWhen::DuringCopy ? "rs_.prefetch_next(&" : s->when == PrefetchWhen::DuringSweep ? "pf_.hold(&" : "rfk::prefetch_l2(&")
                  << buf_id(buf_index(b)) << "[" << offset(b, idx) << "], ("
                  << int_expr(s->end) << ") * " << dtype_bytes(b->dtype) << ");\n";
@@ -393,7 +396,9 @@ private:
                 pad(ind + 2) << "#pragma omp for schedule(" << (k_.schedule.strategy == Strategy::Literal ? "static" : splits ? "guided, chunk_" : "dynamic, chunk_")
                              << ")" << (splits ? "" : " nowait") << "\n";
             pad(ind + 2) << head << " {\n";
+            const int64_t holds = sweep_prefetch_holds_;
             body(s->body, ind + 3, false);
+            ask_unswept_prefetch(holds, ind + 3);
             pad(ind + 2) << "}\n";
             // The worker's held row-copy line and the fence of its streamed stores, before the barrier.
             if (has_row_copy(s)) pad(ind + 2) << "rs_.flush();\n";
@@ -482,8 +487,21 @@ private:
         // A vector loop without reductions whose values stay float64 (the state's precision).
         if (s->loop == LoopKind::Lanes) pad(ind) << "#pragma omp simd\n";
         pad(ind) << head << " {\n";
+        const int64_t holds = sweep_prefetch_holds_;
         body(s->body, ind + 1, false);
+        ask_unswept_prefetch(holds, ind + 1);
         pad(ind) << "}\n";
+    }
+
+    /** A prefetch held for a sweep (print_prefetch) since `holds` that no vector loop of the body just
+     *  printed took — the members after it were no sweep (a top-k's insertion): asked for at the end of
+     *  the body, where the iteration that held it ends. Never carried to a vector loop printed later,
+     *  which may lie in another parallel region or in the region's second printing, where `pf_` is not
+     *  declared or was not held (fuzz seed 1260 #63: the generated C++ did not compile). */
+    void ask_unswept_prefetch(int64_t holds, int ind) {
+        if (!sweep_prefetch_held_ || sweep_prefetch_holds_ == holds) return;
+        pad(ind) << "pf_.rest();\n";
+        sweep_prefetch_held_ = false;
     }
 
     /** A vector loop whose reductions are all float or double sums into scalars (one to four), at the
@@ -775,6 +793,7 @@ private:
     std::map<std::string, std::string> sum_into_;  ///< print_blocked_sums: a sum's scalar -> its partial sum
     bool staging_ = false;  ///< printing the strip loop of print_staged_exp2
     bool sweep_prefetch_held_ = false;    ///< a DuringSweep prefetch printed, no vector loop after it yet
+    int64_t sweep_prefetch_holds_ = 0;    ///< DuringSweep prefetches printed so far (ask_unswept_prefetch)
     bool spread_sweep_prefetch_ = false;  ///< printing the vector loop that takes it (print_blocked_sums spreads it)
     std::map<std::string, const Buffer *> bufs_;
     std::map<std::string, const Stmt *> locals_;

@@ -115,6 +115,31 @@ TEST(PrefetchNextRows, NotForOneMemberLoopOrSeveralRowsABlock) {
     EXPECT_EQ(tile_text(test::read_text(example("attention.rf")), TargetKind::Cpu, {}).find("prefetch"), std::string::npos);
 }
 
+TEST(PrefetchNextRows, AHeldPrefetchNoSweepTakesIsAskedAtTheEndOfItsBody) {
+    // The variance-like members hold the next tile for a second sweep; the top-k after them sweeps
+    // nothing. The held range is asked for at the end of the tile loop's body, in its own region: the
+    // generated C++ compiles (it did not at --segments 2) and matches the reference.
+    const std::filesystem::path spec = std::filesystem::path(REDFUSE_SOURCE_DIR) / "tests" / "specs" / "sweep_prefetch_before_topk.rf";
+    const std::string src = test::read_text(spec);
+    for (int64_t segments : {0, 2}) {
+        RunOptions o;
+        o.segments = segments;
+        test::check_run(spec, src, o, "cpu", {63, 1});
+    }
+    ArenaScope arena;
+    Options opts;
+    opts.segments = 2;
+    auto c = analyze_source(src, "spec.rf", make_target(TargetKind::Cpu), opts);
+    const std::string cpp = generate(*c).source;
+    ASSERT_NE(cpp.find("pf_.hold(&"), std::string::npos) << cpp;
+    // Each region that holds asks for the held range before its row loop's iteration ends, and no
+    // rest() comes before the region's first hold.
+    for (size_t at = cpp.find("rfk::SweepPrefetch pf_;"); at != std::string::npos; at = cpp.find("rfk::SweepPrefetch pf_;", at + 1)) {
+        const size_t hold = cpp.find("pf_.hold(&", at), rest = cpp.find("pf_.rest();", at);
+        EXPECT_LT(hold, rest) << cpp.substr(at, 200);
+    }
+}
+
 TEST(PrefetchNextRows, KernelsWithItMatchTheReference) {
     // The last row has no next row (the guard); one row; rows of one tile and of several.
     for (const char *name : {"softmax.rf", "log_softmax.rf", "layernorm.rf", "variance.rf", "logsumexp.rf"}) {
