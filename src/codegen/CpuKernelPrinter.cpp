@@ -13,6 +13,7 @@
 
 #include "codegen/CodeGen_C.h"
 #include "codegen/CodeGen_CPU.h"
+#include "codegen/CpuGemmCall.h"
 #include "codegen/CpuExp2Rows.h"
 #include "codegen/StmtPrinter.h"
 #include "support/Error.h"
@@ -710,76 +711,23 @@ private:
         return "&" + buf_id(buf_index(b)) + "[" + offset(b, idx) + "]";
     }
 
-    static std::string element(const std::string &ptr, DType t, const std::string &at) {
-        std::string e = ptr + "[" + at + "]";
-        switch (t) {
-        case DType::bf16: return "rfk::bf16_to_float(" + e + ")";
-        case DType::f16: return "rfk::f16_to_float(" + e + ")";
-        case DType::f8e4m3: return "rfk::f8e4m3_to_float(" + e + ")";
-        case DType::f8e5m2: return "rfk::f8e5m2_to_float(" + e + ")";
-        default: return "(float)" + e;
-        }
-    }
-
-    /** A tile GEMM: a micro-kernel of redfuse_simd.h when the operand types have one, else loops. */
+    /** A tile GEMM: a micro-kernel of redfuse_simd.h when the operand types have one (cpu_gemm_call),
+     *  else loops. */
     void gemm(const StmtP &s, int ind) {
         const GemmInfo &g = *s->gemm;
-        DType ta = operand_type(g.a_base), tb = operand_type(g.b_base);
-        std::string M = int_expr(g.M), N = int_expr(g.N), K = int_expr(g.K), A = operand_addr(g.a_base),
-                    B = operand_addr(g.b_base), C = operand_addr(g.c_base), alpha = "(float)(" + expr(g.alpha, "double") + ")";
-        std::string lda = int_expr(g.a_si), ldc = int_expr(g.c_si);
-        // Whether it adds to C: always, never, or where accumulate_if holds (stores the first tile).
-        std::string accumulate = !g.accumulate ? "false" : g.accumulate_if ? "static_cast<bool>(" + condition(g.accumulate_if) + ")" : "true";
-        bool f32a = ta == DType::f32, f32b = tb == DType::f32, bfa = ta == DType::bf16, bfb = tb == DType::bf16;
-        // B read straight from an input of the kernel: constant while it runs, so the GEMMs that pack it
-        // (AMX tile panels) may keep the packing for the thread's next call on the same B (input_epoch).
         auto is_input = [&](Expr base) { return !base->name.empty() && base->name[0] != '$' && bufs_.at(base->name)->role == Buffer::Role::Input; };
-        bool b_input = is_input(g.b_base);
-        std::string call;
-        if (g.trans_b && !g.a_transposed()) {
-            std::string ldb = int_expr(g.b_sj);
-            std::string head = "(" + M + ", " + N + ", " + K + ", " + alpha + ", " + A + ", " + lda + ", " + B + ", " + ldb + ", " + C +
-                               ", " + ldc + ", " + accumulate;
-            std::string args = head + ");";
-            if (f32a && f32b) call = (b_input ? "rfk::gemm_nt_f32_input_b" : "rfk::gemm_nt_f32") + args;
-            else if (bfa && bfb)  // a_input: A read from an input as well, whose packing may be kept too
-                call = (b_input ? "rfk::gemm_nt_bf16_input_b" : "rfk::gemm_nt_bf16") + head + (is_input(g.a_base) ? ", true);" : ");");
-            else if (f32a && bfb) call = (round_tile_products_ ? "rfk::gemm_nt_f32_as_bf16" : "rfk::gemm_nt_f32_bf16") + args;
-            else if (f32a && tb == DType::f8e4m3) call = "rfk::gemm_nt_f32_f8e4m3" + args;
-            else if (f32a && tb == DType::f8e5m2) call = "rfk::gemm_nt_f32_f8e5m2" + args;
-            else if (f32a && tb == DType::f16) call = "rfk::gemm_nt_f32_f16" + args;
-            else if (ta == DType::i8 && tb == DType::i8 && g.alpha->is_const(1)) call = "rfk::gemm_nt_s8_to_f32" + args;
-        } else if (g.accumulate && g.alpha->is_const(1) && g.a_transposed()) {
-            // Aᵀ·B: A stored with its rows along k (a row-reduced member's tile, LowerRowReduced.cpp).
-            std::string ldb = int_expr(g.b_sk), lda_t = int_expr(g.a_sk);
-            std::string args = "(" + M + ", " + N + ", " + K + ", " + A + ", " + lda_t + ", " + B + ", " + ldb + ", " + C + ", " + ldc + ");";
-            if (f32a && f32b) call = "rfk::gemm_tn_acc_f32" + args;
-            else if (f32a && bfb) call = (round_tile_products_ ? "rfk::gemm_tn_acc_f32_as_bf16" : "rfk::gemm_tn_acc_f32_bf16") + args;
-        } else if (g.accumulate && g.alpha->is_const(1)) {
-            std::string ldb = int_expr(g.b_sk);
-            std::string args = "(" + M + ", " + N + ", " + K + ", " + A + ", " + lda + ", " + B + ", " + ldb + ", " + C + ", " + ldc + ");";
-            if (f32a && f32b) call = (b_input ? "rfk::gemm_nn_acc_f32_input_v" : "rfk::gemm_nn_acc_f32") + args;
-            else if (f32a && bfb)
-                call = (!round_tile_products_ ? "rfk::gemm_nn_acc_f32_bf16" : b_input ? "rfk::gemm_nn_acc_f32_as_bf16_input_v" : "rfk::gemm_nn_acc_f32_as_bf16") + args;
-        }
-        if (!call.empty()) {
-            pad(ind) << call << "\n";
-            return;
-        }
-        // Any other operand types: plain loops over the same strides.
-        std::string a_sk = int_expr(g.a_sk), b_sj = int_expr(g.b_sj), b_sk = int_expr(g.b_sk);
-        pad(ind) << "{ const auto *A_ = " << A << "; const auto *B_ = " << B << "; float *C_ = " << C << ";\n";
-        pad(ind + 1) << "for (int64_t i_ = 0; i_ < " << M << "; ++i_) for (int64_t n_ = 0; n_ < " << N << "; ++n_) {\n";
-        pad(ind + 2) << "float s_ = 0; for (int64_t k_ = 0; k_ < " << K << "; ++k_) s_ += "
-                     << element("A_", ta, "i_ * " + lda + " + k_ * " + a_sk) << " * " << element("B_", tb, "n_ * " + b_sj + " + k_ * " + b_sk)
-                     << ";\n";
-        std::string c_elem = "C_[i_ * " + ldc + " + n_]";
-        if (g.accumulate_if)
-            pad(ind + 2) << c_elem << " = " << accumulate << " ? " << c_elem << " + " << alpha << " * s_ : " << alpha << " * s_;\n";
-        else
-            pad(ind + 2) << c_elem << " = " << (g.accumulate ? c_elem + " + " : std::string()) << alpha << " * s_;\n";
-        pad(ind + 1) << "}\n";
-        pad(ind) << "}\n";
+        CpuGemmOperands o;
+        o.M = int_expr(g.M), o.N = int_expr(g.N), o.K = int_expr(g.K);
+        o.A = operand_addr(g.a_base), o.B = operand_addr(g.b_base), o.C = operand_addr(g.c_base);
+        o.alpha = "(float)(" + expr(g.alpha, "double") + ")";
+        // Whether it adds to C: always, never, or where accumulate_if holds (stores the first tile).
+        o.accumulate = !g.accumulate ? "false" : g.accumulate_if ? "static_cast<bool>(" + condition(g.accumulate_if) + ")" : "true";
+        o.lda = int_expr(g.a_si), o.ldc = int_expr(g.c_si), o.a_sk = int_expr(g.a_sk), o.b_sj = int_expr(g.b_sj), o.b_sk = int_expr(g.b_sk);
+        o.a_type = operand_type(g.a_base), o.b_type = operand_type(g.b_base);
+        o.a_input = is_input(g.a_base), o.b_input = is_input(g.b_base);
+        const std::string call = cpu_gemm_call(g, o, round_tile_products_);
+        if (!call.empty()) pad(ind) << call << "\n";
+        else os_ << cpu_gemm_loops(g, o, ind);  // any other operand types: plain loops over the same strides
     }
 
     const Module &m_;
